@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything tracepoint_exporter needs to build, test and run, from Debian packages.
+# Used by the README Quick start, .ci/run and the Dockerfile, so all three stay the same.
+#   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --runtime  only the shared libraries the binary needs at run time
+set -euo pipefail
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+RUNTIME=(libspdlog1.10 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libtraceevent1 libbpf1 ca-certificates)
+BUILD=(build-essential cmake ninja-build pkg-config git
+       libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
+       libtraceevent-dev libbpf-dev libgtest-dev libgmock-dev libbenchmark-dev
+       curl prometheus clang-format clang-tidy)
+
+if [[ "${1:-}" == "--runtime" ]]; then PKGS=("${RUNTIME[@]}"); else PKGS=("${BUILD[@]}"); fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#PKGS[@]} packages present"
+fi

@@ -1,0 +1,44 @@
+// The interface every metric type implements (counter here; histogram and latency build on it).
+//
+// OnSample runs on the reader thread for each decoded sample of an event the metric listens to,
+// in timestamp order; it must not lock or allocate once a label set has been seen. Snapshot
+// runs on a scrape thread, concurrently with OnSample.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "collectors/comm_table.h"
+#include "collectors/snapshot.h"
+#include "decode/sample.h"
+
+namespace tpe {
+
+// A monotonically increasing count written by one thread and read by others.
+struct RelaxedCounter {
+  std::atomic<uint64_t> v{0};
+  void Add(uint64_t d) { v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
+  uint64_t Get() const { return v.load(std::memory_order_relaxed); }
+};
+
+class Collector {
+ public:
+  virtual ~Collector() = default;
+  virtual const std::string& name() const = 0;
+  // `event_index`: which of the metric's events the sample is from (0 for single-event metrics).
+  virtual void OnSample(size_t event_index, const Sample& s, CommTable* comms) = 0;
+  virtual MetricSnapshot Snapshot() const = 0;
+  // True when some label needs comm (the reader then tracks task records).
+  virtual bool NeedsComm() const = 0;
+
+  // Self-metric inputs.
+  uint64_t series_dropped() const { return series_dropped_.Get(); }
+  uint64_t decode_errors() const { return decode_errors_.Get(); }
+
+ protected:
+  RelaxedCounter series_dropped_;
+  RelaxedCounter decode_errors_;
+};
+
+}  // namespace tpe

@@ -1,0 +1,64 @@
+#include "collectors/comm_table.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace tpe {
+
+int CommTable::ReadProcComm(uint32_t tid, char* out, size_t cap) {
+  char path[48];
+  std::snprintf(path, sizeof(path), "/proc/%u/comm", tid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = ::read(fd, out, cap);
+  ::close(fd);
+  if (n <= 0) return -1;
+  if (out[n - 1] == '\n') --n;
+  return static_cast<int>(n);
+}
+
+CommTable::Entry& CommTable::Set(uint32_t tid, std::string_view comm) {
+  Entry& e = map_[tid];
+  e.len = static_cast<uint8_t>(std::min(comm.size(), kCommLen - 1));
+  std::memcpy(e.comm, comm.data(), e.len);
+  e.exited = false;
+  return e;
+}
+
+void CommTable::OnComm(uint32_t tid, std::string_view comm) { Set(tid, comm); }
+
+void CommTable::OnFork(uint32_t parent_tid, uint32_t child_tid) {
+  std::string_view parent = Lookup(parent_tid);
+  char copy[kCommLen];
+  size_t n = std::min(parent.size(), kCommLen - 1);
+  std::memcpy(copy, parent.data(), n);  // Set() may rehash and move `parent`'s storage
+  Set(child_tid, std::string_view(copy, n));
+}
+
+void CommTable::OnExit(uint32_t tid) {
+  auto it = map_.find(tid);
+  if (it == map_.end()) return;
+  it->second.exited = true;
+  exited_.push_back(tid);
+  while (exited_.size() > kExitGrace) {
+    auto old = map_.find(exited_.front());
+    if (old != map_.end() && old->second.exited) map_.erase(old);  // not reused since
+    exited_.pop_front();
+  }
+}
+
+std::string_view CommTable::Lookup(uint32_t tid) {
+  auto it = map_.find(tid);
+  if (it != map_.end()) return std::string_view(it->second.comm, it->second.len);
+  char buf[kCommLen];
+  int n = fallback_ ? fallback_(tid, buf, sizeof(buf)) : -1;
+  if (n < 0) return "[unknown]";
+  Entry& e = Set(tid, std::string_view(buf, static_cast<size_t>(n)));
+  return std::string_view(e.comm, e.len);
+}
+
+}  // namespace tpe

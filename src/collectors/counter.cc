@@ -1,0 +1,46 @@
+#include "collectors/counter.h"
+
+namespace tpe {
+
+CounterCollector::CounterCollector(std::string name, std::string help, LabelSet labels, size_t max_series)
+    : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)), series_(max_series) {
+  key_.reserve(256);
+}
+
+CounterCollector::CounterCollector(std::string name, std::string help, std::function<uint64_t()> kernel_count)
+    : name_(std::move(name)), help_(std::move(help)), kernel_count_(std::move(kernel_count)), series_(1) {}
+
+void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTable* comms) {
+  if (!labels_.BuildKey(s, comms, &key_)) {
+    decode_errors_.Add(1);
+    return;
+  }
+  RelaxedCounter* c = series_.FindOrInsert(key_);
+  if (c == nullptr) {
+    series_dropped_.Add(1);
+    return;
+  }
+  c->Add(1);
+}
+
+MetricSnapshot CounterCollector::Snapshot() const {
+  MetricSnapshot m;
+  m.name = name_;
+  m.help = help_;
+  m.kind = MetricKind::kCounter;
+  if (kernel_count_) {
+    SeriesSnapshot s;
+    s.value = static_cast<double>(kernel_count_());
+    m.series.push_back(std::move(s));
+    return m;
+  }
+  series_.ForEach([&](std::string_view key, const RelaxedCounter& c) {
+    SeriesSnapshot s;
+    s.labels = labels_.Render(key);
+    s.value = static_cast<double>(c.Get());
+    m.series.push_back(std::move(s));
+  });
+  return m;
+}
+
+}  // namespace tpe

@@ -1,0 +1,73 @@
+#include "collectors/label_set.h"
+
+#include <cstring>
+
+namespace tpe {
+
+std::optional<LabelSource> ParseLabelSource(std::string_view s) {
+  if (s == "comm") return LabelSource::kComm;
+  if (s == "pid") return LabelSource::kPid;
+  if (s == "tid") return LabelSource::kTid;
+  if (s == "cpu") return LabelSource::kCpu;
+  return std::nullopt;
+}
+
+LabelSet::LabelSet(std::vector<LabelSpec> labels) : labels_(std::move(labels)) {
+  for (const auto& l : labels_) needs_comm_ |= l.source == LabelSource::kComm;
+}
+
+namespace {
+void AppendU32(std::string* key, uint32_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+}  // namespace
+
+bool LabelSet::BuildKey(const Sample& s, CommTable* comms, std::string* key) const {
+  key->clear();
+  for (const auto& l : labels_) {
+    switch (l.source) {
+      case LabelSource::kField:
+        if (!l.extractor->AppendKey(s.raw, key)) return false;
+        break;
+      case LabelSource::kComm: {
+        std::string_view c = comms->Lookup(s.tid);
+        key->push_back(static_cast<char>(c.size()));
+        key->append(c);
+        break;
+      }
+      case LabelSource::kPid: AppendU32(key, s.pid); break;
+      case LabelSource::kTid: AppendU32(key, s.tid); break;
+      case LabelSource::kCpu: AppendU32(key, s.cpu); break;
+    }
+  }
+  return true;
+}
+
+LabelPairs LabelSet::Render(std::string_view key) const {
+  LabelPairs out;
+  out.reserve(labels_.size());
+  size_t pos = 0;
+  for (const auto& l : labels_) {
+    std::string value;
+    switch (l.source) {
+      case LabelSource::kField: value = l.extractor->Render(key, &pos); break;
+      case LabelSource::kComm: {
+        size_t n = pos < key.size() ? static_cast<uint8_t>(key[pos]) : 0;
+        value = std::string(key.substr(std::min(pos + 1, key.size()), n));
+        pos += 1 + n;
+        break;
+      }
+      case LabelSource::kPid:
+      case LabelSource::kTid:
+      case LabelSource::kCpu: {
+        uint32_t v = 0;
+        if (pos + sizeof(v) <= key.size()) std::memcpy(&v, key.data() + pos, sizeof(v));
+        pos += sizeof(v);
+        value = std::to_string(v);
+        break;
+      }
+    }
+    out.emplace_back(l.name, std::move(value));
+  }
+  return out;
+}
+
+}  // namespace tpe

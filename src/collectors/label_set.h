@@ -1,0 +1,53 @@
+// The labels of one metric: each from a tracepoint field (through a compiled FieldExtractor) or
+// from a sample source (comm, pid, tid, cpu). BuildKey packs a sample's label values into a
+// binary key without allocating (the key string's capacity is reused); Render turns a key back
+// into label name/value pairs at scrape time.
+//
+// Thread-safety: immutable after construction; BuildKey's CommTable belongs to the caller's
+// thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectors/comm_table.h"
+#include "collectors/snapshot.h"
+#include "decode/field_extractor.h"
+#include "decode/sample.h"
+
+namespace tpe {
+
+enum class LabelSource { kField, kComm, kPid, kTid, kCpu };
+
+// "comm" | "pid" | "tid" | "cpu"; nullopt otherwise.
+std::optional<LabelSource> ParseLabelSource(std::string_view s);
+
+struct LabelSpec {
+  std::string name;
+  LabelSource source = LabelSource::kField;
+  std::optional<FieldExtractor> extractor;  // set iff source == kField
+};
+
+class LabelSet {
+ public:
+  LabelSet() = default;
+  explicit LabelSet(std::vector<LabelSpec> labels);
+
+  // Clears *key and appends every label's segment. False when a field lies outside the raw
+  // payload (the caller counts a decode error and drops the sample from this metric).
+  bool BuildKey(const Sample& s, CommTable* comms, std::string* key) const;
+
+  LabelPairs Render(std::string_view key) const;
+
+  bool empty() const { return labels_.empty(); }
+  bool needs_comm() const { return needs_comm_; }
+  const std::vector<LabelSpec>& labels() const { return labels_; }
+
+ private:
+  std::vector<LabelSpec> labels_;
+  bool needs_comm_ = false;
+};
+
+}  // namespace tpe

@@ -1,0 +1,20 @@
+// Small file helpers. All opens use O_CLOEXEC.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace tpe {
+
+// Reads a whole (possibly procfs/tracefs, size-0-reporting) file into a string.
+// Errors: NotFound / PermissionDenied / Internal naming `path`.
+StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `data` to an existing file (truncating). Errors name `path` and the errno text.
+Status WriteStringToFile(const std::string& path, const std::string& data);
+
+// Removes leading and trailing ASCII whitespace.
+std::string Trim(const std::string& s);
+
+}  // namespace tpe

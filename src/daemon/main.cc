@@ -1,0 +1,94 @@
+// tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
+// The only place in the project that exits the process.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/list_events.h"
+#include "daemon/pipeline.h"
+#include "daemon/plan.h"
+#include "exporter/exporter.h"
+#include "tracefs/kernel_enums.h"
+#include "tracefs/tracefs.h"
+
+namespace {
+
+int Fail(const tpe::Status& st) {
+  std::fprintf(stderr, "tracepoint_exporter: %s\n", st.message().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics"};
+  std::string config_file = "/etc/tracepoint_exporter/config.json";
+  std::string listen = ":9478";
+  std::string telemetry = "/metrics";
+  std::string log_level = "info";
+  std::string tracefs_path = "auto";
+  bool config_check = false;
+  std::string list_glob;
+  app.add_option("--config.file", config_file, "Path to the JSON config")->capture_default_str();
+  app.add_option("--web.listen-address", listen, "[HOST]:PORT to serve /metrics on")->capture_default_str();
+  app.add_option("--web.telemetry-path", telemetry, "Path under which to expose metrics")->capture_default_str();
+  app.add_option("--log.level", log_level, "debug, info, warn or error")->capture_default_str();
+  app.add_option("--tracefs.path", tracefs_path, "tracefs mount point, or auto")->capture_default_str();
+  app.add_flag("--config.check", config_check, "Validate the config against the running kernel, then exit 0/1");
+  auto* list = app.add_option("--list-events", list_glob, "List tracepoints matching GLOB with their fields, then exit")
+                   ->expected(0, 1)
+                   ->default_str("*");
+  app.set_version_flag("--version", TPE_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (auto st = tpe::SetLogLevel(log_level); !st.ok()) return Fail(st);
+
+  auto tracefs = tpe::Tracefs::Discover(tracefs_path);
+  if (!tracefs.ok()) return Fail(tracefs.status());
+
+  if (list->count() > 0) {
+    if (list_glob.empty()) list_glob = "*";
+    tpe::Status st = tpe::ListEvents(*tracefs, list_glob, std::cout);
+    return st.ok() ? 0 : Fail(st);
+  }
+
+  auto config = tpe::LoadConfig(config_file);
+  if (!config.ok()) return Fail(config.status());
+  tpe::KernelEnums enums = tpe::KernelEnums::LoadFromKernel();
+  auto plan = tpe::BuildPlan(*config, *tracefs, enums, /*check_filters=*/true);
+  if (!plan.ok()) return Fail(plan.status());
+
+  // Block the stop signals before any thread starts, so only sigwait() below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  tpe::Pipeline pipeline(std::move(*plan), &*tracefs);
+  if (auto st = pipeline.Open(); !st.ok()) return Fail(st);
+  if (config_check) {
+    std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened)\n", config_file.c_str(),
+                config->metrics.size(), pipeline.plan().events.size());
+    return 0;
+  }
+  if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
+  auto http = tpe::HttpExporter::Start(listen, telemetry, [&pipeline] { return pipeline.Snapshot(); });
+  if (!http.ok()) return Fail(http.status());
+  TPE_LOG_INFO("serving {} metrics from {} on {}{} (tracefs {})", config->metrics.size(), config_file, listen, telemetry,
+               tracefs->root());
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  TPE_LOG_INFO("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  http->reset();
+  pipeline.Stop();
+  return 0;
+}

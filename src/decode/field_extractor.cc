@@ -1,0 +1,183 @@
+#include "decode/field_extractor.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+namespace tpe {
+
+std::optional<LabelDecode> ParseLabelDecode(std::string_view s) {
+  if (s == "auto") return LabelDecode::kAuto;
+  if (s == "hex") return LabelDecode::kHex;
+  if (s == "inet") return LabelDecode::kInet;
+  if (s == "symbolic") return LabelDecode::kSymbolic;
+  return std::nullopt;
+}
+
+std::string FormatInetAddress(Bytes addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr.size() == 4) {
+    inet_ntop(AF_INET, addr.data(), buf, sizeof(buf));
+  } else if (addr.size() == 16) {
+    inet_ntop(AF_INET6, addr.data(), buf, sizeof(buf));
+  } else {
+    return "";
+  }
+  return buf;
+}
+
+StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDecode d, const SymbolTable* s) {
+  const std::string what = "field \"" + f.name + "\" (" + f.type + ", " + std::to_string(f.size) + " bytes)";
+  switch (d) {
+    case LabelDecode::kAuto: break;
+    case LabelDecode::kHex:
+      if (!f.IsNumeric() && f.kind != FieldKind::kArray && f.kind != FieldKind::kBytes) {
+        return InvalidArgument("decode \"hex\" needs an integer or byte array; " + what + " is text: use \"auto\"");
+      }
+      break;
+    case LabelDecode::kInet: {
+      bool addr_array = f.kind == FieldKind::kArray && (f.size == 4 || f.size == 16);
+      bool addr_int = f.kind == FieldKind::kInteger && f.size == 4;
+      if (!addr_array && !addr_int) {
+        return InvalidArgument("decode \"inet\" needs a 4-byte (IPv4) or 16-byte (IPv6) address; " + what +
+                               " is not one: use \"auto\" or \"hex\"");
+      }
+      break;
+    }
+    case LabelDecode::kSymbolic:
+      if (!f.IsNumeric()) return InvalidArgument("decode \"symbolic\" needs an integer field; " + what + " is not");
+      if (s == nullptr) {
+        return InvalidArgument("decode \"symbolic\": the event's print fmt has no __print_symbolic or "
+                               "__print_flags table for " + what + "; use \"auto\" or \"hex\"");
+      }
+      if (s->entries.empty()) {
+        return InvalidArgument("decode \"symbolic\": the table for " + what +
+                               " has no numeric values (unresolved names such as " +
+                               (s->unresolved.empty() ? std::string("?") : s->unresolved.front()) +
+                               "; kernel BTF is needed to resolve them); use \"auto\"");
+      }
+      break;
+  }
+  return FieldExtractor(f, d, s);
+}
+
+bool FieldExtractor::ReadInteger(Bytes raw, int64_t* out) const {
+  if (!field_.IsNumeric()) return false;
+  switch (field_.size) {
+    case 1: {
+      auto v = LoadAt<uint8_t>(raw, field_.offset);
+      if (!v) return false;
+      *out = field_.is_signed ? static_cast<int8_t>(*v) : *v;
+      return true;
+    }
+    case 2: {
+      auto v = LoadAt<uint16_t>(raw, field_.offset);
+      if (!v) return false;
+      *out = field_.is_signed ? static_cast<int16_t>(*v) : *v;
+      return true;
+    }
+    case 4: {
+      auto v = LoadAt<uint32_t>(raw, field_.offset);
+      if (!v) return false;
+      *out = field_.is_signed ? static_cast<int32_t>(*v) : static_cast<int64_t>(*v);
+      return true;
+    }
+    case 8: {
+      auto v = LoadAt<uint64_t>(raw, field_.offset);
+      if (!v) return false;
+      *out = static_cast<int64_t>(*v);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+bool FieldExtractor::StringBytes(Bytes raw, Bytes* out) const {
+  uint32_t begin = 0, len = 0;
+  if (field_.kind == FieldKind::kCharArray) {
+    begin = field_.offset;
+    len = field_.size;
+  } else {
+    auto loc = LoadAt<uint32_t>(raw, field_.offset);
+    if (!loc) return false;
+    begin = *loc & 0xffff;
+    len = *loc >> 16;
+    if (field_.kind == FieldKind::kRelLoc) begin += field_.offset + field_.size;
+  }
+  if (begin > raw.size() || raw.size() - begin < len) return false;
+  const char* s = reinterpret_cast<const char*>(raw.data() + begin);
+  size_t n = strnlen(s, len);  // stop at the NUL terminator
+  *out = raw.subspan(begin, std::min(n, kMaxStringLabelBytes));
+  return true;
+}
+
+bool FieldExtractor::AppendKey(Bytes raw, std::string* key) const {
+  if (field_.IsString()) {
+    Bytes s;
+    if (!StringBytes(raw, &s)) return false;
+    uint16_t n = static_cast<uint16_t>(s.size());
+    key->append(reinterpret_cast<const char*>(&n), sizeof(n));
+    key->append(reinterpret_cast<const char*>(s.data()), s.size());
+    return true;
+  }
+  if (field_.IsNumeric()) {
+    int64_t v = 0;
+    if (!ReadInteger(raw, &v)) return false;
+    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+    return true;
+  }
+  // Fixed arrays and opaque bytes: the raw bytes, a fixed-size segment.
+  if (field_.offset > raw.size() || raw.size() - field_.offset < field_.size) return false;
+  key->append(reinterpret_cast<const char*>(raw.data() + field_.offset), field_.size);
+  return true;
+}
+
+std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
+  auto bytes_at = [&](size_t n) {
+    std::string_view seg = key.substr(std::min(*pos, key.size()), n);
+    *pos += n;
+    return seg;
+  };
+  if (field_.IsString()) {
+    uint16_t n = 0;
+    std::string_view len = bytes_at(sizeof(n));
+    if (len.size() == sizeof(n)) std::memcpy(&n, len.data(), sizeof(n));
+    return std::string(bytes_at(n));
+  }
+  char buf[40];
+  if (field_.IsNumeric()) {
+    int64_t v = 0;
+    std::string_view seg = bytes_at(sizeof(v));
+    if (seg.size() == sizeof(v)) std::memcpy(&v, seg.data(), sizeof(v));
+    switch (decode_) {
+      case LabelDecode::kSymbolic: return symbols_->Render(static_cast<uint64_t>(v));
+      case LabelDecode::kInet: {
+        uint32_t a = static_cast<uint32_t>(v);
+        return FormatInetAddress(Bytes(reinterpret_cast<const uint8_t*>(&a), 4));
+      }
+      case LabelDecode::kHex:
+        std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+        return buf;
+      case LabelDecode::kAuto:
+        if (field_.kind == FieldKind::kPointer) {
+          std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+        } else if (field_.is_signed) {
+          std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+        } else {
+          std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(v));
+        }
+        return buf;
+    }
+  }
+  std::string_view seg = bytes_at(field_.size);
+  Bytes b(reinterpret_cast<const uint8_t*>(seg.data()), seg.size());
+  if (decode_ == LabelDecode::kInet) return FormatInetAddress(b);
+  std::string out = "0x";
+  for (uint8_t c : b) {
+    std::snprintf(buf, sizeof(buf), "%02x", c);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace tpe

@@ -1,0 +1,194 @@
+#include "exporter/exporter.h"
+
+#include <CivetServer.h>
+#include <dirent.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+
+#include "common/file_util.h"
+
+namespace tpe {
+namespace {
+
+prometheus::MetricFamily ToFamily(const MetricSnapshot& m) {
+  prometheus::MetricFamily f;
+  f.name = m.name;
+  f.help = m.help;
+  switch (m.kind) {
+    case MetricKind::kCounter: f.type = prometheus::MetricType::Counter; break;
+    case MetricKind::kGauge: f.type = prometheus::MetricType::Gauge; break;
+    case MetricKind::kHistogram: f.type = prometheus::MetricType::Histogram; break;
+  }
+  for (const auto& s : m.series) {
+    prometheus::ClientMetric cm;
+    for (const auto& [k, v] : s.labels) cm.label.push_back({k, v});
+    switch (m.kind) {
+      case MetricKind::kCounter: cm.counter.value = s.value; break;
+      case MetricKind::kGauge: cm.gauge.value = s.value; break;
+      case MetricKind::kHistogram: {
+        cm.histogram.sample_count = s.count;
+        cm.histogram.sample_sum = s.sum;
+        uint64_t cumulative = 0;
+        for (size_t i = 0; i < s.bucket_counts.size(); ++i) {
+          cumulative += s.bucket_counts[i];
+          prometheus::ClientMetric::Bucket b;
+          b.cumulative_count = cumulative;
+          b.upper_bound = i < m.bucket_bounds.size() ? m.bucket_bounds[i] : std::numeric_limits<double>::infinity();
+          cm.histogram.bucket.push_back(b);
+        }
+        break;
+      }
+    }
+    f.metric.push_back(std::move(cm));
+  }
+  return f;
+}
+
+class SnapshotCollectable : public prometheus::Collectable {
+ public:
+  SnapshotCollectable(SnapshotSource source, std::atomic<double>* last_scrape)
+      : source_(std::move(source)), last_scrape_(last_scrape) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<prometheus::MetricFamily> out;
+    for (const auto& m : source_()) out.push_back(ToFamily(m));
+    for (const auto& m : ProcessMetrics()) out.push_back(ToFamily(m));
+    last_scrape_->store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return out;
+  }
+
+ private:
+  SnapshotSource source_;
+  std::atomic<double>* last_scrape_;
+};
+
+MetricSnapshot Gauge(const std::string& name, const std::string& help, double v, MetricKind kind = MetricKind::kGauge) {
+  MetricSnapshot m;
+  m.name = name;
+  m.help = help;
+  m.kind = kind;
+  m.series.push_back(SeriesSnapshot{{}, v, {}, 0, 0});
+  return m;
+}
+
+std::string g_landing_path;  // the telemetry path, for the landing page's link
+
+int LandingPage(mg_connection* conn) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  if (ri == nullptr || ri->local_uri == nullptr || std::strcmp(ri->local_uri, "/") != 0) return 0;
+  std::string body =
+      "<html><head><title>tracepoint_exporter</title></head><body>"
+      "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
+      "<p><a href=\"" + g_landing_path + "\">Metrics</a></p></body></html>\n";
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
+            "Connection: close\r\n\r\n%s",
+            body.size(), body.c_str());
+  return 200;
+}
+
+}  // namespace
+
+std::vector<MetricSnapshot> ProcessMetrics() {
+  std::vector<MetricSnapshot> out;
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  auto stat = ReadFileToString("/proc/self/stat");
+  if (stat.ok()) {
+    // Fields after the ")" that ends comm: state is field 3; utime 14, stime 15, starttime 22,
+    // vsize 23, rss 24 (proc(5)).
+    std::istringstream in(stat->substr(stat->rfind(')') + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(in)), std::istream_iterator<std::string>());
+    auto field = [&](size_t n) { return n - 3 < f.size() ? std::stod(f[n - 3]) : 0.0; };
+    out.push_back(Gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                        (field(14) + field(15)) / ticks, MetricKind::kCounter));
+    out.push_back(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", field(23)));
+    out.push_back(Gauge("process_resident_memory_bytes", "Resident memory size in bytes.", field(24) * page));
+    double btime = 0;
+    auto s = ReadFileToString("/proc/stat");
+    if (s.ok()) {
+      size_t p = s->find("\nbtime ");
+      if (p != std::string::npos) btime = std::stod(s->substr(p + 7));
+    }
+    out.push_back(Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                        btime + field(22) / ticks));
+  }
+  double fds = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) fds += e->d_name[0] != '.';
+    ::closedir(d);
+    fds -= 1;  // the directory stream itself
+  }
+  out.push_back(Gauge("process_open_fds", "Number of open file descriptors.", fds));
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    out.push_back(Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur)));
+  }
+  return out;
+}
+
+std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
+  std::vector<prometheus::MetricFamily> fams;
+  fams.reserve(metrics.size());
+  for (const auto& m : metrics) fams.push_back(ToFamily(m));
+  return prometheus::TextSerializer().Serialize(fams);
+}
+
+struct HttpExporter::Impl {
+  std::atomic<double> last_scrape{0};
+  std::shared_ptr<SnapshotCollectable> collectable;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  CivetCallbacks callbacks{};
+};
+
+StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
+                                                            const std::string& telemetry_path,
+                                                            SnapshotSource source) {
+  size_t colon = listen_address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen_address.size()) {
+    return InvalidArgument("--web.listen-address=" + listen_address + " is not [HOST]:PORT (e.g. :9478, 127.0.0.1:9478)");
+  }
+  std::string host = listen_address.substr(0, colon);
+  std::string port = listen_address.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) > 65535) {
+    return InvalidArgument("--web.listen-address=" + listen_address + ": port \"" + port + "\" is not 0-65535");
+  }
+  if (telemetry_path.empty() || telemetry_path[0] != '/' || telemetry_path == "/") {
+    return InvalidArgument("--web.telemetry-path=" + telemetry_path + " must start with / and not be / (e.g. /metrics)");
+  }
+  // civetweb syntax: "9478" (all interfaces), "127.0.0.1:9478", "[::1]:9478".
+  std::string civet = host.empty() ? port : host + ":" + port;
+  std::unique_ptr<HttpExporter> e(new HttpExporter());
+  e->impl_ = std::make_unique<Impl>();
+  g_landing_path = telemetry_path;
+  e->impl_->callbacks.begin_request = LandingPage;
+  try {
+    e->impl_->exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", civet, "num_threads", "2"}, &e->impl_->callbacks);
+  } catch (const std::exception& ex) {
+    return Unavailable("cannot listen on --web.listen-address=" + listen_address + " (" + ex.what() +
+                       "); is the port already in use? choose another with --web.listen-address");
+  }
+  e->impl_->collectable = std::make_shared<SnapshotCollectable>(std::move(source), &e->impl_->last_scrape);
+  e->impl_->exposer->RegisterCollectable(e->impl_->collectable, telemetry_path);
+  return e;
+}
+
+HttpExporter::~HttpExporter() = default;
+
+std::vector<int> HttpExporter::ports() const { return impl_->exposer->GetListeningPorts(); }
+
+double HttpExporter::last_scrape_seconds() const { return impl_->last_scrape.load(); }
+
+}  // namespace tpe

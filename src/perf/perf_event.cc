@@ -1,0 +1,139 @@
+#include "perf/perf_event.h"
+
+#include <linux/capability.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "common/file_util.h"
+
+namespace tpe {
+
+perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_TRACEPOINT;
+  attr.config = opts.tracepoint_id;
+  attr.disabled = 1;
+  attr.read_format = PERF_FORMAT_LOST;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  if (opts.sampled) {
+    attr.sample_period = 1;
+    attr.sample_type = kSampleType;
+    attr.sample_id_all = 1;
+    if (opts.wakeup_watermark_bytes > 0) {
+      attr.watermark = 1;
+      attr.wakeup_watermark = opts.wakeup_watermark_bytes;
+    } else {
+      attr.wakeup_events = 1;
+    }
+    if (opts.track_tasks) {
+      attr.comm = 1;
+      attr.task = 1;
+    }
+  }
+  return attr;
+}
+
+std::string DescribePerfPrivileges() {
+  std::string paranoid = "?";
+  auto p = ReadFileToString("/proc/sys/kernel/perf_event_paranoid");
+  if (p.ok()) paranoid = Trim(*p);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  bool perfmon = false, sys_admin = false;
+  if (::syscall(SYS_capget, &hdr, data) == 0) {
+    auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1U; };
+    perfmon = has(38 /* CAP_PERFMON */);
+    sys_admin = has(CAP_SYS_ADMIN);
+  }
+  return "kernel.perf_event_paranoid=" + paranoid + ", CAP_PERFMON " + (perfmon ? "held" : "missing") +
+         ", CAP_SYS_ADMIN " + (sys_admin ? "held" : "missing") +
+         "; tracepoint events on all tasks need CAP_PERFMON (or CAP_SYS_ADMIN), or "
+         "perf_event_paranoid <= -1 — run as root or grant AmbientCapabilities=CAP_PERFMON";
+}
+
+StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu) {
+  long fd = ::syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    std::string what = "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " +
+                       std::to_string(cpu) + ")";
+    if (err == EACCES || err == EPERM) return PermissionDenied(what + ": " + std::strerror(err) + "; " + DescribePerfPrivileges());
+    if (err == ENOENT) return NotFound(what + ": no such tracepoint id in this kernel");
+    if (err == EMFILE) return Unavailable(what + ": too many open files; raise LimitNOFILE / ulimit -n");
+    return ErrnoStatus(err, what);
+  }
+  return ScopedFd(static_cast<int>(fd));
+}
+
+Status SetFilter(int fd, const std::string& filter) {
+  if (::ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
+    return ErrnoStatus(errno, "PERF_EVENT_IOC_SET_FILTER \"" + filter + "\"");
+  }
+  return Status::Ok();
+}
+
+Status SetOutput(int fd, int target_fd) {
+  if (::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, target_fd) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_SET_OUTPUT");
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> ReadEventId(int fd) {
+  uint64_t id = 0;
+  if (::ioctl(fd, PERF_EVENT_IOC_ID, &id) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_ID");
+  return id;
+}
+
+Status EnableEvent(int fd) {
+  if (::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_ENABLE");
+  return Status::Ok();
+}
+
+Status DisableEvent(int fd) {
+  if (::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_DISABLE");
+  return Status::Ok();
+}
+
+StatusOr<EventCount> ReadEventCount(int fd) {
+  uint64_t buf[2] = {0, 0};
+  ssize_t n = ::read(fd, buf, sizeof(buf));
+  if (n < 0) return ErrnoStatus(errno, "read(perf event)");
+  if (n != sizeof(buf)) return Internal("read(perf event) returned " + std::to_string(n) + " bytes, expected 16");
+  return EventCount{buf[0], buf[1]};
+}
+
+StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
+  std::vector<int> cpus;
+  std::string t = Trim(text);
+  size_t pos = 0;
+  while (pos < t.size()) {
+    size_t comma = t.find(',', pos);
+    std::string part = t.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? t.size() : comma + 1;
+    int a = 0, b = 0;
+    char extra = 0;
+    if (std::sscanf(part.c_str(), "%d-%d%c", &a, &b, &extra) == 2 && a <= b && a >= 0) {
+      for (int c = a; c <= b; ++c) cpus.push_back(c);
+    } else if (std::sscanf(part.c_str(), "%d%c", &a, &extra) == 1 && a >= 0) {
+      cpus.push_back(a);
+    } else {
+      return InvalidArgument("CPU list \"" + t + "\" has a malformed part \"" + part + "\"");
+    }
+  }
+  if (cpus.empty()) return InvalidArgument("CPU list \"" + t + "\" is empty");
+  return cpus;
+}
+
+StatusOr<std::vector<int>> OnlineCpus() {
+  TPE_ASSIGN_OR_RETURN(std::string text, ReadFileToString("/sys/devices/system/cpu/online"));
+  return ParseCpuList(text);
+}
+
+}  // namespace tpe

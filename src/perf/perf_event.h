@@ -1,0 +1,76 @@
+// Opening PERF_TYPE_TRACEPOINT perf events and the ioctls on them.
+//
+// Source: perf_event_open(2); include/uapi/linux/perf_event.h. This folder is the only place in
+// the project that calls perf_event_open, ioctl or mmap.
+//
+// Thread-safety: free functions on distinct fds are safe from any thread; read() of a count may
+// race harmlessly with the kernel updating it.
+#pragma once
+
+#include <linux/perf_event.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/scoped_fd.h"
+#include "common/status.h"
+
+namespace tpe {
+
+// The sample_type of every sampled event: a sample record is
+//   { header; u64 id; u32 pid, tid; u64 time; u32 size; u8 raw[size]; }
+// and with sample_id_all every other record ends with { u32 pid, tid; u64 time; u64 id; }.
+inline constexpr uint64_t kSampleType =
+    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+
+struct TracepointEventOptions {
+  uint64_t tracepoint_id = 0;  // events/<sys>/<event>/id
+  bool sampled = false;        // sample_period=1 with kSampleType; else counting mode
+  bool track_tasks = false;    // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
+  uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
+};
+
+// Fills a perf_event_attr for a tracepoint: type PERF_TYPE_TRACEPOINT, config = id,
+// use_clockid with CLOCK_MONOTONIC, sample_id_all, read_format PERF_FORMAT_LOST, created
+// disabled (enable with EnableEvent once everything is wired).
+perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts);
+
+// perf_event_open(attr, pid=-1, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU.
+// Errors: PermissionDenied that says what is missing (CAP_PERFMON/CAP_SYS_ADMIN, or
+// kernel.perf_event_paranoid), NotFound for a bad id, InvalidArgument otherwise.
+StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu);
+
+// PERF_EVENT_IOC_SET_FILTER: the kernel's event filter syntax (Documentation/trace/events.rst
+// §5.1). Errors: InvalidArgument when the kernel rejects it (ask Tracefs::CheckFilter why).
+Status SetFilter(int fd, const std::string& filter);
+
+// PERF_EVENT_IOC_SET_OUTPUT: send `fd`'s records to `target_fd`'s ring (same CPU and clock).
+Status SetOutput(int fd, int target_fd);
+
+// PERF_EVENT_IOC_ID: the id that PERF_SAMPLE_IDENTIFIER carries for this fd.
+StatusOr<uint64_t> ReadEventId(int fd);
+
+// PERF_EVENT_IOC_ENABLE / DISABLE.
+Status EnableEvent(int fd);
+Status DisableEvent(int fd);
+
+// read(2) with read_format PERF_FORMAT_LOST: {value, lost}. `count` is how many times the
+// event fired on this CPU while enabled (after the filter), whether or not its sample made it
+// to the ring; `lost` is how many of its samples the kernel dropped (ring full).
+struct EventCount {
+  uint64_t count = 0;
+  uint64_t lost = 0;
+};
+StatusOr<EventCount> ReadEventCount(int fd);
+
+// The online CPUs, from /sys/devices/system/cpu/online ("0-3,5").
+StatusOr<std::vector<int>> OnlineCpus();
+// Parses a CPU list such as "0-3,5". Pure; InvalidArgument on malformed text.
+StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
+
+// What limits perf_event_open for this process, for error messages: the paranoid level and
+// whether we have CAP_PERFMON / CAP_SYS_ADMIN.
+std::string DescribePerfPrivileges();
+
+}  // namespace tpe
