@@ -32,8 +32,17 @@ StatusOr<RingBuffer> RingBuffer::Map(int fd, uint32_t data_pages) {
     return ErrnoStatus(err, "mmap perf ring");
   }
   auto* meta = static_cast<perf_event_mmap_page*>(addr);
-  uint64_t size = meta->data_size != 0 ? meta->data_size : page * data_pages;
-  return RingBuffer(fd, Mmap(addr, len), size);
+  if (meta->data_size == 0) {  // kernels before 4.1 leave these 0: data follows the first page
+    meta->data_offset = page;
+    meta->data_size = page * data_pages;
+  }
+  return FromMapping(fd, Mmap(addr, len));
+}
+
+RingBuffer RingBuffer::FromMapping(int fd, Mmap map) {
+  auto* meta = static_cast<perf_event_mmap_page*>(map.addr());
+  uint64_t size = meta->data_size;
+  return RingBuffer(fd, std::move(map), size);
 }
 
 uint64_t RingBuffer::LoadHead() const { return __atomic_load_n(&meta_->data_head, __ATOMIC_ACQUIRE); }

@@ -23,6 +23,11 @@ class RingBuffer {
   // hint to lower settings.ring_buffer_pages or raise perf_event_mlock_kb).
   static StatusOr<RingBuffer> Map(int fd, uint32_t data_pages);
 
+  // Wraps an existing mapping laid out like a perf mmap (metadata page, then data at
+  // meta->data_offset of meta->data_size bytes). Used by Map() and by tests that build
+  // synthetic rings in anonymous memory. `fd` may be -1.
+  static RingBuffer FromMapping(int fd, Mmap map);
+
   // Acquire-loads data_head.
   uint64_t LoadHead() const;
   // Release-stores data_tail: the kernel may now overwrite everything before `tail`.

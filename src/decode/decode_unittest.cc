@@ -1,0 +1,171 @@
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "decode/field_extractor.h"
+#include "decode/sample.h"
+#include "format/event_format.h"
+#include "testing/hex.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+const std::string kDir = testing::DataDir() + "/linux-6.18";
+
+struct Captured {
+  std::vector<uint8_t> record;
+  EventFormat format;
+  Sample sample;
+};
+
+Captured Load(const std::string& sys, const std::string& ev) {
+  Captured c;
+  c.record = testing::ReadHexFile(kDir + "/records/" + ev + ".hex");
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/" + sys + "/" + ev + "/format"), ev);
+  EXPECT_TRUE(fmt.ok());
+  c.format = *fmt;
+  EXPECT_TRUE(ParseSample(Bytes(c.record), &c.sample));
+  return c;
+}
+
+std::string RenderField(const Captured& c, const std::string& field, LabelDecode d = LabelDecode::kAuto,
+                        const SymbolTable* syms = nullptr) {
+  auto ex = FieldExtractor::Compile(*c.format.FindField(field), d, syms);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  std::string key;
+  EXPECT_TRUE(ex->AppendKey(c.sample.raw, &key));
+  size_t pos = 0;
+  std::string out = ex->Render(key, &pos);
+  EXPECT_EQ(pos, key.size());
+  return out;
+}
+
+int64_t Int(const Captured& c, const std::string& field) {
+  auto ex = FieldExtractor::Compile(*c.format.FindField(field), LabelDecode::kAuto, nullptr);
+  int64_t v = 0;
+  EXPECT_TRUE(ex->ReadInteger(c.sample.raw, &v));
+  return v;
+}
+
+// write(fd, buf, 4242) to /dev/null by pid 4126, captured on Linux 6.18.
+TEST(DecodeTest, SysEnterWriteByteExact) {
+  Captured c = Load("syscalls", "sys_enter_write");
+  ASSERT_EQ(c.record.size(), 80u);
+  EXPECT_EQ(c.sample.id, 9u);
+  EXPECT_EQ(c.sample.pid, 4126u);
+  EXPECT_EQ(c.sample.tid, 4126u);
+  EXPECT_EQ(c.sample.time_ns, 0x9a9546bb71ULL);
+  // The raw payload is 44 bytes: 40 of fields plus 4 of padding, which must be tolerated.
+  EXPECT_EQ(c.sample.raw.size(), 44u);
+  EXPECT_EQ(Int(c, "common_type"), 840);
+  EXPECT_EQ(Int(c, "common_pid"), 4126);
+  EXPECT_EQ(Int(c, "__syscall_nr"), 1);  // __NR_write on x86_64
+  EXPECT_EQ(Int(c, "count"), 4242);
+  EXPECT_EQ(RenderField(c, "count"), "4242");
+  EXPECT_EQ(RenderField(c, "count", LabelDecode::kHex), "0x1092");
+  EXPECT_EQ(RenderField(c, "fd"), "4");
+}
+
+// One 100-byte UDP datagram to 127.0.0.1: 142 bytes on "lo" (a __data_loc string).
+TEST(DecodeTest, NetDevXmitDataLocString) {
+  Captured c = Load("net", "net_dev_xmit");
+  EXPECT_EQ(Int(c, "len"), 142);
+  EXPECT_EQ(Int(c, "rc"), 0);
+  EXPECT_EQ(RenderField(c, "name"), "lo");
+  EXPECT_EQ(RenderField(c, "skbaddr"), "0xffff88815af76500");
+}
+
+// This task ("tpe_capture") sleeping in nanosleep: prev_state 1 (S), switching to swapper/0.
+TEST(DecodeTest, SchedSwitchCharArraysAndFlags) {
+  Captured c = Load("sched", "sched_switch");
+  EXPECT_EQ(RenderField(c, "prev_comm"), "tpe_capture");
+  EXPECT_EQ(RenderField(c, "next_comm"), "swapper/0");
+  EXPECT_EQ(Int(c, "prev_pid"), 4126);
+  EXPECT_EQ(Int(c, "next_pid"), 0);
+  EXPECT_EQ(Int(c, "prev_prio"), 120);
+  EXPECT_EQ(Int(c, "prev_state"), 1);
+  SymbolTable flags;
+  flags.is_flags = true;
+  flags.entries = {{1, "S"}, {2, "D"}};
+  EXPECT_EQ(RenderField(c, "prev_state", LabelDecode::kSymbolic, &flags), "S");
+}
+
+TEST(DecodeTest, TruncatedRecordsAreRejectedNotRead) {
+  Captured c = Load("syscalls", "sys_enter_write");
+  for (size_t n = 0; n < 36; ++n) {
+    Sample s;
+    EXPECT_FALSE(ParseSample(Bytes(c.record.data(), n), &s)) << n;
+  }
+  Sample s;
+  EXPECT_FALSE(ParseSample(Bytes(c.record.data(), 79), &s));  // raw size overruns the record
+  // A field beyond a short raw payload fails instead of reading past it.
+  auto ex = FieldExtractor::Compile(*c.format.FindField("count"), LabelDecode::kAuto, nullptr);
+  std::string key;
+  EXPECT_FALSE(ex->AppendKey(c.sample.raw.subspan(0, 36), &key));
+  int64_t v;
+  EXPECT_FALSE(ex->ReadInteger(c.sample.raw.subspan(0, 36), &v));
+}
+
+TEST(DecodeTest, DataLocPointingOutsideTheRecordFails) {
+  Captured c = Load("net", "net_dev_xmit");
+  std::vector<uint8_t> raw(c.sample.raw.begin(), c.sample.raw.end());
+  raw[24] = 0xf0;  // offset 0xf0 > raw size
+  auto ex = FieldExtractor::Compile(*c.format.FindField("name"), LabelDecode::kAuto, nullptr);
+  std::string key;
+  EXPECT_FALSE(ex->AppendKey(Bytes(raw), &key));
+}
+
+TEST(DecodeTest, RelLocIsRelativeToTheFieldEnd) {
+  auto fmt = ParseFormat(*ReadFileToString(testing::DataDir() + "/synthetic/events/sample/foo_rel/format"), "x");
+  ASSERT_TRUE(fmt.ok());
+  std::vector<uint8_t> raw(32, 0);
+  // msg at offset 12: u32 = len 3 << 16 | 4 → string at 12 + 4 + 4 = 20.
+  uint32_t loc = (3u << 16) | 4u;
+  std::memcpy(&raw[12], &loc, 4);
+  std::memcpy(&raw[20], "hi", 3);
+  auto ex = FieldExtractor::Compile(*fmt->FindField("msg"), LabelDecode::kAuto, nullptr);
+  std::string key;
+  ASSERT_TRUE(ex->AppendKey(Bytes(raw), &key));
+  size_t pos = 0;
+  EXPECT_EQ(ex->Render(key, &pos), "hi");
+}
+
+TEST(DecodeTest, InetAddresses) {
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/tcp/tcp_retransmit_skb/format"), "x");
+  ASSERT_TRUE(fmt.ok());
+  std::vector<uint8_t> raw(80, 0);
+  const uint8_t v4[4] = {10, 1, 2, 3};
+  const uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  std::memcpy(&raw[38], v4, 4);   // daddr
+  std::memcpy(&raw[58], v6, 16);  // daddr_v6
+  auto a = FieldExtractor::Compile(*fmt->FindField("daddr"), LabelDecode::kInet, nullptr);
+  auto b = FieldExtractor::Compile(*fmt->FindField("daddr_v6"), LabelDecode::kInet, nullptr);
+  auto h = FieldExtractor::Compile(*fmt->FindField("daddr"), LabelDecode::kAuto, nullptr);
+  std::string key;
+  ASSERT_TRUE(a->AppendKey(Bytes(raw), &key));
+  ASSERT_TRUE(b->AppendKey(Bytes(raw), &key));
+  ASSERT_TRUE(h->AppendKey(Bytes(raw), &key));
+  size_t pos = 0;
+  EXPECT_EQ(a->Render(key, &pos), "10.1.2.3");
+  EXPECT_EQ(b->Render(key, &pos), "2001:db8::1");
+  EXPECT_EQ(h->Render(key, &pos), "0x0a010203");
+}
+
+TEST(DecodeTest, DecodeMismatchesAreExplained) {
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/tcp/tcp_retransmit_skb/format"), "x");
+  auto r = FieldExtractor::Compile(*fmt->FindField("sport"), LabelDecode::kInet, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("needs a 4-byte (IPv4) or 16-byte (IPv6) address"), std::string::npos);
+  r = FieldExtractor::Compile(*fmt->FindField("sport"), LabelDecode::kSymbolic, nullptr);
+  EXPECT_NE(r.status().message().find("no __print_symbolic or __print_flags table"), std::string::npos);
+  SymbolTable unresolved;
+  unresolved.unresolved = {"TCP_ESTABLISHED"};
+  r = FieldExtractor::Compile(*fmt->FindField("state"), LabelDecode::kSymbolic, &unresolved);
+  EXPECT_NE(r.status().message().find("unresolved names such as TCP_ESTABLISHED"), std::string::npos);
+  auto sw = ParseFormat(*ReadFileToString(kDir + "/events/sched/sched_switch/format"), "x");
+  r = FieldExtractor::Compile(*sw->FindField("prev_comm"), LabelDecode::kHex, nullptr);
+  EXPECT_NE(r.status().message().find("is text"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tpe

@@ -1,0 +1,189 @@
+#include "perf/ring_cursor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "perf/perf_event.h"
+#include "perf/records.h"
+
+namespace tpe {
+namespace {
+
+// Writes records into a synthetic ring of `size` bytes at free-running positions, as the
+// kernel does (wrapping at the end).
+class FakeRing {
+ public:
+  explicit FakeRing(size_t size) : data_(size, 0xee) {}
+  uint64_t Put(uint32_t type, const std::vector<uint8_t>& body) {
+    perf_event_header h{type, 0, static_cast<uint16_t>(sizeof(h) + body.size())};
+    std::vector<uint8_t> rec(sizeof(h));
+    std::memcpy(rec.data(), &h, sizeof(h));
+    rec.insert(rec.end(), body.begin(), body.end());
+    for (uint8_t b : rec) data_[head_++ % data_.size()] = b;
+    return head_;
+  }
+  void PutBytes(const std::vector<uint8_t>& raw) {
+    for (uint8_t b : raw) data_[head_++ % data_.size()] = b;
+  }
+  void Seek(uint64_t pos) { head_ = pos; }
+  uint64_t head() const { return head_; }
+  const uint8_t* data() const { return data_.data(); }
+  size_t size() const { return data_.size(); }
+
+ private:
+  std::vector<uint8_t> data_;
+  uint64_t head_ = 0;
+};
+
+std::vector<uint8_t> Body(size_t n, uint8_t fill) { return std::vector<uint8_t>(n, fill); }
+
+TEST(RingCursorTest, YieldsRecordsInOrderAndStepsOverUnknownTypes) {
+  FakeRing ring(256);
+  ring.Put(PERF_RECORD_SAMPLE, Body(24, 1));
+  ring.Put(0x4242, Body(8, 2));  // a type we do not know
+  ring.Put(PERF_RECORD_LOST, Body(16, 3));
+  std::vector<uint8_t> scratch(kMaxRecordBytes);
+  RingCursor c(ring.data(), ring.size(), 0, ring.head(), scratch.data());
+  RawRecord r;
+  ASSERT_EQ(c.Next(&r), RingCursor::Result::kRecord);
+  EXPECT_EQ(r.type, PERF_RECORD_SAMPLE);
+  EXPECT_EQ(r.bytes.size(), 32u);
+  EXPECT_EQ(r.end, 32u);
+  ASSERT_EQ(c.Next(&r), RingCursor::Result::kRecord);
+  EXPECT_EQ(r.type, 0x4242u);
+  EXPECT_EQ(r.begin, 32u);
+  EXPECT_EQ(r.bytes[8], 2);
+  ASSERT_EQ(c.Next(&r), RingCursor::Result::kRecord);
+  EXPECT_EQ(r.type, PERF_RECORD_LOST);
+  EXPECT_EQ(c.Next(&r), RingCursor::Result::kEnd);
+  EXPECT_EQ(c.position(), ring.head());
+}
+
+TEST(RingCursorTest, RecordThatWrapsIsRebuiltContiguously) {
+  FakeRing ring(64);
+  ring.Seek(48);  // 16 bytes before the end: a 32-byte record wraps after 16
+  std::vector<uint8_t> body(24);
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<uint8_t>(i);
+  ring.Put(PERF_RECORD_SAMPLE, body);
+  std::vector<uint8_t> scratch(kMaxRecordBytes);
+  RingCursor c(ring.data(), ring.size(), 48, ring.head(), scratch.data());
+  RawRecord r;
+  ASSERT_EQ(c.Next(&r), RingCursor::Result::kRecord);
+  ASSERT_EQ(r.bytes.size(), 32u);
+  EXPECT_EQ(r.bytes.data(), scratch.data());
+  for (size_t i = 0; i < body.size(); ++i) EXPECT_EQ(r.bytes[8 + i], i) << i;
+  EXPECT_EQ(r.end, 80u);
+  EXPECT_EQ(c.Next(&r), RingCursor::Result::kEnd);
+}
+
+TEST(RingCursorTest, HeaderWrappingAcrossTheEnd) {
+  FakeRing ring(64);
+  ring.Seek(60);  // the 8-byte header itself wraps
+  ring.Put(PERF_RECORD_COMM, Body(16, 7));
+  std::vector<uint8_t> scratch(kMaxRecordBytes);
+  RingCursor c(ring.data(), ring.size(), 60, ring.head(), scratch.data());
+  RawRecord r;
+  ASSERT_EQ(c.Next(&r), RingCursor::Result::kRecord);
+  EXPECT_EQ(r.type, PERF_RECORD_COMM);
+  EXPECT_EQ(r.bytes.size(), 24u);
+  EXPECT_EQ(r.bytes[23], 7);
+}
+
+TEST(RingCursorTest, TruncatedRecordIsCorruptNotRead) {
+  FakeRing ring(128);
+  ring.Put(PERF_RECORD_SAMPLE, Body(24, 1));  // 32 bytes, but head says only 20 are written
+  std::vector<uint8_t> scratch(kMaxRecordBytes);
+  RingCursor c(ring.data(), ring.size(), 0, 20, scratch.data());
+  RawRecord r;
+  EXPECT_EQ(c.Next(&r), RingCursor::Result::kCorrupt);
+  RingCursor c2(ring.data(), ring.size(), 0, 4, scratch.data());  // not even a header
+  EXPECT_EQ(c2.Next(&r), RingCursor::Result::kCorrupt);
+}
+
+TEST(RingCursorTest, HeaderSmallerThanItselfIsCorrupt) {
+  FakeRing ring(128);
+  perf_event_header h{PERF_RECORD_SAMPLE, 0, 4};
+  std::vector<uint8_t> raw(sizeof(h));
+  std::memcpy(raw.data(), &h, sizeof(h));
+  ring.PutBytes(raw);
+  ring.PutBytes(Body(24, 0));
+  std::vector<uint8_t> scratch(kMaxRecordBytes);
+  RingCursor c(ring.data(), ring.size(), 0, ring.head(), scratch.data());
+  RawRecord r;
+  EXPECT_EQ(c.Next(&r), RingCursor::Result::kCorrupt);
+}
+
+// PERF_RECORD_LOST { u64 id; u64 lost; sample_id { pid, tid, time, id } }.
+TEST(RecordsTest, LostRecordCountsAndTime) {
+  std::vector<uint8_t> rec(8 + 16 + kSampleIdBytes, 0);
+  perf_event_header h{PERF_RECORD_LOST, 0, static_cast<uint16_t>(rec.size())};
+  std::memcpy(rec.data(), &h, 8);
+  uint64_t id = 77, lost = 1234, time = 999;
+  std::memcpy(&rec[8], &id, 8);
+  std::memcpy(&rec[16], &lost, 8);
+  std::memcpy(&rec[rec.size() - 16], &time, 8);
+  LostRecord l;
+  ASSERT_TRUE(ParseLostRecord(PERF_RECORD_LOST, Bytes(rec), &l));
+  EXPECT_EQ(l.id, 77u);
+  EXPECT_EQ(l.lost, 1234u);
+  uint64_t t = 0;
+  ASSERT_TRUE(RecordTime(PERF_RECORD_LOST, Bytes(rec), &t));
+  EXPECT_EQ(t, 999u);
+  EXPECT_FALSE(ParseLostRecord(PERF_RECORD_LOST, Bytes(rec.data(), 12), &l));
+}
+
+TEST(RecordsTest, CommRecord) {
+  // { header; u32 pid, tid; char comm[16]; sample_id }
+  std::vector<uint8_t> rec(8 + 8 + 16 + kSampleIdBytes, 0);
+  perf_event_header h{PERF_RECORD_COMM, 0, static_cast<uint16_t>(rec.size())};
+  std::memcpy(rec.data(), &h, 8);
+  uint32_t pid = 10, tid = 11;
+  std::memcpy(&rec[8], &pid, 4);
+  std::memcpy(&rec[12], &tid, 4);
+  std::memcpy(&rec[16], "renamed", 7);
+  uint64_t time = 5;
+  std::memcpy(&rec[rec.size() - 16], &time, 8);
+  CommRecord c;
+  ASSERT_TRUE(ParseCommRecord(Bytes(rec), &c));
+  EXPECT_EQ(c.tid, 11u);
+  EXPECT_EQ(c.comm, "renamed");
+  EXPECT_EQ(c.time_ns, 5u);
+  EXPECT_FALSE(ParseCommRecord(Bytes(rec.data(), 20), &c));
+}
+
+TEST(PerfEventTest, CpuList) {
+  EXPECT_EQ(*ParseCpuList("0-3,5\n"), (std::vector<int>{0, 1, 2, 3, 5}));
+  EXPECT_EQ(*ParseCpuList("0"), (std::vector<int>{0}));
+  EXPECT_FALSE(ParseCpuList("").ok());
+  EXPECT_FALSE(ParseCpuList("3-1").ok());
+  EXPECT_FALSE(ParseCpuList("a").ok());
+}
+
+TEST(PerfEventTest, AttrForSampledAndCountingModes) {
+  TracepointEventOptions o;
+  o.tracepoint_id = 305;
+  perf_event_attr counting = MakeTracepointAttr(o);
+  EXPECT_EQ(counting.type, PERF_TYPE_TRACEPOINT);
+  EXPECT_EQ(counting.config, 305u);
+  EXPECT_EQ(counting.sample_period, 0u);
+  EXPECT_EQ(counting.disabled, 1u);
+  EXPECT_EQ(counting.read_format, static_cast<uint64_t>(PERF_FORMAT_LOST));
+  o.sampled = true;
+  o.track_tasks = true;
+  o.wakeup_watermark_bytes = 4096;
+  perf_event_attr s = MakeTracepointAttr(o);
+  EXPECT_EQ(s.sample_period, 1u);
+  EXPECT_EQ(s.sample_type, kSampleType);
+  EXPECT_EQ(s.use_clockid, 1u);
+  EXPECT_EQ(s.clockid, CLOCK_MONOTONIC);
+  EXPECT_EQ(s.sample_id_all, 1u);
+  EXPECT_EQ(s.watermark, 1u);
+  EXPECT_EQ(s.wakeup_watermark, 4096u);
+  EXPECT_EQ(s.comm, 1u);
+  EXPECT_EQ(s.task, 1u);
+}
+
+}  // namespace
+}  // namespace tpe

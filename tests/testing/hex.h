@@ -1,0 +1,28 @@
+// Reads the hex record files under tests/data/*/records/ (see tests/tools/capture_records.cc).
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+
+namespace tpe::testing {
+
+inline std::vector<uint8_t> ReadHexFile(const std::string& path) {
+  std::vector<uint8_t> out;
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return out;
+  std::istringstream in(*text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string byte;
+    while (ls >> byte) out.push_back(static_cast<uint8_t>(std::stoul(byte, nullptr, 16)));
+  }
+  return out;
+}
+
+}  // namespace tpe::testing

@@ -1,0 +1,43 @@
+#include "testing/test_util.h"
+
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "perf/perf_event.h"
+#include "tracefs/tracefs.h"
+
+namespace tpe::testing {
+
+std::string DataDir() { return TPE_TEST_DATA; }
+
+bool KernelRequired() {
+  const char* v = std::getenv("TPE_REQUIRE_KERNEL");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+bool KernelAvailable(std::string* why) {
+  auto tracefs = Tracefs::Discover("auto");
+  if (!tracefs.ok()) {
+    *why = "kernel test skipped: " + tracefs.status().message();
+    return false;
+  }
+  auto id = tracefs->ReadId({"syscalls", "sys_enter_getppid"});
+  if (!id.ok()) {
+    *why = "kernel test skipped: " + id.status().message();
+    return false;
+  }
+  TracepointEventOptions o;
+  o.tracepoint_id = *id;
+  auto fd = OpenPerfEvent(MakeTracepointAttr(o), 0);
+  if (!fd.ok()) {
+    *why = "kernel test skipped: " + fd.status().message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tpe::testing

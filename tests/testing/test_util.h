@@ -1,0 +1,27 @@
+// Helpers shared by the test tiers.
+#pragma once
+
+#include <string>
+
+namespace tpe::testing {
+
+// The checked-in test data root (tests/data).
+std::string DataDir();
+
+// For kernel-tier tests: true when this process may open tracepoint perf events and read
+// tracefs. When it may not, prints why; under TPE_REQUIRE_KERNEL=1 (CI) the caller must fail
+// instead of skipping (use TPE_REQUIRE_KERNEL_OR_SKIP).
+bool KernelAvailable(std::string* why);
+bool KernelRequired();
+
+}  // namespace tpe::testing
+
+// Skips the test with the reason — or fails it when TPE_REQUIRE_KERNEL=1.
+#define TPE_REQUIRE_KERNEL_OR_SKIP()                                                   \
+  do {                                                                                 \
+    std::string tpe_why_;                                                              \
+    if (!::tpe::testing::KernelAvailable(&tpe_why_)) {                                 \
+      if (::tpe::testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: " << tpe_why_; \
+      GTEST_SKIP() << tpe_why_;                                                        \
+    }                                                                                  \
+  } while (0)
