@@ -60,7 +60,7 @@ class Checker {
 
 Status ParseLabel(const Checker& c, const json& j, const std::string& jp, LabelConfig* l) {
   if (!j.is_object()) return c.Error(jp, "a label must be an object like {\"name\": \"comm\", \"source\": \"comm\"}");
-  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode", "from"}));
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &l->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "field", false, &l->field));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "source", false, &l->source));

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   tpe::KernelEnums enums = tpe::KernelEnums::LoadFromKernel();
   auto plan = tpe::BuildPlan(*config, *tracefs, enums, /*check_filters=*/true);
   if (!plan.ok()) return Fail(plan.status());
+  for (const auto& w : (*plan)->warnings) TPE_LOG_WARN("{}", w);
 
   // Block the stop signals before any thread starts, so only sigwait() below receives them.
   sigset_t stop_signals;

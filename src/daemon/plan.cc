@@ -67,7 +67,8 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const MetricConfig&
   return plan->events.back().get();
 }
 
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const EventPlan& ep) {
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const EventPlan& ep,
+                               std::vector<std::string>* warnings) {
   std::vector<LabelSpec> specs;
   for (const auto& l : m.labels) {
     LabelSpec s;
@@ -81,7 +82,17 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const E
                         l.field + "\"; its fields: " + ep.format.DescribeFields());
       }
       auto it = ep.symbols.find(l.field);
-      auto ex = FieldExtractor::Compile(*f, *ParseLabelDecode(l.decode), it == ep.symbols.end() ? nullptr : &it->second);
+      const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
+      LabelDecode decode = *ParseLabelDecode(l.decode);
+      if (decode == LabelDecode::kSymbolic && table != nullptr && table->entries.empty() && !table->unresolved.empty()) {
+        // The format names enum constants and this kernel has no BTF to give their values:
+        // show numbers rather than refuse to start.
+        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.event.ToString() + " field \"" +
+                            l.field + "\" (" + table->unresolved.front() +
+                            ", ...) have no values without kernel BTF (/sys/kernel/btf/vmlinux); showing numbers");
+        decode = LabelDecode::kAuto;
+      }
+      auto ex = FieldExtractor::Compile(*f, decode, table);
       if (!ex.ok()) return ex.status().WithContext(cfg.path + ": " + l.json_path + ".decode");
       s.extractor = std::move(*ex);
     }
@@ -105,7 +116,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       // Counting mode: the kernel counts (after the filter); read() at scrape.
       c = std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadCounts().count; });
     } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m, *ep));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m, *ep, &plan->warnings));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
       ep->sampled = true;
       ep->consumers.emplace_back(c.get(), 0);

@@ -1,0 +1,146 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "collectors/comm_table.h"
+#include "collectors/counter.h"
+#include "collectors/label_set.h"
+#include "common/file_util.h"
+#include "format/event_format.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+int NoProc(uint32_t, char*, size_t) { return -1; }
+
+TEST(CommTableTest, ForkInheritsRenameOverridesExitForgetsLater) {
+  CommTable t(NoProc);
+  EXPECT_EQ(t.Lookup(1), "[unknown]");
+  t.OnComm(1, "bash");
+  t.OnFork(1, 2);
+  EXPECT_EQ(t.Lookup(2), "bash");
+  t.OnComm(2, "tpe_child_with_a_long_name");  // truncated to TASK_COMM_LEN - 1
+  EXPECT_EQ(t.Lookup(2), "tpe_child_with_");
+  t.OnExit(2);
+  EXPECT_EQ(t.Lookup(2), "tpe_child_with_");  // still right for samples that follow the exit
+  for (uint32_t i = 0; i < CommTable::kExitGrace; ++i) {
+    t.OnFork(1, 1000 + i);
+    t.OnExit(1000 + i);
+  }
+  EXPECT_EQ(t.Lookup(2), "[unknown]");  // forgotten after the grace period
+}
+
+TEST(CommTableTest, ReusedTidIsNotForgotten) {
+  CommTable t(NoProc);
+  t.OnComm(5, "old");
+  t.OnExit(5);
+  t.OnComm(5, "new");  // tid reused
+  for (uint32_t i = 0; i <= CommTable::kExitGrace; ++i) {
+    t.OnComm(100 + i, "x");
+    t.OnExit(100 + i);
+  }
+  EXPECT_EQ(t.Lookup(5), "new");
+}
+
+TEST(CommTableTest, FallbackReadsProcOnce) {
+  int calls = 0;
+  CommTable t([&](uint32_t, char* out, size_t) {
+    ++calls;
+    std::memcpy(out, "sshd", 4);
+    return 4;
+  });
+  EXPECT_EQ(t.Lookup(9), "sshd");
+  EXPECT_EQ(t.Lookup(9), "sshd");
+  EXPECT_EQ(calls, 1);
+  char buf[16];
+  EXPECT_GT(CommTable::ReadProcComm(static_cast<uint32_t>(getpid()), buf, sizeof(buf)), 0);
+}
+
+EventFormat SchedWaking() {
+  return *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/sched/sched_waking/format"), "x");
+}
+
+std::vector<uint8_t> WakingRaw(const char* comm, int32_t pid) {
+  std::vector<uint8_t> raw(40, 0);
+  std::strncpy(reinterpret_cast<char*>(&raw[8]), comm, 16);
+  std::memcpy(&raw[24], &pid, 4);
+  return raw;
+}
+
+TEST(CounterTest, CountsPerLabelSetAndRendersLabels) {
+  EventFormat f = SchedWaking();
+  std::vector<LabelSpec> specs(3);
+  specs[0].name = "comm";
+  specs[0].source = LabelSource::kComm;
+  specs[1].name = "target";
+  specs[1].extractor = *FieldExtractor::Compile(*f.FindField("comm"), LabelDecode::kAuto, nullptr);
+  specs[2].name = "cpu";
+  specs[2].source = LabelSource::kCpu;
+  CounterCollector c("wakeups_total", "help", LabelSet(std::move(specs)), 100);
+  EXPECT_TRUE(c.NeedsComm());
+  CommTable comms(NoProc);
+  comms.OnComm(7, "waker");
+  auto a = WakingRaw("sleeper", 8);
+  auto b = WakingRaw("other", 9);
+  Sample s;
+  s.tid = 7;
+  s.cpu = 1;
+  s.raw = Bytes(a);
+  for (int i = 0; i < 5; ++i) c.OnSample(0, s, &comms);
+  s.raw = Bytes(b);
+  for (int i = 0; i < 3; ++i) c.OnSample(0, s, &comms);
+  MetricSnapshot m = c.Snapshot();
+  ASSERT_EQ(m.series.size(), 2u);
+  EXPECT_EQ(m.series[0].labels, (LabelPairs{{"comm", "waker"}, {"target", "sleeper"}, {"cpu", "1"}}));
+  EXPECT_EQ(m.series[0].value, 5);
+  EXPECT_EQ(m.series[1].labels[1].second, "other");
+  EXPECT_EQ(m.series[1].value, 3);
+  EXPECT_EQ(c.series_dropped(), 0u);
+}
+
+TEST(CounterTest, CardinalityLimitDropsAndCounts) {
+  EventFormat f = SchedWaking();
+  std::vector<LabelSpec> specs(1);
+  specs[0].name = "pid";
+  specs[0].extractor = *FieldExtractor::Compile(*f.FindField("pid"), LabelDecode::kAuto, nullptr);
+  CounterCollector c("x_total", "h", LabelSet(std::move(specs)), 3);
+  CommTable comms(NoProc);
+  for (int pid = 0; pid < 10; ++pid) {
+    auto raw = WakingRaw("t", pid);
+    Sample s;
+    s.raw = Bytes(raw);
+    c.OnSample(0, s, &comms);
+    c.OnSample(0, s, &comms);
+  }
+  EXPECT_EQ(c.Snapshot().series.size(), 3u);
+  EXPECT_EQ(c.series_dropped(), 14u);
+}
+
+TEST(CounterTest, ShortRawIsADecodeErrorNotACrash) {
+  EventFormat f = SchedWaking();
+  std::vector<LabelSpec> specs(1);
+  specs[0].name = "pid";
+  specs[0].extractor = *FieldExtractor::Compile(*f.FindField("pid"), LabelDecode::kAuto, nullptr);
+  CounterCollector c("x_total", "h", LabelSet(std::move(specs)), 3);
+  CommTable comms(NoProc);
+  std::vector<uint8_t> raw(12, 0);
+  Sample s;
+  s.raw = Bytes(raw);
+  c.OnSample(0, s, &comms);
+  EXPECT_EQ(c.decode_errors(), 1u);
+  EXPECT_TRUE(c.Snapshot().series.empty());
+}
+
+TEST(CounterTest, CountingModeReadsTheKernelCount) {
+  uint64_t kernel = 41;
+  CounterCollector c("cs_total", "h", [&] { return ++kernel; });
+  EXPECT_TRUE(c.counting_mode());
+  MetricSnapshot m = c.Snapshot();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_TRUE(m.series[0].labels.empty());
+  EXPECT_EQ(m.series[0].value, 42);
+}
+
+}  // namespace
+}  // namespace tpe

@@ -1,0 +1,87 @@
+#include "daemon/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "collectors/counter.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+// A copy of this kernel's tracefs (ids and formats) under tests/data: no root needed.
+const Tracefs kTracefs(testing::DataDir() + "/linux-6.18");
+
+StatusOr<std::unique_ptr<Plan>> Build(const std::string& metrics, const KernelEnums& enums = KernelEnums()) {
+  auto cfg = ParseConfig(R"({"metrics": [)" + metrics + "]}", "cfg.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  return BuildPlan(*cfg, kTracefs, enums, /*check_filters=*/false);
+}
+
+TEST(PlanTest, CountingModeSampledModeAndSharing) {
+  auto plan = Build(R"(
+    {"name": "a_total", "type": "counter", "event": "sched:sched_switch"},
+    {"name": "b_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid"},
+    {"name": "d_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "filter": "common_pid == 1"})");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  ASSERT_EQ(p.events.size(), 3u);  // b and c share one perf event; d has its own filter
+  EXPECT_EQ(p.events[0]->event.ToString(), "sched:sched_switch");
+  EXPECT_EQ(p.events[0]->tracepoint_id, 372u);
+  EXPECT_FALSE(p.events[0]->sampled);
+  EXPECT_TRUE(p.events[1]->sampled);
+  EXPECT_EQ(p.events[1]->consumers.size(), 1u);
+  EXPECT_FALSE(p.events[2]->sampled);
+  EXPECT_EQ(p.events[2]->filter, "common_pid == 1");
+  EXPECT_TRUE(p.needs_comm);
+  EXPECT_TRUE(static_cast<CounterCollector*>(p.collectors[0].get())->counting_mode());
+  EXPECT_FALSE(static_cast<CounterCollector*>(p.collectors[1].get())->counting_mode());
+}
+
+TEST(PlanTest, UnknownEventSuggestsCloseNames) {
+  auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "sched:sched_swich"})");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "cfg.json: metrics[0].event: no tracepoint \"sched:sched_swich\" in " + kTracefs.root() +
+                "/events; closest: sched:sched_switch, sched:sched_waking, sched:sched_wakeup (list them with --list-events)");
+}
+
+TEST(PlanTest, UnknownFieldListsTheEventsFields) {
+  auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "sched:sched_waking",
+                        "labels": [{"name": "p", "field": "pidd"}]})");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "cfg.json: metrics[0].labels[0].field: sched:sched_waking has no field \"pidd\"; its fields: comm (char[16]), "
+            "pid (pid_t), prio (int), target_cpu (int), common_pid");
+}
+
+TEST(PlanTest, DecodeThatDoesNotFitTheField) {
+  auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
+                        "labels": [{"name": "p", "field": "sport", "decode": "inet"}]})");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("cfg.json: metrics[0].labels[0].decode: decode \"inet\" needs a 4-byte"),
+            std::string::npos);
+}
+
+TEST(PlanTest, SymbolicTcpStateUsesKernelEnums) {
+  KernelEnums enums({{"TCP_ESTABLISHED", 1}, {"TCP_SYN_SENT", 2}});
+  auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
+                        "labels": [{"name": "state", "field": "state", "decode": "symbolic"}]})", enums);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->events[0]->symbols.at("state").Render(2), "TCP_SYN_SENT");
+  EXPECT_TRUE((*plan)->warnings.empty());
+  // Without BTF the names cannot be resolved: numbers, and a warning that says why.
+  auto bare = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
+                        "labels": [{"name": "state", "field": "state", "decode": "symbolic"}]})");
+  ASSERT_TRUE(bare.ok());
+  ASSERT_EQ((*bare)->warnings.size(), 1u);
+  EXPECT_NE((*bare)->warnings[0].find("have no values without kernel BTF"), std::string::npos);
+  // A field with no table at all is an error.
+  auto none = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
+                        "labels": [{"name": "p", "field": "sport", "decode": "symbolic"}]})");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no __print_symbolic or __print_flags table"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tpe
