@@ -24,35 +24,50 @@ Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : plan_(plan), rings_(rin
 }
 
 void Reader::Index(CpuRing* r) {
-  if (!r->initialized) {
-    r->scanned = r->ring->tail();
-    r->initialized = true;
-  }
-  // Drop what was dispatched last round; keep the rest (still in the ring: tail not past it).
-  if (r->next > 0) {
-    r->pending.erase(r->pending.begin(), r->pending.begin() + static_cast<ptrdiff_t>(r->next));
-    r->next = 0;
-  }
-  const uint64_t head = r->ring->LoadHead();
-  // Records before `scanned` are already indexed.
-  RingCursor c2 = r->ring->CursorFrom(r->scanned, head);
+  r->head = r->ring->LoadHead();
+  RingCursor cursor = r->ring->Cursor(r->head);
   RawRecord rec;
   for (;;) {
-    RingCursor::Result res = c2.Next(&rec);
+    RingCursor::Result res = cursor.Next(&rec);
     if (res == RingCursor::Result::kEnd) break;
     if (res == RingCursor::Result::kCorrupt) {
+      // Nothing after a garbled header can be trusted: the rest of this batch is dropped.
       r->errors.Add(1);
-      // Nothing after a garbled header can be trusted: drop the rest of this batch.
-      r->pending.push_back({0, PERF_RECORD_MAX, Bytes(), head});
-      r->scanned = head;
       return;
     }
     uint64_t t = 0;
-    if (!RecordTime(rec.type, rec.bytes, &t)) t = 0;  // too short for a time: dispatch early, count there
-    r->pending.push_back({t, rec.type, rec.bytes, rec.end});
+    if (!RecordTime(rec.type, rec.bytes, &t)) t = 0;  // too short for a time: dispatched (and counted) at once
+    r->pending.push_back({t, rec.type, rec.bytes});
     r->bytes_read.Add(rec.bytes.size());
   }
-  r->scanned = c2.position();
+}
+
+void Reader::HoldAndRelease(CpuRing* r) {
+  const size_t left = r->pending.size() - r->next;
+  if (left > 0) {
+    // Copy the records not dispatched yet into the other side buffer (they may live in the
+    // ring, in its wrap scratch, or in the current side buffer).
+    std::vector<uint8_t>& dst = r->held[1 - r->cur_held];
+    size_t total = 0;
+    for (size_t i = r->next; i < r->pending.size(); ++i) total += r->pending[i].bytes.size();
+    dst.clear();
+    dst.reserve(total);
+    for (size_t i = r->next; i < r->pending.size(); ++i) {
+      dst.insert(dst.end(), r->pending[i].bytes.begin(), r->pending[i].bytes.end());
+    }
+    size_t off = 0;
+    for (size_t i = r->next; i < r->pending.size(); ++i) {
+      CpuRing::Pending p = r->pending[i];
+      p.bytes = Bytes(dst.data() + off, p.bytes.size());
+      off += p.bytes.size();
+      r->pending[i - r->next] = p;
+    }
+    r->cur_held = 1 - r->cur_held;
+    held_records_.Add(left);
+  }
+  r->pending.resize(left);
+  r->next = 0;
+  if (r->head != r->ring->tail()) r->ring->StoreTail(r->head);
 }
 
 void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
@@ -109,8 +124,7 @@ void Reader::Round(bool flush_all) {
   const uint64_t now = MonotonicNs();
   for (auto& r : *rings_) Index(&r);
   uint64_t limit = std::numeric_limits<uint64_t>::max();
-  if (ordered_ && !flush_all) limit = prev_round_start_ns_ > kReorderSlackNs ? prev_round_start_ns_ - kReorderSlackNs : 0;
-  prev_round_start_ns_ = now;
+  if (ordered_ && !flush_all) limit = now > kReorderSlackNs ? now - kReorderSlackNs : 0;
 
   // k-way merge by timestamp (k = number of CPUs: a linear scan beats a heap here).
   for (;;) {
@@ -123,11 +137,9 @@ void Reader::Round(bool flush_all) {
     }
     if (best == nullptr) break;
     const auto& p = best->pending[best->next++];
-    if (p.type != PERF_RECORD_MAX) Dispatch(p, static_cast<uint32_t>(best->cpu));
+    Dispatch(p, static_cast<uint32_t>(best->cpu));
   }
-  for (auto& r : *rings_) {
-    if (r.next > 0) r.ring->StoreTail(r.pending[r.next - 1].end);
-  }
+  for (auto& r : *rings_) HoldAndRelease(&r);
 }
 
 }  // namespace tpe

@@ -126,8 +126,6 @@ TEST(ReaderTest, CommRecordOnOneCpuAppliesToLaterSamplesOnAnother) {
   f.MapRings();
   Reader reader(&f.plan, &f.rings);
   reader.comms().OnComm(5, "before");
-  reader.Round(false);  // too recent to dispatch yet (ordered mode holds one round)
-  EXPECT_TRUE(f.counter->Snapshot().series.empty());
   reader.Round(false);
   MetricSnapshot m = f.counter->Snapshot();
   ASSERT_EQ(m.series.size(), 1u);
@@ -137,6 +135,40 @@ TEST(ReaderTest, CommRecordOnOneCpuAppliesToLaterSamplesOnAnother) {
   // data_tail released past everything consumed.
   EXPECT_EQ(f.m0.meta()->data_tail, f.m0.head);
   EXPECT_EQ(f.m1.meta()->data_tail, f.m1.head);
+}
+
+uint64_t Now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A record stamped within the reorder slack of the round is held back — copied out of the ring
+// so the ring is released at once — and dispatched, in order, in a later round.
+TEST(ReaderTest, RecentRecordsAreHeldOutsideTheRing) {
+  Fixture f;
+  const uint64_t future = Now() + 60'000'000'000ULL;  // "just written": after any round's limit
+  f.m0.Put(SampleRec(100, 5, 10));
+  f.m0.Put(Comm(5, "late_name", future));
+  f.m1.Put(SampleRec(101, 5, future + 1));
+  f.MapRings();
+  Reader reader(&f.plan, &f.rings);
+  reader.comms().OnComm(5, "early_name");
+  reader.Round(false);
+  EXPECT_EQ(f.ev->samples.Get(), 1u);
+  EXPECT_EQ(reader.held_records(), 2u);
+  EXPECT_EQ(f.m0.meta()->data_tail, f.m0.head);  // released although a record is held
+  EXPECT_EQ(f.m1.meta()->data_tail, f.m1.head);
+  f.m1.Put(SampleRec(101, 5, future + 2));
+  reader.Round(false);  // still too young: held again (copied between side buffers)
+  EXPECT_EQ(f.ev->samples.Get(), 1u);
+  reader.Round(true);
+  MetricSnapshot m = f.counter->Snapshot();
+  ASSERT_EQ(m.series.size(), 2u);
+  EXPECT_EQ(m.series[0].labels[0].second, "early_name");
+  EXPECT_EQ(m.series[0].value, 1);
+  EXPECT_EQ(m.series[1].labels[0].second, "late_name");
+  EXPECT_EQ(m.series[1].value, 2);
 }
 
 TEST(ReaderTest, LostRecordsAreCountedPerEventAndPerCpu) {

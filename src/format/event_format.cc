@@ -148,7 +148,11 @@ StatusOr<EventFormat> ParseFormat(std::string_view text, const std::string& sour
       }
       have_id = true;
     } else if (line.starts_with("print fmt:")) {
-      ev.print_fmt = std::string(TrimView(line.substr(10)));
+      // The print fmt is the last section and may span lines (e.g. ext4:ext4_fsmap_low_key).
+      std::string rest(raw.substr(raw.find("print fmt:") + 10));
+      if (!text.empty()) rest += "\n" + std::string(text);
+      ev.print_fmt = std::string(TrimView(rest));
+      break;
     } else if (line.starts_with("field")) {
       FieldFormat f;
       std::string_view decl, off, size, sign;

@@ -1,0 +1,218 @@
+// Kernel tier: real tracepoints, real perf rings. Needs root (or CAP_PERFMON + tracefs access);
+// skips with the reason otherwise, and fails under TPE_REQUIRE_KERNEL=1 (CI).
+//
+// Like libperf's tracepoint test: a child with a known name makes exactly N getppid() calls and
+// exits; every way of counting them must say N — exactly.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon/config.h"
+#include "daemon/pipeline.h"
+#include "daemon/plan.h"
+#include "testing/test_util.h"
+#include "tracefs/kernel_enums.h"
+#include "tracefs/tracefs.h"
+
+namespace tpe {
+namespace {
+
+constexpr int kCalls = 20000;
+
+// Forks a child that waits for Release(), renames itself, makes `calls` getppid() and exits.
+class Child {
+ public:
+  Child(const char* name, int calls) {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(p[1]);
+      prctl(PR_SET_NAME, name);
+      char c;
+      if (read(p[0], &c, 1) != 1) _exit(2);
+      for (int i = 0; i < calls; ++i) syscall(SYS_getppid);
+      _exit(0);
+    }
+    close(p[0]);
+    go_ = p[1];
+  }
+  pid_t pid() const { return pid_; }
+  // Lets the child run and waits for it to exit.
+  void RunToExit() {
+    EXPECT_EQ(write(go_, "x", 1), 1);
+    close(go_);
+    int status = 0;
+    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+
+ private:
+  pid_t pid_;
+  int go_;
+};
+
+const SeriesSnapshot* Find(const std::vector<MetricSnapshot>& all, const std::string& metric,
+                           const LabelPairs& labels = {}) {
+  for (const auto& m : all) {
+    if (m.name != metric) continue;
+    for (const auto& s : m.series) {
+      bool match = true;
+      for (const auto& l : labels) {
+        bool found = false;
+        for (const auto& sl : s.labels) found |= sl == l;
+        match &= found;
+      }
+      if (match) return &s;
+    }
+  }
+  return nullptr;
+}
+
+double Sum(const std::vector<MetricSnapshot>& all, const std::string& metric) {
+  double total = 0;
+  for (const auto& m : all) {
+    if (m.name == metric) {
+      for (const auto& s : m.series) total += s.value;
+    }
+  }
+  return total;
+}
+
+TEST(KernelTest, ExactCountsOfAChildsGetppidCalls) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  Child child("tpe_kchild", kCalls);
+  const std::string pid = std::to_string(child.pid());
+  auto cfg = ParseConfig(R"({"settings": {"ring_buffer_pages": 128}, "metrics": [
+    {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "filtered_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "filter": "common_pid == )" + pid + R"("},
+    {"name": "filtered_sampled_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "filter": "common_pid == )" + pid + R"(", "labels": [{"name": "pid", "source": "pid"}]},
+    {"name": "all_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}
+  ]})", "kernel_test.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  Pipeline pipeline(std::move(*plan), &*tracefs);
+  ASSERT_TRUE(pipeline.Open().ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  child.RunToExit();
+  pipeline.Stop();  // drains everything still in the rings
+  auto snap = pipeline.Snapshot();
+
+  // The child exited before most of its samples were read: its comm comes from
+  // PERF_RECORD_COMM, not /proc.
+  const SeriesSnapshot* by_comm = Find(snap, "by_comm_total", {{"comm", "tpe_kchild"}});
+  ASSERT_NE(by_comm, nullptr);
+  EXPECT_EQ(by_comm->value, kCalls);
+  EXPECT_EQ(Find(snap, "filtered_counting_total")->value, kCalls);
+  const SeriesSnapshot* sampled = Find(snap, "filtered_sampled_total", {{"pid", pid}});
+  ASSERT_NE(sampled, nullptr);
+  EXPECT_EQ(sampled->value, kCalls);
+  EXPECT_GE(Find(snap, "all_counting_total")->value, kCalls);
+  // Nothing lost, nothing garbled, and every kernel hit of a sampled event was decoded.
+  EXPECT_EQ(Sum(snap, "tracepoint_exporter_samples_lost_total"), 0);
+  EXPECT_EQ(Sum(snap, "tracepoint_exporter_ring_lost_samples_total"), 0);
+  EXPECT_EQ(Sum(snap, "tracepoint_exporter_ring_errors_total"), 0);
+  EXPECT_EQ(Sum(snap, "tracepoint_exporter_decode_errors_total"), 0);
+  const SeriesSnapshot* hits = Find(snap, "tracepoint_exporter_event_hits_total",
+                                    {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
+  const SeriesSnapshot* samples = Find(snap, "tracepoint_exporter_samples_total",
+                                       {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
+  ASSERT_NE(hits, nullptr);
+  ASSERT_NE(samples, nullptr);
+  EXPECT_EQ(hits->value, kCalls);
+  EXPECT_EQ(samples->value, kCalls);
+}
+
+TEST(KernelTest, RenamedTwiceCountsUnderEachName) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
+      "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})", "t.json");
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false);
+  ASSERT_TRUE(plan.ok());
+  Pipeline pipeline(std::move(*plan), &*tracefs);
+  ASSERT_TRUE(pipeline.Open().ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_NAME, "tpe_first");
+    for (int i = 0; i < 300; ++i) syscall(SYS_getppid);
+    prctl(PR_SET_NAME, "tpe_second");
+    for (int i = 0; i < 700; ++i) syscall(SYS_getppid);
+    _exit(0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  pipeline.Stop();
+  auto snap = pipeline.Snapshot();
+  ASSERT_NE(Find(snap, "c_total", {{"comm", "tpe_first"}}), nullptr);
+  EXPECT_EQ(Find(snap, "c_total", {{"comm", "tpe_first"}})->value, 300);
+  ASSERT_NE(Find(snap, "c_total", {{"comm", "tpe_second"}}), nullptr);
+  EXPECT_EQ(Find(snap, "c_total", {{"comm", "tpe_second"}})->value, 700);
+}
+
+TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
+      "event": "syscalls:sys_enter_getppid", "filter": "no_such_field == 3"}]})", "t.json");
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "t.json: metrics[0].filter: the kernel rejects filter \"no_such_field == 3\" for "
+            "syscalls:sys_enter_getppid: Field not found (at column 14)");
+  // The same filter applied with PERF_EVENT_IOC_SET_FILTER at open time.
+  auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false);
+  ASSERT_TRUE(unchecked.ok());
+  Pipeline pipeline(std::move(*unchecked), &*tracefs);
+  Status st = pipeline.Open();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Field not found"), std::string::npos) << st.message();
+}
+
+TEST(KernelTest, EveryLiveFormatFileParses) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto events = tracefs->ListEvents();
+  ASSERT_TRUE(events.ok());
+  ASSERT_GT(events->size(), 500u);
+  size_t parsed = 0;
+  for (const auto& e : *events) {
+    auto text = tracefs->ReadFormat(e);
+    if (!text.ok()) continue;  // a few events (e.g. ftrace internals) have no readable format
+    auto fmt = ParseFormat(*text, e.ToString());
+    EXPECT_TRUE(fmt.ok()) << fmt.status().ToString();
+    if (!fmt.ok()) continue;
+    auto id = tracefs->ReadId(e);
+    if (!id.ok()) continue;  // ftrace's internal events (ftrace:bprint, ...) have no id
+    EXPECT_EQ(fmt->id, *id) << e.ToString();
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 500u);
+  std::printf("parsed %zu format files of %zu events\n", parsed, events->size());
+}
+
+TEST(KernelTest, KernelBtfResolvesTcpStates) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "this kernel has no BTF";
+  KernelEnums enums = KernelEnums::LoadFromKernel();
+  ASSERT_TRUE(enums.available());
+  EXPECT_EQ(enums.Lookup("TCP_ESTABLISHED"), 1);
+  EXPECT_EQ(enums.Lookup("TCP_SYN_SENT"), 2);
+  EXPECT_EQ(enums.Lookup("no_such_enumerator_xyz"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tpe
