@@ -83,8 +83,10 @@ int main(int argc, char** argv) {
   if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
   auto http = tpe::HttpExporter::Start(listen, telemetry, [&pipeline] { return pipeline.Snapshot(); });
   if (!http.ok()) return Fail(http.status());
-  TPE_LOG_INFO("serving {} metrics from {} on {}{} (tracefs {})", config->metrics.size(), config_file, listen, telemetry,
-               tracefs->root());
+  std::string ports;
+  for (int p : (*http)->ports()) ports += (ports.empty() ? "" : ",") + std::to_string(p);
+  TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {} (tracefs {})", config->metrics.size(), config_file,
+               listen, ports, telemetry, tracefs->root());
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# e2e tier: the real tracepoint_exporter binary on a free loopback port, scraped over HTTP.
+#   scrape_test.sh BINARY TRIGGER SOURCE_DIR
+# Checks: exact count of a trigger's getppid() calls by comm, the landing page, promtool check
+# metrics on the scrape, clean SIGTERM exit; and the real binary's errors for bad input.
+set -uo pipefail
+BIN=$1 TRIGGER=$2 SRC=$3
+WORK=$(mktemp -d)
+PID=""
+cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+fails=0 passes=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi
+}
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "e2e skipped: needs root to open tracepoint perf events"
+  [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && { echo "TPE_REQUIRE_KERNEL=1: a skip is a failure"; exit 1; }
+  exit 0
+fi
+
+cat > "$WORK/config.json" <<JSON
+{ "metrics": [
+  {"name": "getppid_calls_total", "help": "getppid() by comm", "type": "counter",
+   "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]},
+  {"name": "context_switches_total", "type": "counter", "event": "sched:sched_switch"},
+  {"name": "tcp_retransmit_segments_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
+   "labels": [{"name": "state", "field": "state", "decode": "symbolic"}, {"name": "dport", "field": "dport"}]}
+]}
+JSON
+
+"$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 >"$WORK/log" 2>&1 &
+PID=$!
+PORT=""
+for _ in $(seq 1 100); do
+  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/log" | head -1)
+  [[ -n "$PORT" ]] && break
+  sleep 0.1
+done
+check "daemon started and reported its port" test -n "$PORT"
+[[ -z "$PORT" ]] && { cat "$WORK/log"; echo "0 passed, 1 failed"; exit 1; }
+URL="http://127.0.0.1:$PORT"
+
+N=4321
+"$TRIGGER" tpe_e2e $N
+got=""
+for _ in $(seq 1 50); do
+  curl -sf "$URL/metrics" >"$WORK/scrape" || true
+  got=$(sed -n 's/^getppid_calls_total{comm="tpe_e2e"} \([0-9]*\)$/\1/p' "$WORK/scrape")
+  [[ "$got" == "$N" ]] && break
+  sleep 0.1
+done
+check "getppid_calls_total{comm=\"tpe_e2e\"} == $N (got '${got}')" test "$got" == "$N"
+check "self-metrics: no samples lost" bash -c "! grep -E '^tracepoint_exporter_samples_lost_total\{.*\} [1-9]' '$WORK/scrape'"
+check "build_info present" grep -q '^tracepoint_exporter_build_info{' "$WORK/scrape"
+check "process metrics present" grep -q '^process_resident_memory_bytes ' "$WORK/scrape"
+check "counting-mode counter present" grep -qE '^context_switches_total [0-9]' "$WORK/scrape"
+if command -v promtool >/dev/null; then
+  check "promtool check metrics accepts the scrape" bash -c "promtool check metrics <'$WORK/scrape' >'$WORK/promtool' 2>&1"
+  cat "$WORK/promtool"
+else
+  check "promtool is installed (scripts/install-deps.sh)" false
+fi
+check "landing page links the metrics path" bash -c "curl -sf '$URL/' | grep -q 'href=\"/metrics\"'"
+
+# A second instance on the same port: a clear error, exit 1.
+"$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:$PORT >"$WORK/log2" 2>&1
+rc=$?
+check "port in use: exit 1 ($rc) and says so" bash -c "[[ $rc == 1 ]] && grep -q 'is the port already in use' '$WORK/log2'"
+
+kill -TERM "$PID"
+wait "$PID"
+rc=$?
+PID=""
+check "SIGTERM: clean exit 0 (got $rc)" test "$rc" == 0
+
+# Bad input through the real binary: one clear line, exit 1, never a crash.
+bad() {  # bad NAME EXPECTED-SUBSTRING CONFIG-TEXT [ARGS...]
+  local name=$1 want=$2 text=$3; shift 3
+  printf '%s' "$text" >"$WORK/bad.json"
+  "$BIN" --config.file="$WORK/bad.json" --config.check "$@" >"$WORK/out" 2>&1
+  local rc=$?
+  check "$name: exit 1 and '$want'" bash -c "[[ $rc == 1 ]] && grep -qF -- '$want' '$WORK/out'" || cat "$WORK/out"
+}
+bad "malformed JSON" "bad.json: malformed JSON" '{"metrics": ['
+bad "unknown key" 'unknown key "lables"' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch", "lables": []}]}'
+bad "unknown event" 'closest: sched:sched_switch' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_swtch"}]}'
+bad "unknown field" 'its fields: comm (char[16]), pid (pid_t)' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_waking", "labels": [{"name": "x", "field": "nope"}]}]}'
+bad "rejected filter" 'Field not found' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch", "filter": "nope == 1"}]}'
+bad "bad metric name" 'is not a valid metric name' '{"metrics": [{"name": "a-b_total", "type": "counter", "event": "sched:sched_switch"}]}'
+bad "bad flag value" '--log.level=loud is not one of' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch"}]}' --log.level=loud
+bad "bad tracefs path" 'has no events/ directory' '{}' --tracefs.path=/nonexistent
+
+"$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
+check "--config.check accepts config/default.json" bash -c "[[ $? == 0 ]] && grep -q OK '$WORK/out'"
+"$BIN" --list-events='sched:sched_sw*' >"$WORK/out" 2>&1
+check "--list-events lists fields" grep -q 'prev_comm  char\[16\]  size=16' "$WORK/out"
+"$BIN" --list-events='nosuch:*' >"$WORK/out" 2>&1
+check "--list-events with no match exits 1" bash -c "[[ $? == 1 ]]"
+
+echo "$passes passed, $fails failed"
+[[ $fails == 0 ]]
