@@ -33,9 +33,15 @@ bool LabelSet::BuildKey(const Sample& s, CommTable* comms, std::string* key) con
         key->append(c);
         break;
       }
-      case LabelSource::kPid: AppendU32(key, s.pid); break;
-      case LabelSource::kTid: AppendU32(key, s.tid); break;
-      case LabelSource::kCpu: AppendU32(key, s.cpu); break;
+      case LabelSource::kPid:
+        AppendU32(key, s.pid);
+        break;
+      case LabelSource::kTid:
+        AppendU32(key, s.tid);
+        break;
+      case LabelSource::kCpu:
+        AppendU32(key, s.cpu);
+        break;
     }
   }
   return true;
@@ -48,7 +54,9 @@ LabelPairs LabelSet::Render(std::string_view key) const {
   for (const auto& l : labels_) {
     std::string value;
     switch (l.source) {
-      case LabelSource::kField: value = l.extractor->Render(key, &pos); break;
+      case LabelSource::kField:
+        value = l.extractor->Render(key, &pos);
+        break;
       case LabelSource::kComm: {
         size_t n = pos < key.size() ? static_cast<uint8_t>(key[pos]) : 0;
         value = std::string(key.substr(std::min(pos + 1, key.size()), n));

@@ -3,9 +3,10 @@
 namespace tpe {
 
 Status SetLogLevel(const std::string& level) {
-  static const std::pair<const char*, spdlog::level::level_enum> kLevels[] = {
-      {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
-      {"warn", spdlog::level::warn},   {"error", spdlog::level::err}};
+  static const std::pair<const char*, spdlog::level::level_enum> kLevels[] = {{"debug", spdlog::level::debug},
+                                                                              {"info", spdlog::level::info},
+                                                                              {"warn", spdlog::level::warn},
+                                                                              {"error", spdlog::level::err}};
   for (const auto& [name, lvl] : kLevels) {
     if (level == name) {
       spdlog::set_level(lvl);

@@ -7,12 +7,18 @@ namespace tpe {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }
@@ -26,12 +32,17 @@ Status ErrnoStatus(int err, const std::string& what) {
   std::string msg = what + ": " + std::strerror(err);
   switch (err) {
     case EPERM:
-    case EACCES: return PermissionDenied(msg);
-    case ENOENT: return NotFound(msg);
+    case EACCES:
+      return PermissionDenied(msg);
+    case ENOENT:
+      return NotFound(msg);
     case EBUSY:
-    case EADDRINUSE: return Unavailable(msg);
-    case EINVAL: return InvalidArgument(msg);
-    default: return Internal(msg);
+    case EADDRINUSE:
+      return Unavailable(msg);
+    case EINVAL:
+      return InvalidArgument(msg);
+    default:
+      return Internal(msg);
   }
 }
 

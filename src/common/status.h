@@ -18,11 +18,11 @@ namespace tpe {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // bad input: config, flags, format file, ring data
-  kNotFound,           // event, field, file, mount point does not exist
-  kPermissionDenied,   // missing privilege (CAP_PERFMON, tracefs access, ...)
-  kUnavailable,        // resource busy or temporarily absent (port in use, ...)
-  kInternal,           // a syscall failed in a way that is not the caller's fault
+  kInvalidArgument,   // bad input: config, flags, format file, ring data
+  kNotFound,          // event, field, file, mount point does not exist
+  kPermissionDenied,  // missing privilege (CAP_PERFMON, tracefs access, ...)
+  kUnavailable,       // resource busy or temporarily absent (port in use, ...)
+  kInternal,          // a syscall failed in a way that is not the caller's fault
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -65,7 +65,7 @@ Status ErrnoStatus(int err, const std::string& what);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok());
   }
@@ -91,15 +91,14 @@ class [[nodiscard]] StatusOr {
 #define TPE_CONCAT(a, b) TPE_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define TPE_RETURN_IF_ERROR(expr)            \
-  do {                                       \
-    ::tpe::Status tpe_status_ = (expr);      \
+#define TPE_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::tpe::Status tpe_status_ = (expr);        \
     if (!tpe_status_.ok()) return tpe_status_; \
   } while (0)
 
 // `TPE_ASSIGN_OR_RETURN(auto x, F());` declares x from F()'s value or returns its Status.
-#define TPE_ASSIGN_OR_RETURN(lhs, expr) \
-  TPE_ASSIGN_OR_RETURN_IMPL(TPE_CONCAT(tpe_statusor_, __LINE__), lhs, expr)
+#define TPE_ASSIGN_OR_RETURN(lhs, expr) TPE_ASSIGN_OR_RETURN_IMPL(TPE_CONCAT(tpe_statusor_, __LINE__), lhs, expr)
 #define TPE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

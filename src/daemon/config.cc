@@ -1,7 +1,6 @@
 #include "daemon/config.h"
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 
 #include "common/file_util.h"
@@ -44,11 +43,13 @@ class Checker {
     auto it = obj.find(key);
     if (it == obj.end()) return Status::Ok();
     if (!it->is_number_unsigned()) {
-      return Error(json_path + "." + key, "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+      return Error(json_path + "." + key,
+                   "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
     }
     uint64_t v = it->get<uint64_t>();
     if (v < lo || v > hi) {
-      return Error(json_path + "." + key, std::to_string(v) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
+      return Error(json_path + "." + key,
+                   std::to_string(v) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
     }
     *out = v;
     return Status::Ok();
@@ -67,10 +68,12 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, LabelC
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "decode", false, &l->decode));
   l->json_path = jp;
   if (!IsValidLabelName(l->name)) {
-    return c.Error(jp + ".name", "\"" + l->name + "\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
+    return c.Error(jp + ".name",
+                   "\"" + l->name + "\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
   if (l->field.empty() == l->source.empty()) {
-    return c.Error(jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
+    return c.Error(jp,
+                   "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
   }
   if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu") {
     return c.Error(jp + ".source", "\"" + l->source + "\" is not one of comm, pid, tid, cpu");
@@ -90,7 +93,8 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (m->type == "histogram" || m->type == "latency") {
     return c.Error(jp + ".type", "\"" + m->type + "\" metrics are not supported by this version; use \"counter\"");
   }
-  if (m->type != "counter") return c.Error(jp + ".type", "\"" + m->type + "\" is not one of counter, histogram, latency");
+  if (m->type != "counter")
+    return c.Error(jp + ".type", "\"" + m->type + "\" is not one of counter, histogram, latency");
   TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help));
@@ -101,15 +105,18 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".name", "\"" + m->name + "\" is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
   }
   if (m->name.starts_with("tracepoint_exporter_") || m->name.starts_with("process_")) {
-    return c.Error(jp + ".name", "\"" + m->name + "\": the prefixes tracepoint_exporter_ and process_ are reserved for self-metrics");
+    return c.Error(jp + ".name",
+                   "\"" + m->name + "\": the prefixes tracepoint_exporter_ and process_ are reserved for self-metrics");
   }
   if (m->type == "counter" && !m->name.ends_with("_total")) {
     return c.Error(jp + ".name", "counter \"" + m->name + "\" must end in _total (e.g. \"" + m->name + "_total\")");
   }
   if (m->help.empty()) m->help = m->event + " " + m->type;
   size_t colon = m->event.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == m->event.size() || m->event.find('/') != std::string::npos) {
-    return c.Error(jp + ".event", "\"" + m->event + "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+  if (colon == std::string::npos || colon == 0 || colon + 1 == m->event.size() ||
+      m->event.find('/') != std::string::npos) {
+    return c.Error(jp + ".event",
+                   "\"" + m->event + "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   }
   auto labels = j.find("labels");
   if (labels != j.end()) {
@@ -143,7 +150,8 @@ bool IsValidLabelName(const std::string& s) {
   if (s.empty() || s.starts_with("__")) return false;
   for (size_t i = 0; i < s.size(); ++i) {
     char ch = s[i];
-    bool ok = std::isalpha(static_cast<unsigned char>(ch)) || ch == '_' || (i > 0 && std::isdigit(static_cast<unsigned char>(ch)));
+    bool ok = std::isalpha(static_cast<unsigned char>(ch)) || ch == '_' ||
+              (i > 0 && std::isdigit(static_cast<unsigned char>(ch)));
     if (!ok) return false;
   }
   return true;
@@ -157,7 +165,8 @@ StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
   } catch (const json::parse_error& e) {
     return InvalidArgument(path + ": malformed JSON: " + e.what());
   }
-  if (!root.is_object()) return c.Error("$", "the config must be a JSON object with \"metrics\" (and optional \"settings\")");
+  if (!root.is_object())
+    return c.Error("$", "the config must be a JSON object with \"metrics\" (and optional \"settings\")");
   TPE_RETURN_IF_ERROR(c.OnlyKeys(root, "$", {"settings", "metrics"}));
   Config cfg;
   cfg.path = path;
@@ -168,14 +177,17 @@ StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetUint(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
-      return c.Error("settings.ring_buffer_pages", std::to_string(pages) + " is not a power of two (1, 2, 4, ..., 4096)");
+      return c.Error("settings.ring_buffer_pages",
+                     std::to_string(pages) + " is not a power of two (1, 2, 4, ..., 4096)");
     }
     cfg.settings.ring_buffer_pages = static_cast<uint32_t>(pages);
-    TPE_RETURN_IF_ERROR(c.GetUint(*settings, "settings", "max_series_per_metric", 1, 10000000, &cfg.settings.max_series_per_metric));
+    TPE_RETURN_IF_ERROR(
+        c.GetUint(*settings, "settings", "max_series_per_metric", 1, 10000000, &cfg.settings.max_series_per_metric));
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");
-  if (!metrics->is_array() || metrics->empty()) return c.Error("metrics", "must be a non-empty array of metric objects");
+  if (!metrics->is_array() || metrics->empty())
+    return c.Error("metrics", "must be a non-empty array of metric objects");
   std::set<std::string> names;
   for (size_t i = 0; i < metrics->size(); ++i) {
     MetricConfig m;

@@ -46,7 +46,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_NE(Err("{\"metrics\": [").find("cfg.json: malformed JSON"), std::string::npos);
   EXPECT_EQ(Err("[]"), "cfg.json: $: the config must be a JSON object with \"metrics\" (and optional \"settings\")");
   EXPECT_EQ(Err("{}"), "cfg.json: $: missing required key \"metrics\" (an array of metric objects)");
-  EXPECT_EQ(Err(R"({"metrics": [], "extra": 1})"), "cfg.json: $: unknown key \"extra\" (valid keys: metrics, settings)");
+  EXPECT_EQ(Err(R"({"metrics": [], "extra": 1})"),
+            "cfg.json: $: unknown key \"extra\" (valid keys: metrics, settings)");
   EXPECT_EQ(Err(R"({"metrics": []})"), "cfg.json: metrics: must be a non-empty array of metric objects");
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": 3}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: 3 is not a power of two (1, 2, 4, ..., 4096)");
@@ -64,8 +65,9 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: metrics[0].name: counter \"calls\" must end in _total (e.g. \"calls_total\")");
   EXPECT_NE(Err(R"({"metrics": [{"name": "process_x_total", "type": "counter", "event": "s:e"}]})").find("reserved"),
             std::string::npos);
-  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
-            "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+  EXPECT_EQ(
+      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
+      "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
             "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: event, filter, help, labels, name, type)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": 3}]})"),
@@ -81,15 +83,18 @@ TEST(ConfigTest, LabelErrors) {
   };
   EXPECT_EQ(Err(metric("{}")), "cfg.json: metrics[0].labels: must be an array of label objects");
   EXPECT_EQ(Err(metric(R"([{"name": "x"}])")),
-            "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
+            "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" "
+            "(comm, pid, tid, cpu)");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "source": "comm"}])")),
-            "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
+            "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" "
+            "(comm, pid, tid, cpu)");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "source": "uid"}])")),
             "cfg.json: metrics[0].labels[0].source: \"uid\" is not one of comm, pid, tid, cpu");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "decode": "symbolc"}])")),
             "cfg.json: metrics[0].labels[0].decode: \"symbolc\" is not one of auto, hex, inet, symbolic");
   EXPECT_EQ(Err(metric(R"([{"name": "__x", "field": "a"}])")),
-            "cfg.json: metrics[0].labels[0].name: \"__x\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
+            "cfg.json: metrics[0].labels[0].name: \"__x\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not "
+            "starting with __)");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a"}, {"name": "x", "field": "b"}])")),
             "cfg.json: metrics[0].labels[1].name: duplicate label name \"x\"");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "source": "pid", "decode": "hex"}])")),

@@ -32,8 +32,8 @@ Status Pipeline::OpenEventOnCpu(EventPlan* ep, int cpu, int ring_owner_fd, bool 
     Status st = SetFilter(fd.get(), ep->filter);
     if (!st.ok()) {
       Status why = tracefs_ ? tracefs_->CheckFilter(ep->event, ep->filter) : st;
-      return InvalidArgument(plan_->config_path + ": filter \"" + ep->filter + "\" on " + ep->event.ToString() +
-                             ": " + (why.ok() ? st.message() : why.message()));
+      return InvalidArgument(plan_->config_path + ": filter \"" + ep->filter + "\" on " + ep->event.ToString() + ": " +
+                             (why.ok() ? st.message() : why.message()));
     }
   }
   if (ep->sampled && ring_owner_fd >= 0) TPE_RETURN_IF_ERROR(SetOutput(fd.get(), ring_owner_fd));
@@ -83,7 +83,8 @@ Status Pipeline::Start() {
   if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, stop_fd_.get(), &ev) != 0) return ErrnoStatus(errno, "epoll_ctl");
   for (auto& r : rings_) {
     ev.data.fd = r.ring->fd();
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0) return ErrnoStatus(errno, "epoll_ctl ring");
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0)
+      return ErrnoStatus(errno, "epoll_ctl ring");
   }
   running_ = true;
   thread_ = std::thread([this] { Run(); });
@@ -162,9 +163,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
 
   auto decode = Family("tracepoint_exporter_decode_errors_total",
                        "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);
-  auto dropped = Family("tracepoint_exporter_series_dropped_total",
-                        "Samples not counted because the metric reached settings.max_series_per_metric.",
-                        MetricKind::kCounter);
+  auto dropped =
+      Family("tracepoint_exporter_series_dropped_total",
+             "Samples not counted because the metric reached settings.max_series_per_metric.", MetricKind::kCounter);
   for (const auto& c : plan_->collectors) {
     Add(&decode, {{"metric", c->name()}}, static_cast<double>(c->decode_errors()));
     Add(&dropped, {{"metric", c->name()}}, static_cast<double>(c->series_dropped()));
@@ -172,11 +173,11 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   out.push_back(std::move(decode));
   out.push_back(std::move(dropped));
 
-  auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total", "Bytes read from each CPU's perf ring buffer.",
-                      MetricKind::kCounter);
-  auto ring_lost = Family("tracepoint_exporter_ring_lost_samples_total",
-                          "Samples reported lost by PERF_RECORD_LOST/PERF_RECORD_LOST_SAMPLES, per CPU ring.",
-                          MetricKind::kCounter);
+  auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
+                      "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);
+  auto ring_lost =
+      Family("tracepoint_exporter_ring_lost_samples_total",
+             "Samples reported lost by PERF_RECORD_LOST/PERF_RECORD_LOST_SAMPLES, per CPU ring.", MetricKind::kCounter);
   auto ring_err = Family("tracepoint_exporter_ring_errors_total",
                          "Garbled ring buffer batches that were skipped, per CPU ring.", MetricKind::kCounter);
   for (const auto& r : rings_) {

@@ -40,9 +40,8 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const MetricConfig&
   const std::string where = cfg.path + ": " + m.json_path + ".event";
   TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(m.event));
   if (!tracefs.HasEvent(name)) {
-    return NotFound(where + ": no tracepoint \"" + m.event + "\" in " + tracefs.root() +
-                    "/events; closest: " + Quote(tracefs.ClosestEvents(m.event, 3)) +
-                    " (list them with --list-events)");
+    return NotFound(where + ": no tracepoint \"" + m.event + "\" in " + tracefs.root() + "/events; closest: " +
+                    Quote(tracefs.ClosestEvents(m.event, 3)) + " (list them with --list-events)");
   }
   auto ep = std::make_unique<EventPlan>();
   ep->event = name;
@@ -56,8 +55,8 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const MetricConfig&
   auto fmt = ParseFormat(*text, src);
   if (!fmt.ok()) return fmt.status();
   ep->format = std::move(*fmt);
-  auto syms = ParsePrintSymbols(*text, name.system,
-                                [&](std::string_view n) { return enums.Lookup(n); }, src);
+  auto syms = ParsePrintSymbols(
+      *text, name.system, [&](std::string_view n) { return enums.Lookup(n); }, src);
   if (syms.ok()) ep->symbols = std::move(*syms);  // without tables only "symbolic" labels fail
   if (check_filters && !m.filter.empty()) {
     Status st = tracefs.CheckFilter(name, m.filter);
@@ -84,11 +83,12 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const E
       auto it = ep.symbols.find(l.field);
       const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
       LabelDecode decode = *ParseLabelDecode(l.decode);
-      if (decode == LabelDecode::kSymbolic && table != nullptr && table->entries.empty() && !table->unresolved.empty()) {
+      if (decode == LabelDecode::kSymbolic && table != nullptr && table->entries.empty() &&
+          !table->unresolved.empty()) {
         // The format names enum constants and this kernel has no BTF to give their values:
         // show numbers rather than refuse to start.
-        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.event.ToString() + " field \"" +
-                            l.field + "\" (" + table->unresolved.front() +
+        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.event.ToString() +
+                            " field \"" + l.field + "\" (" + table->unresolved.front() +
                             ", ...) have no values without kernel BTF (/sys/kernel/btf/vmlinux); showing numbers");
         decode = LabelDecode::kAuto;
       }
@@ -110,7 +110,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   plan->settings = cfg.settings;
   for (const auto& m : cfg.metrics) {
     TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m, tracefs, enums, check_filters));
-    if (m.type != "counter") return InvalidArgument(cfg.path + ": " + m.json_path + ".type: unsupported \"" + m.type + "\"");
+    if (m.type != "counter")
+      return InvalidArgument(cfg.path + ": " + m.json_path + ".type: unsupported \"" + m.type + "\"");
     std::unique_ptr<CounterCollector> c;
     if (m.labels.empty()) {
       // Counting mode: the kernel counts (after the filter); read() at scrape.

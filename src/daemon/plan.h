@@ -21,10 +21,10 @@
 
 #include "collectors/collector.h"
 #include "common/scoped_fd.h"
-#include "perf/perf_event.h"
 #include "daemon/config.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
+#include "perf/perf_event.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
 
@@ -40,10 +40,10 @@ struct EventPlan {
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened.
-  std::vector<ScopedFd> fds;     // one per online CPU
-  std::vector<uint64_t> ids;     // PERF_EVENT_IOC_ID per fd
-  RelaxedCounter samples;        // samples decoded
-  RelaxedCounter ring_lost;      // samples reported lost by PERF_RECORD_LOST for this id
+  std::vector<ScopedFd> fds;  // one per online CPU
+  std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd
+  RelaxedCounter samples;     // samples decoded
+  RelaxedCounter ring_lost;   // samples reported lost by PERF_RECORD_LOST for this id
 
   // Sum over CPUs of the kernel's count and lost-sample count (PERF_FORMAT_LOST).
   EventCount ReadCounts() const;

@@ -41,18 +41,20 @@ TEST(PlanTest, CountingModeSampledModeAndSharing) {
 TEST(PlanTest, UnknownEventSuggestsCloseNames) {
   auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "sched:sched_swich"})");
   ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().message(),
-            "cfg.json: metrics[0].event: no tracepoint \"sched:sched_swich\" in " + kTracefs.root() +
-                "/events; closest: sched:sched_switch, sched:sched_waking, sched:sched_wakeup (list them with --list-events)");
+  EXPECT_EQ(plan.status().message(), "cfg.json: metrics[0].event: no tracepoint \"sched:sched_swich\" in " +
+                                         kTracefs.root() +
+                                         "/events; closest: sched:sched_switch, sched:sched_waking, sched:sched_wakeup "
+                                         "(list them with --list-events)");
 }
 
 TEST(PlanTest, UnknownFieldListsTheEventsFields) {
   auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "sched:sched_waking",
                         "labels": [{"name": "p", "field": "pidd"}]})");
   ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().message(),
-            "cfg.json: metrics[0].labels[0].field: sched:sched_waking has no field \"pidd\"; its fields: comm (char[16]), "
-            "pid (pid_t), prio (int), target_cpu (int), common_pid");
+  EXPECT_EQ(
+      plan.status().message(),
+      "cfg.json: metrics[0].labels[0].field: sched:sched_waking has no field \"pidd\"; its fields: comm (char[16]), "
+      "pid (pid_t), prio (int), target_cpu (int), common_pid");
 }
 
 TEST(PlanTest, DecodeThatDoesNotFitTheField) {
@@ -66,7 +68,8 @@ TEST(PlanTest, DecodeThatDoesNotFitTheField) {
 TEST(PlanTest, SymbolicTcpStateUsesKernelEnums) {
   KernelEnums enums({{"TCP_ESTABLISHED", 1}, {"TCP_SYN_SENT", 2}});
   auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
-                        "labels": [{"name": "state", "field": "state", "decode": "symbolic"}]})", enums);
+                        "labels": [{"name": "state", "field": "state", "decode": "symbolic"}]})",
+                    enums);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ((*plan)->events[0]->symbols.at("state").Render(2), "TCP_SYN_SENT");
   EXPECT_TRUE((*plan)->warnings.empty());

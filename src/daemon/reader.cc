@@ -115,7 +115,9 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       if (it != by_id_.end()) it->second->ring_lost.Add(l.lost);
       return;
     }
-    default: other_records_.Add(1); return;
+    default:
+      other_records_.Add(1);
+      return;
   }
 }
 

@@ -51,10 +51,10 @@ struct CpuRing {
     Bytes bytes;
   };
   std::vector<Pending> pending;
-  size_t next = 0;                 // first pending record not dispatched
-  std::vector<uint8_t> held[2];    // side buffers for held records, used alternately
+  size_t next = 0;               // first pending record not dispatched
+  std::vector<uint8_t> held[2];  // side buffers for held records, used alternately
   int cur_held = 0;
-  uint64_t head = 0;               // data_head loaded this round
+  uint64_t head = 0;  // data_head loaded this round
 };
 
 class Reader {

@@ -20,7 +20,8 @@ struct FakeMmap {
   uint64_t head = 0;
   FakeMmap() {
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    base = static_cast<uint8_t*>(mmap(nullptr, page + kData, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    base =
+        static_cast<uint8_t*>(mmap(nullptr, page + kData, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     auto* meta = reinterpret_cast<perf_event_mmap_page*>(base);
     meta->data_offset = page;
     meta->data_size = kData;

@@ -29,7 +29,8 @@ std::string FormatInetAddress(Bytes addr) {
 StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDecode d, const SymbolTable* s) {
   const std::string what = "field \"" + f.name + "\" (" + f.type + ", " + std::to_string(f.size) + " bytes)";
   switch (d) {
-    case LabelDecode::kAuto: break;
+    case LabelDecode::kAuto:
+      break;
     case LabelDecode::kHex:
       if (!f.IsNumeric() && f.kind != FieldKind::kArray && f.kind != FieldKind::kBytes) {
         return InvalidArgument("decode \"hex\" needs an integer or byte array; " + what + " is text: use \"auto\"");
@@ -47,8 +48,10 @@ StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDeco
     case LabelDecode::kSymbolic:
       if (!f.IsNumeric()) return InvalidArgument("decode \"symbolic\" needs an integer field; " + what + " is not");
       if (s == nullptr) {
-        return InvalidArgument("decode \"symbolic\": the event's print fmt has no __print_symbolic or "
-                               "__print_flags table for " + what + "; use \"auto\" or \"hex\"");
+        return InvalidArgument(
+            "decode \"symbolic\": the event's print fmt has no __print_symbolic or "
+            "__print_flags table for " +
+            what + "; use \"auto\" or \"hex\"");
       }
       if (s->entries.empty()) {
         return InvalidArgument("decode \"symbolic\": the table for " + what +
@@ -88,7 +91,8 @@ bool FieldExtractor::ReadInteger(Bytes raw, int64_t* out) const {
       *out = static_cast<int64_t>(*v);
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -150,7 +154,8 @@ std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
     std::string_view seg = bytes_at(sizeof(v));
     if (seg.size() == sizeof(v)) std::memcpy(&v, seg.data(), sizeof(v));
     switch (decode_) {
-      case LabelDecode::kSymbolic: return symbols_->Render(static_cast<uint64_t>(v));
+      case LabelDecode::kSymbolic:
+        return symbols_->Render(static_cast<uint64_t>(v));
       case LabelDecode::kInet: {
         uint32_t a = static_cast<uint32_t>(v);
         return FormatInetAddress(Bytes(reinterpret_cast<const uint8_t*>(&a), 4));

@@ -26,16 +26,26 @@ prometheus::MetricFamily ToFamily(const MetricSnapshot& m) {
   f.name = m.name;
   f.help = m.help;
   switch (m.kind) {
-    case MetricKind::kCounter: f.type = prometheus::MetricType::Counter; break;
-    case MetricKind::kGauge: f.type = prometheus::MetricType::Gauge; break;
-    case MetricKind::kHistogram: f.type = prometheus::MetricType::Histogram; break;
+    case MetricKind::kCounter:
+      f.type = prometheus::MetricType::Counter;
+      break;
+    case MetricKind::kGauge:
+      f.type = prometheus::MetricType::Gauge;
+      break;
+    case MetricKind::kHistogram:
+      f.type = prometheus::MetricType::Histogram;
+      break;
   }
   for (const auto& s : m.series) {
     prometheus::ClientMetric cm;
     for (const auto& [k, v] : s.labels) cm.label.push_back({k, v});
     switch (m.kind) {
-      case MetricKind::kCounter: cm.counter.value = s.value; break;
-      case MetricKind::kGauge: cm.gauge.value = s.value; break;
+      case MetricKind::kCounter:
+        cm.counter.value = s.value;
+        break;
+      case MetricKind::kGauge:
+        cm.gauge.value = s.value;
+        break;
       case MetricKind::kHistogram: {
         cm.histogram.sample_count = s.count;
         cm.histogram.sample_sum = s.sum;
@@ -90,7 +100,8 @@ int LandingPage(mg_connection* conn) {
   std::string body =
       "<html><head><title>tracepoint_exporter</title></head><body>"
       "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
-      "<p><a href=\"" + g_landing_path + "\">Metrics</a></p></body></html>\n";
+      "<p><a href=\"" +
+      g_landing_path + "\">Metrics</a></p></body></html>\n";
   mg_printf(conn,
             "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
             "Connection: close\r\n\r\n%s",
@@ -133,7 +144,8 @@ std::vector<MetricSnapshot> ProcessMetrics() {
   out.push_back(Gauge("process_open_fds", "Number of open file descriptors.", fds));
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    out.push_back(Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur)));
+    out.push_back(
+        Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur)));
   }
   return out;
 }
@@ -153,11 +165,11 @@ struct HttpExporter::Impl {
 };
 
 StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
-                                                            const std::string& telemetry_path,
-                                                            SnapshotSource source) {
+                                                            const std::string& telemetry_path, SnapshotSource source) {
   size_t colon = listen_address.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen_address.size()) {
-    return InvalidArgument("--web.listen-address=" + listen_address + " is not [HOST]:PORT (e.g. :9478, 127.0.0.1:9478)");
+    return InvalidArgument("--web.listen-address=" + listen_address +
+                           " is not [HOST]:PORT (e.g. :9478, 127.0.0.1:9478)");
   }
   std::string host = listen_address.substr(0, colon);
   std::string port = listen_address.substr(colon + 1);
@@ -165,7 +177,8 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
     return InvalidArgument("--web.listen-address=" + listen_address + ": port \"" + port + "\" is not 0-65535");
   }
   if (telemetry_path.empty() || telemetry_path[0] != '/' || telemetry_path == "/") {
-    return InvalidArgument("--web.telemetry-path=" + telemetry_path + " must start with / and not be / (e.g. /metrics)");
+    return InvalidArgument("--web.telemetry-path=" + telemetry_path +
+                           " must start with / and not be / (e.g. /metrics)");
   }
   // civetweb syntax: "9478" (all interfaces), "127.0.0.1:9478", "[::1]:9478".
   std::string civet = host.empty() ? port : host + ":" + port;

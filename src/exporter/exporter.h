@@ -40,8 +40,7 @@ class HttpExporter {
   // "127.0.0.1:0" = a free port on loopback). `telemetry_path` e.g. "/metrics".
   // Errors: InvalidArgument for a malformed address; Unavailable when the port is in use.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
-                                                       const std::string& telemetry_path,
-                                                       SnapshotSource source);
+                                                       const std::string& telemetry_path, SnapshotSource source);
   ~HttpExporter();
 
   // The TCP ports actually bound (useful with port 0).

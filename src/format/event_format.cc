@@ -88,13 +88,20 @@ Status ParseDecl(std::string_view decl, FieldFormat* f, const std::string& where
 
 const char* FieldKindName(FieldKind kind) {
   switch (kind) {
-    case FieldKind::kInteger: return "integer";
-    case FieldKind::kPointer: return "pointer";
-    case FieldKind::kCharArray: return "char array";
-    case FieldKind::kArray: return "array";
-    case FieldKind::kDataLoc: return "__data_loc";
-    case FieldKind::kRelLoc: return "__rel_loc";
-    case FieldKind::kBytes: return "bytes";
+    case FieldKind::kInteger:
+      return "integer";
+    case FieldKind::kPointer:
+      return "pointer";
+    case FieldKind::kCharArray:
+      return "char array";
+    case FieldKind::kArray:
+      return "array";
+    case FieldKind::kDataLoc:
+      return "__data_loc";
+    case FieldKind::kRelLoc:
+      return "__rel_loc";
+    case FieldKind::kBytes:
+      return "bytes";
   }
   return "?";
 }
@@ -173,8 +180,8 @@ StatusOr<EventFormat> ParseFormat(std::string_view text, const std::string& sour
       if (FindAttr(rest, "signed", &sign)) f.is_signed = sign == "1";
       TPE_RETURN_IF_ERROR(ParseDecl(decl, &f, where));
       if ((f.kind == FieldKind::kDataLoc || f.kind == FieldKind::kRelLoc) && f.size != 4) {
-        return InvalidArgument(where + ": " + FieldKindName(f.kind) + " field \"" + f.name +
-                               "\" has size " + std::to_string(f.size) + ", expected 4");
+        return InvalidArgument(where + ": " + FieldKindName(f.kind) + " field \"" + f.name + "\" has size " +
+                               std::to_string(f.size) + ", expected 4");
       }
       f.is_common = f.name.starts_with("common_");
       ev.fields.push_back(std::move(f));

@@ -64,8 +64,8 @@ struct FieldFormat {
 };
 
 struct EventFormat {
-  std::string name;  // "sched_switch"
-  uint64_t id = 0;   // event id (perf_event_attr.config)
+  std::string name;                 // "sched_switch"
+  uint64_t id = 0;                  // event id (perf_event_attr.config)
   std::vector<FieldFormat> fields;  // in file order, common_* first
   std::string print_fmt;            // the text after "print fmt: "
 

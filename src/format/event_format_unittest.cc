@@ -155,7 +155,8 @@ namespace tpe {
 namespace {
 // ext4 prints a format string with embedded newlines: the print fmt runs to the end of file.
 TEST(EventFormatTest, MultiLinePrintFmt) {
-  auto fmt = ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/ext4/ext4_fsmap_low_key/format"), "x");
+  auto fmt =
+      ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/ext4/ext4_fsmap_low_key/format"), "x");
   ASSERT_TRUE(fmt.ok()) << fmt.status().ToString();
   EXPECT_NE(fmt->print_fmt.find('\n'), std::string::npos);
   EXPECT_NE(fmt->print_fmt.find("REC->dev"), std::string::npos);

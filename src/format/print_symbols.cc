@@ -17,15 +17,19 @@ struct TepDeleter {
 const char* ArgField(const tep_print_arg* a) {
   while (a != nullptr) {
     switch (a->type) {
-      case TEP_PRINT_FIELD: return a->field.name;
-      case TEP_PRINT_TYPE: a = a->typecast.item; break;
+      case TEP_PRINT_FIELD:
+        return a->field.name;
+      case TEP_PRINT_TYPE:
+        a = a->typecast.item;
+        break;
       case TEP_PRINT_OP:
         if (a->op.op != nullptr && std::string_view(a->op.op) == "&") {
           a = a->op.left;
           break;
         }
         return nullptr;
-      default: return nullptr;
+      default:
+        return nullptr;
     }
   }
   return nullptr;
@@ -78,8 +82,11 @@ void Walk(const tep_print_arg* a, const EnumResolver& resolve, std::map<std::str
         Walk(a->op.left, resolve, out);
         Walk(a->op.right, resolve, out);
         break;
-      case TEP_PRINT_TYPE: Walk(a->typecast.item, resolve, out); break;
-      default: break;
+      case TEP_PRINT_TYPE:
+        Walk(a->typecast.item, resolve, out);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -116,8 +123,7 @@ std::string SymbolTable::Render(uint64_t value) const {
 }
 
 StatusOr<std::map<std::string, SymbolTable>> ParsePrintSymbols(const std::string& format_text,
-                                                               const std::string& system,
-                                                               const EnumResolver& resolve,
+                                                               const std::string& system, const EnumResolver& resolve,
                                                                const std::string& source) {
   std::unique_ptr<tep_handle, TepDeleter> tep(tep_alloc());
   if (!tep) return Internal("tep_alloc failed");

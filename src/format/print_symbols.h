@@ -23,7 +23,7 @@
 namespace tpe {
 
 struct SymbolTable {
-  bool is_flags = false;   // __print_flags: a bit set rendered as names joined by `delim`
+  bool is_flags = false;  // __print_flags: a bit set rendered as names joined by `delim`
   std::string delim = "|";
   std::vector<std::pair<uint64_t, std::string>> entries;  // value → name, in print fmt order
   std::vector<std::string> unresolved;                    // names with no numeric value
@@ -40,8 +40,7 @@ using EnumResolver = std::function<std::optional<int64_t>(std::string_view name)
 // itself (REC->f), a cast of it, or `REC->f & mask`.
 // Errors: InvalidArgument naming `source` when libtraceevent cannot parse the format.
 StatusOr<std::map<std::string, SymbolTable>> ParsePrintSymbols(const std::string& format_text,
-                                                               const std::string& system,
-                                                               const EnumResolver& resolve,
+                                                               const std::string& system, const EnumResolver& resolve,
                                                                const std::string& source);
 
 }  // namespace tpe

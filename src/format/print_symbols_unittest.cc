@@ -13,9 +13,9 @@ std::string Read(const std::string& rel) { return *ReadFileToString(testing::Dat
 // The TCP states as the kernel's enum tcp_state defines them (include/net/tcp_states.h).
 std::optional<int64_t> TcpStates(std::string_view n) {
   static const std::pair<const char*, int64_t> kStates[] = {
-      {"TCP_ESTABLISHED", 1}, {"TCP_SYN_SENT", 2},  {"TCP_SYN_RECV", 3},    {"TCP_FIN_WAIT1", 4},
-      {"TCP_FIN_WAIT2", 5},   {"TCP_TIME_WAIT", 6}, {"TCP_CLOSE", 7},       {"TCP_CLOSE_WAIT", 8},
-      {"TCP_LAST_ACK", 9},    {"TCP_LISTEN", 10},   {"TCP_CLOSING", 11},    {"TCP_NEW_SYN_RECV", 12}};
+      {"TCP_ESTABLISHED", 1}, {"TCP_SYN_SENT", 2},  {"TCP_SYN_RECV", 3}, {"TCP_FIN_WAIT1", 4},
+      {"TCP_FIN_WAIT2", 5},   {"TCP_TIME_WAIT", 6}, {"TCP_CLOSE", 7},    {"TCP_CLOSE_WAIT", 8},
+      {"TCP_LAST_ACK", 9},    {"TCP_LISTEN", 10},   {"TCP_CLOSING", 11}, {"TCP_NEW_SYN_RECV", 12}};
   for (const auto& [name, v] : kStates) {
     if (n == name) return v;
   }

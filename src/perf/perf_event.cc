@@ -63,9 +63,10 @@ StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu) {
   long fd = ::syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    std::string what = "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " +
-                       std::to_string(cpu) + ")";
-    if (err == EACCES || err == EPERM) return PermissionDenied(what + ": " + std::strerror(err) + "; " + DescribePerfPrivileges());
+    std::string what =
+        "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " + std::to_string(cpu) + ")";
+    if (err == EACCES || err == EPERM)
+      return PermissionDenied(what + ": " + std::strerror(err) + "; " + DescribePerfPrivileges());
     if (err == ENOENT) return NotFound(what + ": no such tracepoint id in this kernel");
     if (err == EMFILE) return Unavailable(what + ": too many open files; raise LimitNOFILE / ulimit -n");
     return ErrnoStatus(err, what);

@@ -21,13 +21,12 @@ namespace tpe {
 // The sample_type of every sampled event: a sample record is
 //   { header; u64 id; u32 pid, tid; u64 time; u32 size; u8 raw[size]; }
 // and with sample_id_all every other record ends with { u32 pid, tid; u64 time; u64 id; }.
-inline constexpr uint64_t kSampleType =
-    PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+inline constexpr uint64_t kSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
 
 struct TracepointEventOptions {
-  uint64_t tracepoint_id = 0;  // events/<sys>/<event>/id
-  bool sampled = false;        // sample_period=1 with kSampleType; else counting mode
-  bool track_tasks = false;    // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
+  uint64_t tracepoint_id = 0;           // events/<sys>/<event>/id
+  bool sampled = false;                 // sample_period=1 with kSampleType; else counting mode
+  bool track_tasks = false;             // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
   uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
 };
 

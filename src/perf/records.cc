@@ -45,8 +45,7 @@ bool ParseCommRecord(Bytes record, CommRecord* out) {
 bool ParseTaskRecord(Bytes record, TaskRecord* out) {
   ByteReader r(record);
   if (!r.Skip(kHeader)) return false;
-  return r.Read(&out->pid) && r.Read(&out->ppid) && r.Read(&out->tid) && r.Read(&out->ptid) &&
-         r.Read(&out->time_ns);
+  return r.Read(&out->pid) && r.Read(&out->ppid) && r.Read(&out->tid) && r.Read(&out->ptid) && r.Read(&out->time_ns);
 }
 
 bool ParseLostRecord(uint32_t type, Bytes record, LostRecord* out) {

@@ -21,7 +21,7 @@ namespace tpe {
 inline constexpr size_t kMaxRecordBytes = 65536;
 
 struct RawRecord {
-  uint32_t type = 0;   // PERF_RECORD_*
+  uint32_t type = 0;  // PERF_RECORD_*
   uint16_t misc = 0;
   Bytes bytes;         // the whole record, header included; valid until the next Next()
   uint64_t begin = 0;  // position of the record's first byte

@@ -38,8 +38,7 @@ StatusOr<EventName> ParseEventName(const std::string& text) {
   size_t colon = text.find(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size() ||
       text.find(':', colon + 1) != std::string::npos || text.find('/') != std::string::npos) {
-    return InvalidArgument("event \"" + text +
-                           "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+    return InvalidArgument("event \"" + text + "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   }
   return EventName{text.substr(0, colon), text.substr(colon + 1)};
 }
@@ -47,7 +46,8 @@ StatusOr<EventName> ParseEventName(const std::string& text) {
 StatusOr<Tracefs> Tracefs::Discover(const std::string& path) {
   if (path != "auto") {
     if (!IsDir(path + "/events")) {
-      return NotFound("--tracefs.path=" + path + " has no events/ directory; give a tracefs "
+      return NotFound("--tracefs.path=" + path +
+                      " has no events/ directory; give a tracefs "
                       "mount such as /sys/kernel/tracing, or auto");
     }
     return Tracefs(path);
@@ -58,8 +58,7 @@ StatusOr<Tracefs> Tracefs::Discover(const std::string& path) {
   }
   // Neither is mounted: mount tracefs ourselves (what `mount -t tracefs nodev
   // /sys/kernel/tracing` does).
-  if (IsDir("/sys/kernel/tracing") &&
-      ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
+  if (IsDir("/sys/kernel/tracing") && ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
       IsDir("/sys/kernel/tracing/events")) {
     return Tracefs("/sys/kernel/tracing");
   }
@@ -130,8 +129,7 @@ Status Tracefs::CheckFilter(const EventName& event, const std::string& filter) c
     for (auto& c : reason) {
       if (c == '\n') c = ' ';
     }
-    result = InvalidArgument("the kernel rejects filter \"" + filter + "\" for " + event.ToString() +
-                             ": " + reason);
+    result = InvalidArgument("the kernel rejects filter \"" + filter + "\" for " + event.ToString() + ": " + reason);
   }
   ::rmdir(inst.c_str());
   return result;

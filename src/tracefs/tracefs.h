@@ -20,9 +20,7 @@ struct EventName {
   std::string name;
   std::string ToString() const { return system + ":" + name; }
   bool operator==(const EventName&) const = default;
-  bool operator<(const EventName& o) const {
-    return system != o.system ? system < o.system : name < o.name;
-  }
+  bool operator<(const EventName& o) const { return system != o.system ? system < o.system : name < o.name; }
 };
 
 // Parses "system:event"; InvalidArgument naming `text` otherwise.

@@ -3,8 +3,8 @@
 //
 // Like libperf's tracepoint test: a child with a known name makes exactly N getppid() calls and
 // exits; every way of counting them must say N — exactly.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -92,11 +92,14 @@ TEST(KernelTest, ExactCountsOfAChildsGetppidCalls) {
     {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
      "labels": [{"name": "comm", "source": "comm"}]},
     {"name": "filtered_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
-     "filter": "common_pid == )" + pid + R"("},
+     "filter": "common_pid == )" +
+                             pid + R"("},
     {"name": "filtered_sampled_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
-     "filter": "common_pid == )" + pid + R"(", "labels": [{"name": "pid", "source": "pid"}]},
+     "filter": "common_pid == )" +
+                             pid + R"(", "labels": [{"name": "pid", "source": "pid"}]},
     {"name": "all_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}
-  ]})", "kernel_test.json");
+  ]})",
+                         "kernel_test.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -137,7 +140,8 @@ TEST(KernelTest, RenamedTwiceCountsUnderEachName) {
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
   auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
-      "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})", "t.json");
+      "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "t.json");
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false);
   ASSERT_TRUE(plan.ok());
   Pipeline pipeline(std::move(*plan), &*tracefs);
@@ -166,7 +170,8 @@ TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
   auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
-      "event": "syscalls:sys_enter_getppid", "filter": "no_such_field == 3"}]})", "t.json");
+      "event": "syscalls:sys_enter_getppid", "filter": "no_such_field == 3"}]})",
+                         "t.json");
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().message(),

@@ -17,11 +17,11 @@ bool KernelRequired();
 }  // namespace tpe::testing
 
 // Skips the test with the reason — or fails it when TPE_REQUIRE_KERNEL=1.
-#define TPE_REQUIRE_KERNEL_OR_SKIP()                                                   \
-  do {                                                                                 \
-    std::string tpe_why_;                                                              \
-    if (!::tpe::testing::KernelAvailable(&tpe_why_)) {                                 \
+#define TPE_REQUIRE_KERNEL_OR_SKIP()                                                        \
+  do {                                                                                      \
+    std::string tpe_why_;                                                                   \
+    if (!::tpe::testing::KernelAvailable(&tpe_why_)) {                                      \
       if (::tpe::testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: " << tpe_why_; \
-      GTEST_SKIP() << tpe_why_;                                                        \
-    }                                                                                  \
+      GTEST_SKIP() << tpe_why_;                                                             \
+    }                                                                                       \
   } while (0)

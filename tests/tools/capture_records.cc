@@ -34,7 +34,8 @@ int Capture(const tpe::Tracefs& tracefs, const std::string& sys, const std::stri
   o.sampled = true;
   auto fd = tpe::OpenPerfEvent(tpe::MakeTracepointAttr(o), 0);
   if (!fd.ok()) return std::fprintf(stderr, "%s\n", fd.status().message().c_str()), 1;
-  if (auto st = tpe::SetFilter(fd->get(), filter); !st.ok()) return std::fprintf(stderr, "%s\n", st.message().c_str()), 1;
+  if (auto st = tpe::SetFilter(fd->get(), filter); !st.ok())
+    return std::fprintf(stderr, "%s\n", st.message().c_str()), 1;
   auto ring = tpe::RingBuffer::Map(fd->get(), 8);
   if (!ring.ok()) return 1;
   (void)tpe::EnableEvent(fd->get());
@@ -45,8 +46,8 @@ int Capture(const tpe::Tracefs& tracefs, const std::string& sys, const std::stri
   while (cur.Next(&rec) == tpe::RingCursor::Result::kRecord) {
     if (rec.type != PERF_RECORD_SAMPLE) continue;
     std::ofstream out(out_path);
-    out << "# " << sys << ":" << ev << " PERF_RECORD_SAMPLE, sample_type IDENTIFIER|TID|TIME|RAW, "
-        << rec.bytes.size() << " bytes\n";
+    out << "# " << sys << ":" << ev << " PERF_RECORD_SAMPLE, sample_type IDENTIFIER|TID|TIME|RAW, " << rec.bytes.size()
+        << " bytes\n";
     for (size_t i = 0; i < rec.bytes.size(); ++i) {
       char b[4];
       std::snprintf(b, sizeof(b), "%02x", rec.bytes[i]);
@@ -73,25 +74,34 @@ int main(int argc, char** argv) {
   if (!tracefs.ok()) return 1;
   std::string self = "common_pid == " + std::to_string(getpid());
   int rc = 0;
-  rc |= Capture(*tracefs, "syscalls", "sys_enter_write", self, [] {
-    static char buf[4242];
-    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    (void)!write(fd, buf, sizeof(buf));
-    close(fd);
-  }, dir + "/sys_enter_write.hex");
-  rc |= Capture(*tracefs, "net", "net_dev_xmit", self, [] {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(9);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    char payload[100] = {};
-    sendto(s, payload, sizeof(payload), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    close(s);
-  }, dir + "/net_dev_xmit.hex");
-  rc |= Capture(*tracefs, "sched", "sched_switch", "prev_pid == " + std::to_string(getpid()), [] {
-    timespec ts{0, 2'000'000};
-    nanosleep(&ts, nullptr);
-  }, dir + "/sched_switch.hex");
+  rc |= Capture(
+      *tracefs, "syscalls", "sys_enter_write", self,
+      [] {
+        static char buf[4242];
+        int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        (void)!write(fd, buf, sizeof(buf));
+        close(fd);
+      },
+      dir + "/sys_enter_write.hex");
+  rc |= Capture(
+      *tracefs, "net", "net_dev_xmit", self,
+      [] {
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(9);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        char payload[100] = {};
+        sendto(s, payload, sizeof(payload), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+        close(s);
+      },
+      dir + "/net_dev_xmit.hex");
+  rc |= Capture(
+      *tracefs, "sched", "sched_switch", "prev_pid == " + std::to_string(getpid()),
+      [] {
+        timespec ts{0, 2'000'000};
+        nanosleep(&ts, nullptr);
+      },
+      dir + "/sched_switch.hex");
   return rc;
 }

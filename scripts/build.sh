@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs dependencies (scripts/install-deps.sh) and builds tracepoint_exporter.
+#   BUILD_DIR=build        where to build
+#   TPE_WERROR=ON|OFF      warnings as errors (default ON)
+#   TPE_SANITIZE=ON|OFF    AddressSanitizer + UndefinedBehaviorSanitizer (default OFF)
+#   CMAKE_BUILD_TYPE       default RelWithDebInfo
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+  -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+echo "build: $BUILD_DIR/tracepoint_exporter"
