@@ -31,6 +31,10 @@ class Collector {
   virtual MetricSnapshot Snapshot() const = 0;
   // True when some label needs comm (the reader then tracks task records).
   virtual bool NeedsComm() const = 0;
+  // True when samples must arrive in timestamp order across CPUs (latency pairing).
+  virtual bool NeedsOrdering() const { return NeedsComm(); }
+  // Called by the reader after each round (e.g. to expire stale state).
+  virtual void OnRoundEnd() {}
 
   // Self-metric inputs.
   uint64_t series_dropped() const { return series_dropped_.Get(); }

@@ -1,5 +1,6 @@
 #include "collectors/label_set.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tpe {
@@ -45,6 +46,24 @@ bool LabelSet::BuildKey(const Sample& s, CommTable* comms, std::string* key) con
     }
   }
   return true;
+}
+
+size_t LabelSet::KeySize(std::string_view key) const {
+  size_t pos = 0;
+  for (const auto& l : labels_) {
+    switch (l.source) {
+      case LabelSource::kField:
+        (void)l.extractor->Render(key, &pos);
+        break;
+      case LabelSource::kComm:
+        pos += 1 + (pos < key.size() ? static_cast<uint8_t>(key[pos]) : 0);
+        break;
+      default:
+        pos += sizeof(uint32_t);
+        break;
+    }
+  }
+  return std::min(pos, key.size());
 }
 
 LabelPairs LabelSet::Render(std::string_view key) const {

@@ -40,6 +40,8 @@ class LabelSet {
   bool BuildKey(const Sample& s, CommTable* comms, std::string* key) const;
 
   LabelPairs Render(std::string_view key) const;
+  // How many bytes at the front of `key` this set's segments occupy (keys may be concatenated).
+  size_t KeySize(std::string_view key) const;
 
   bool empty() const { return labels_.empty(); }
   bool needs_comm() const { return needs_comm_; }

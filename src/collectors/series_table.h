@@ -25,8 +25,10 @@ class SeriesTable {
   SeriesTable(const SeriesTable&) = delete;
   SeriesTable& operator=(const SeriesTable&) = delete;
 
-  // The series for `key`, created on first sight; null when the table is full.
-  V* FindOrInsert(std::string_view key) {
+  // The series for `key`, created on first sight (then `init(value)` runs under the lock, so
+  // a concurrent scrape never sees it half-built); null when the table is full.
+  template <typename Init>
+  V* FindOrInsert(std::string_view key, Init&& init) {
     auto it = index_.find(key);
     if (it != index_.end()) return &it->second->value;
     if (index_.size() >= max_series_) return nullptr;
@@ -34,10 +36,17 @@ class SeriesTable {
     {
       std::lock_guard<std::mutex> lock(mu_);
       e = &entries_.emplace_back(std::string(key));
+      init(e->value);
     }
     index_.emplace(std::string_view(e->key), e);
     return &e->value;
   }
+
+  V* FindOrInsert(std::string_view key) {
+    return FindOrInsert(key, [](V&) {});
+  }
+
+  size_t size() const { return index_.size(); }  // writer thread only
 
   // Calls f(key, value) for every series. Values may be read while the writer updates them.
   template <typename F>

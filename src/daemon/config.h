@@ -22,18 +22,48 @@ struct LabelConfig {
   std::string name;
   std::string field;            // a tracepoint field, or
   std::string source;           // comm | pid | tid | cpu
-  std::string decode = "auto";  // auto | hex | inet | symbolic
+  std::string decode = "auto";  // auto | hex | inet | symbolic | syscall
+  std::string from = "start";   // latency only: start | end
   std::string json_path;        // "metrics[0].labels[1]", for later error messages
+};
+
+// histogram: the observed value = field × scale.
+struct ValueConfig {
+  std::string field;
+  double scale = 1;
+};
+
+// exp2 {min, max} | linear {start, width, count} | explicit {bounds}.
+struct BucketsConfig {
+  std::string type;
+  double min = 0, max = 0, start = 0, width = 0;
+  uint64_t count = 0;
+  std::vector<double> bounds;
+  std::string json_path;
+};
+
+// latency: one side of the pair.
+struct EndpointConfig {
+  std::string event;             // "system:event"
+  std::vector<std::string> key;  // integer fields matched between start and end
+  std::string filter;            // kernel filter for this side
+  std::string json_path;         // "metrics[3].start[1]"
 };
 
 struct MetricConfig {
   std::string name;
   std::string help;
-  std::string type;    // counter (histogram, latency: not yet)
-  std::string event;   // "system:event"
-  std::string filter;  // kernel filter syntax; empty = none
+  std::string type;    // counter | histogram | latency
+  std::string event;   // "system:event" (counter, histogram)
+  std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   std::vector<LabelConfig> labels;
-  std::string json_path;  // "metrics[0]"
+  ValueConfig value;                   // histogram
+  BucketsConfig buckets;               // histogram, latency
+  std::vector<EndpointConfig> starts;  // latency: "start" (an object, or an array of them)
+  EndpointConfig end;                  // latency
+  uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
+  double timeout_seconds = 10;         // latency: a start older than this expires
+  std::string json_path;               // "metrics[0]"
 };
 
 struct Settings {

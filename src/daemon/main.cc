@@ -11,6 +11,7 @@
 #include "daemon/list_events.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
+#include "daemon/print_report.h"
 #include "exporter/exporter.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   std::string tracefs_path = "auto";
   bool config_check = false;
   std::string list_glob;
+  std::string print_for;
   app.add_option("--config.file", config_file, "Path to the JSON config")->capture_default_str();
   app.add_option("--web.listen-address", listen, "[HOST]:PORT to serve /metrics on")->capture_default_str();
   app.add_option("--web.telemetry-path", telemetry, "Path under which to expose metrics")->capture_default_str();
@@ -42,6 +44,8 @@ int main(int argc, char** argv) {
   auto* list = app.add_option("--list-events", list_glob, "List tracepoints matching GLOB with their fields, then exit")
                    ->expected(0, 1)
                    ->default_str("*");
+  app.add_option("--print", print_for,
+                 "Run the config for DURATION (e.g. 10s), print counters and histograms as tables, exit");
   app.set_version_flag("--version", TPE_VERSION);
   try {
     app.parse(argc, argv);
@@ -81,6 +85,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
+  if (!print_for.empty()) {
+    auto duration = tpe::ParseDuration(print_for);
+    if (!duration.ok()) return Fail(duration.status());
+    std::fprintf(stderr, "tracing for %s (Ctrl-C to stop early)...\n", print_for.c_str());
+    timespec ts{static_cast<time_t>(duration->count() / 1000), static_cast<long>(duration->count() % 1000) * 1000000};
+    siginfo_t info;
+    sigtimedwait(&stop_signals, &info, &ts);
+    pipeline.Stop();
+    auto snap = pipeline.Snapshot();
+    snap.resize(pipeline.plan().collectors.size());  // user metrics only
+    tpe::PrintReport(snap, std::cout);
+    return 0;
+  }
   auto http = tpe::HttpExporter::Start(listen, telemetry, [&pipeline] { return pipeline.Snapshot(); });
   if (!http.ok()) return Fail(http.status());
   std::string ports;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "collectors/latency.h"
 #include "common/log.h"
 #include "perf/perf_event.h"
 
@@ -172,6 +173,28 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   }
   out.push_back(std::move(decode));
   out.push_back(std::move(dropped));
+
+  auto unmatched = Family("tracepoint_exporter_latency_unmatched_total",
+                          "Latency starts or ends that made no observation, by reason (replaced, no_start, "
+                          "table_full, expired, series_limit).",
+                          MetricKind::kCounter);
+  auto inflight =
+      Family("tracepoint_exporter_latency_inflight",
+             "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
+  for (const auto& c : plan_->collectors) {
+    const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
+    if (l == nullptr) continue;
+    for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
+      auto reason = static_cast<LatencyCollector::Reason>(r);
+      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
+          static_cast<double>(l->unmatched(reason)));
+    }
+    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l->inflight()));
+  }
+  if (!unmatched.series.empty()) {
+    out.push_back(std::move(unmatched));
+    out.push_back(std::move(inflight));
+  }
 
   auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
                       "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);

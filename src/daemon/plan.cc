@@ -1,6 +1,8 @@
 #include "daemon/plan.h"
 
 #include "collectors/counter.h"
+#include "collectors/histogram.h"
+#include "collectors/latency.h"
 #include "decode/field_extractor.h"
 
 namespace tpe {
@@ -32,20 +34,21 @@ std::string Quote(const std::vector<std::string>& names) {
   return out;
 }
 
-StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                              const KernelEnums& enums, bool check_filters) {
+StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
+                              const std::string& json_path, const Tracefs& tracefs, const KernelEnums& enums,
+                              bool check_filters) {
   for (auto& e : plan->events) {
-    if (e->event.ToString() == m.event && e->filter == m.filter) return e.get();
+    if (e->event.ToString() == event && e->filter == filter) return e.get();
   }
-  const std::string where = cfg.path + ": " + m.json_path + ".event";
-  TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(m.event));
+  const std::string where = cfg.path + ": " + json_path + ".event";
+  TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(event));
   if (!tracefs.HasEvent(name)) {
-    return NotFound(where + ": no tracepoint \"" + m.event + "\" in " + tracefs.root() + "/events; closest: " +
-                    Quote(tracefs.ClosestEvents(m.event, 3)) + " (list them with --list-events)");
+    return NotFound(where + ": no tracepoint \"" + event + "\" in " + tracefs.root() +
+                    "/events; closest: " + Quote(tracefs.ClosestEvents(event, 3)) + " (list them with --list-events)");
   }
   auto ep = std::make_unique<EventPlan>();
   ep->event = name;
-  ep->filter = m.filter;
+  ep->filter = filter;
   auto id = tracefs.ReadId(name);
   if (!id.ok()) return id.status().WithContext(where);
   ep->tracepoint_id = *id;
@@ -58,28 +61,36 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const MetricConfig&
   auto syms = ParsePrintSymbols(
       *text, name.system, [&](std::string_view n) { return enums.Lookup(n); }, src);
   if (syms.ok()) ep->symbols = std::move(*syms);  // without tables only "symbolic" labels fail
-  if (check_filters && !m.filter.empty()) {
-    Status st = tracefs.CheckFilter(name, m.filter);
-    if (!st.ok()) return st.WithContext(cfg.path + ": " + m.json_path + ".filter");
+  if (check_filters && !filter.empty()) {
+    Status st = tracefs.CheckFilter(name, filter);
+    if (!st.ok()) return st.WithContext(cfg.path + ": " + json_path + ".filter");
   }
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
 }
 
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const EventPlan& ep,
-                               std::vector<std::string>* warnings) {
+StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, const std::string& field,
+                                      const std::string& json_path) {
+  const FieldFormat* f = ep.format.FindField(field);
+  if (f == nullptr) {
+    return NotFound(cfg.path + ": " + json_path + ": " + ep.event.ToString() + " has no field \"" + field +
+                    "\"; its fields: " + ep.format.DescribeFields());
+  }
+  return f;
+}
+
+// Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format.
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
+                               const EventPlan& ep, std::vector<std::string>* warnings) {
   std::vector<LabelSpec> specs;
-  for (const auto& l : m.labels) {
+  for (const auto& l : labels) {
+    if (!from.empty() && l.from != from) continue;
     LabelSpec s;
     s.name = l.name;
     if (!l.source.empty()) {
       s.source = *ParseLabelSource(l.source);
     } else {
-      const FieldFormat* f = ep.format.FindField(l.field);
-      if (f == nullptr) {
-        return NotFound(cfg.path + ": " + l.json_path + ".field: " + ep.event.ToString() + " has no field \"" +
-                        l.field + "\"; its fields: " + ep.format.DescribeFields());
-      }
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, l.field, l.json_path + ".field"));
       auto it = ep.symbols.find(l.field);
       const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
       LabelDecode decode = *ParseLabelDecode(l.decode);
@@ -101,6 +112,75 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const MetricConfig& m, const E
   return LabelSet(std::move(specs));
 }
 
+StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
+  StatusOr<Buckets> out = InvalidArgument("unknown bucket type");
+  if (b.type == "exp2") out = Buckets::Exp2(b.min, b.max);
+  if (b.type == "linear") out = Buckets::Linear(b.start, b.width, b.count);
+  if (b.type == "explicit") out = Buckets::Explicit(b.bounds);
+  if (!out.ok()) return out.status().WithContext(cfg.path + ": " + b.json_path);
+  return out;
+}
+
+// Key fields of one latency endpoint: integers, and (checked by the caller) the same sizes as
+// the end's.
+StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const EndpointConfig& e, const EventPlan& ep) {
+  std::vector<FieldExtractor> key;
+  for (size_t i = 0; i < e.key.size(); ++i) {
+    const std::string jp = e.json_path + ".key[" + std::to_string(i) + "]";
+    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, e.key[i], jp));
+    if (f->kind != FieldKind::kInteger) {
+      return InvalidArgument(cfg.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.event.ToString() +
+                             " is " + f->type + " (" + FieldKindName(f->kind) + "); keys must be integer fields");
+    }
+    key.push_back(*FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr));
+  }
+  return key;
+}
+
+Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
+                   const KernelEnums& enums, bool check_filters) {
+  TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
+  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep,
+                       GetEvent(plan, cfg, m.end.event, m.end.filter, m.end.json_path, tracefs, enums, check_filters));
+  LatencyEndpoint end;
+  TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
+  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", *end_ep, &plan->warnings));
+  std::vector<LatencyEndpoint> starts;
+  std::vector<EventPlan*> start_eps;
+  for (const auto& sc : m.starts) {
+    TPE_ASSIGN_OR_RETURN(EventPlan * ep,
+                         GetEvent(plan, cfg, sc.event, sc.filter, sc.json_path, tracefs, enums, check_filters));
+    LatencyEndpoint s;
+    TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
+    for (size_t i = 0; i < s.key.size(); ++i) {
+      const FieldFormat& a = s.key[i].field();
+      const FieldFormat& b = end.key[i].field();
+      if (a.size != b.size) {
+        return InvalidArgument(cfg.path + ": " + sc.json_path + ".key[" + std::to_string(i) +
+                               "]: key types differ: start \"" + a.name + "\" is " + a.type + " (" +
+                               std::to_string(a.size) + " bytes) but end \"" + b.name + "\" is " + b.type + " (" +
+                               std::to_string(b.size) + " bytes)");
+      }
+    }
+    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", *ep, &plan->warnings));
+    starts.push_back(std::move(s));
+    start_eps.push_back(ep);
+  }
+  auto c = std::make_unique<LatencyCollector>(m.name, m.help, std::move(starts), std::move(end), std::move(buckets),
+                                              cfg.settings.max_series_per_metric, m.max_inflight,
+                                              static_cast<uint64_t>(m.timeout_seconds * 1e9));
+  for (size_t i = 0; i < start_eps.size(); ++i) {
+    start_eps[i]->sampled = true;
+    start_eps[i]->consumers.emplace_back(c.get(), i);
+  }
+  end_ep->sampled = true;
+  end_ep->consumers.emplace_back(c.get(), start_eps.size());
+  plan->needs_comm |= c->NeedsComm();
+  plan->needs_ordering = true;
+  plan->collectors.push_back(std::move(c));
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
@@ -109,20 +189,38 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
   for (const auto& m : cfg.metrics) {
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m, tracefs, enums, check_filters));
-    if (m.type != "counter")
-      return InvalidArgument(cfg.path + ": " + m.json_path + ".type: unsupported \"" + m.type + "\"");
-    std::unique_ptr<CounterCollector> c;
-    if (m.labels.empty()) {
-      // Counting mode: the kernel counts (after the filter); read() at scrape.
-      c = std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadCounts().count; });
-    } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m, *ep, &plan->warnings));
-      c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
-      ep->sampled = true;
-      ep->consumers.emplace_back(c.get(), 0);
-      plan->needs_comm |= c->NeedsComm();
+    if (m.type == "latency") {
+      TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
+      continue;
     }
+    TPE_ASSIGN_OR_RETURN(EventPlan * ep,
+                         GetEvent(plan.get(), cfg, m.event, m.filter, m.json_path, tracefs, enums, check_filters));
+    std::unique_ptr<Collector> c;
+    if (m.type == "histogram") {
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
+      if (!f->IsNumeric()) {
+        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " +
+                               ep->event.ToString() + " is " + f->type + " (" + FieldKindName(f->kind) +
+                               "), not a number; a histogram needs an integer field");
+      }
+      TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
+      c = std::make_unique<HistogramCollector>(m.name, m.help, std::move(labels),
+                                               *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
+                                               std::move(buckets), cfg.settings.max_series_per_metric);
+    } else if (m.labels.empty()) {
+      // Counting mode: the kernel counts (after the filter); read() at scrape.
+      plan->collectors.push_back(
+          std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadCounts().count; }));
+      continue;
+    } else {
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
+      c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
+    }
+    ep->sampled = true;
+    ep->consumers.emplace_back(c.get(), 0);
+    plan->needs_comm |= c->NeedsComm();
+    plan->needs_ordering |= c->NeedsOrdering();
     plan->collectors.push_back(std::move(c));
   }
   return plan;

@@ -55,6 +55,7 @@ struct Plan {
   std::vector<std::unique_ptr<EventPlan>> events;
   std::vector<std::unique_ptr<Collector>> collectors;  // one per metric, config order
   bool needs_comm = false;                             // some label uses source "comm"
+  bool needs_ordering = false;                         // comm labels or latency pairing
   std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF
   bool any_sampled() const;
 };

@@ -17,7 +17,8 @@ uint64_t MonotonicNs() {
 }
 }  // namespace
 
-Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : plan_(plan), rings_(rings), ordered_(plan->needs_comm) {
+Reader::Reader(Plan* plan, std::deque<CpuRing>* rings)
+    : plan_(plan), rings_(rings), ordered_(plan->needs_ordering || plan->needs_comm) {
   for (auto& e : plan_->events) {
     for (uint64_t id : e->ids) by_id_[id] = e.get();
   }
@@ -142,6 +143,7 @@ void Reader::Round(bool flush_all) {
     Dispatch(p, static_cast<uint32_t>(best->cpu));
   }
   for (auto& r : *rings_) HoldAndRelease(&r);
+  for (auto& c : plan_->collectors) c->OnRoundEnd();
 }
 
 }  // namespace tpe

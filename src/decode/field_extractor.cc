@@ -1,7 +1,9 @@
 #include "decode/field_extractor.h"
 
 #include <arpa/inet.h>
+#include <seccomp.h>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace tpe {
@@ -11,7 +13,17 @@ std::optional<LabelDecode> ParseLabelDecode(std::string_view s) {
   if (s == "hex") return LabelDecode::kHex;
   if (s == "inet") return LabelDecode::kInet;
   if (s == "symbolic") return LabelDecode::kSymbolic;
+  if (s == "syscall") return LabelDecode::kSyscall;
   return std::nullopt;
+}
+
+std::string SyscallName(int64_t nr) {
+  if (nr < 0 || nr > INT32_MAX) return std::to_string(nr);
+  char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, static_cast<int>(nr));
+  if (name == nullptr) return std::to_string(nr);
+  std::string out(name);
+  std::free(name);
+  return out;
 }
 
 std::string FormatInetAddress(Bytes addr) {
@@ -45,6 +57,14 @@ StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDeco
       }
       break;
     }
+    case LabelDecode::kSyscall:
+      if (f.kind != FieldKind::kInteger) {
+        return InvalidArgument(
+            "decode \"syscall\" needs an integer field holding a system call number (e.g. "
+            "raw_syscalls:sys_enter id); " +
+            what + " is not one");
+      }
+      break;
     case LabelDecode::kSymbolic:
       if (!f.IsNumeric()) return InvalidArgument("decode \"symbolic\" needs an integer field; " + what + " is not");
       if (s == nullptr) {
@@ -156,6 +176,8 @@ std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
     switch (decode_) {
       case LabelDecode::kSymbolic:
         return symbols_->Render(static_cast<uint64_t>(v));
+      case LabelDecode::kSyscall:
+        return SyscallName(v);
       case LabelDecode::kInet: {
         uint32_t a = static_cast<uint32_t>(v);
         return FormatInetAddress(Bytes(reinterpret_cast<const uint8_t*>(&a), 4));

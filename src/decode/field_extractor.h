@@ -31,9 +31,10 @@ enum class LabelDecode {
   kHex,       // integers as 0x<hex>
   kInet,      // 4-byte (IPv4) or 16-byte (IPv6) address arrays, or a 4-byte integer (IPv4)
   kSymbolic,  // the name from the format's __print_symbolic / __print_flags table
+  kSyscall,   // a system call number as its name on this architecture (libseccomp), e.g. "read"
 };
 
-// "auto" | "hex" | "inet" | "symbolic"; nullopt otherwise.
+// "auto" | "hex" | "inet" | "symbolic" | "syscall"; nullopt otherwise.
 std::optional<LabelDecode> ParseLabelDecode(std::string_view s);
 
 // Longest string kept in a key (bytes); longer __data_loc strings are cut.
@@ -68,6 +69,9 @@ class FieldExtractor {
   LabelDecode decode_;
   const SymbolTable* symbols_;  // not owned; outlives the extractor (owned by the metric plan)
 };
+
+// The name of system call `nr` on this architecture (libseccomp's table), or the number.
+std::string SyscallName(int64_t nr);
 
 // Decodes an IPv4 (4 bytes) or IPv6 (16 bytes) address in network byte order to text.
 std::string FormatInetAddress(Bytes addr);

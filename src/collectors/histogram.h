@@ -1,0 +1,88 @@
+// type: histogram — the distribution of a tracepoint field's value (value = field × scale), per
+// label set, e.g. net:net_dev_xmit `len`, syscalls:sys_exit_read `ret`.
+//
+// Also the series type that type: latency (latency.h) observes into. Exported with Prometheus
+// histogram semantics (_bucket{le} cumulative, +Inf, _sum, _count).
+//
+// Thread-safety: Observe/OnSample from the reader thread only; Snapshot from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "collectors/buckets.h"
+#include "collectors/collector.h"
+#include "collectors/label_set.h"
+#include "collectors/series_table.h"
+#include "decode/field_extractor.h"
+
+namespace tpe {
+
+// One histogram series: per-bucket counts (+Inf last) and the sum, written by one thread.
+struct HistogramSeries {
+  std::unique_ptr<RelaxedCounter[]> buckets;
+  std::atomic<double> sum{0};
+  void Init(size_t n) { buckets.reset(new RelaxedCounter[n]); }
+  void Observe(size_t index, double v) {
+    buckets[index].Add(1);
+    sum.store(sum.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
+};
+
+// A table of histogram series sharing one bucket layout.
+class HistogramTable {
+ public:
+  HistogramTable(Buckets buckets, size_t max_series) : buckets_(std::move(buckets)), series_(max_series) {}
+  // Adds `v` to the series of `key`; false when the cardinality limit drops it.
+  bool Observe(std::string_view key, double v);
+  // Fills name/help/kind/bounds and one SeriesSnapshot per series (labels from `render`).
+  template <typename Render>
+  MetricSnapshot Snapshot(const std::string& name, const std::string& help, Render&& render) const {
+    MetricSnapshot m;
+    m.name = name;
+    m.help = help;
+    m.kind = MetricKind::kHistogram;
+    m.bucket_bounds = buckets_.bounds();
+    const size_t n = buckets_.bounds().size() + 1;
+    series_.ForEach([&](std::string_view key, const HistogramSeries& h) {
+      SeriesSnapshot s;
+      s.labels = render(key);
+      s.bucket_counts.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        s.bucket_counts[i] = h.buckets[i].Get();
+        s.count += s.bucket_counts[i];  // _count is the +Inf bucket, consistent by construction
+      }
+      s.sum = h.sum.load(std::memory_order_relaxed);
+      m.series.push_back(std::move(s));
+    });
+    return m;
+  }
+  const Buckets& buckets() const { return buckets_; }
+
+ private:
+  Buckets buckets_;
+  SeriesTable<HistogramSeries> series_;
+};
+
+class HistogramCollector : public Collector {
+ public:
+  // `value` must be a numeric field (FieldFormat::IsNumeric()); observed value = field × scale.
+  HistogramCollector(std::string name, std::string help, LabelSet labels, FieldExtractor value, double scale,
+                     Buckets buckets, size_t max_series);
+
+  const std::string& name() const override { return name_; }
+  void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
+  MetricSnapshot Snapshot() const override;
+  bool NeedsComm() const override { return labels_.needs_comm(); }
+
+ private:
+  std::string name_, help_;
+  LabelSet labels_;
+  FieldExtractor value_;
+  double scale_;
+  HistogramTable table_;
+  std::string key_;  // reused scratch
+};
+
+}  // namespace tpe

@@ -1,0 +1,89 @@
+#include "collectors/inflight_table.h"
+
+#include <algorithm>
+
+namespace tpe {
+
+InflightTable::InflightTable(size_t max_entries) : max_entries_(max_entries) {
+  size_t cap = 16;
+  while (cap < max_entries * 2) cap <<= 1;  // load factor <= 0.5 keeps probes short
+  slots_.resize(cap);
+  mask_ = cap - 1;
+}
+
+uint64_t InflightTable::Hash(std::string_view key) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then a finalizer
+  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h | 1;  // never 0 (0 marks an empty slot)
+}
+
+size_t InflightTable::Find(std::string_view key, uint64_t h) const {
+  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return static_cast<size_t>(-1);
+    if (s.hash == h && s.len == key.size() && std::memcmp(s.key, key.data(), key.size()) == 0) return i;
+  }
+}
+
+InflightTable::PutResult InflightTable::Put(std::string_view key, Start start) {
+  key = key.substr(0, kMaxKeyBytes);
+  const uint64_t h = Hash(key);
+  size_t i = Find(key, h);
+  if (i != static_cast<size_t>(-1)) {
+    slots_[i].start = start;
+    return PutResult::kReplaced;
+  }
+  if (size_ >= max_entries_) return PutResult::kFull;
+  for (i = h & mask_; slots_[i].hash != 0; i = (i + 1) & mask_) {
+  }
+  Slot& s = slots_[i];
+  s.hash = h;
+  s.len = static_cast<uint8_t>(key.size());
+  std::memcpy(s.key, key.data(), key.size());
+  s.start = start;
+  ++size_;
+  return PutResult::kInserted;
+}
+
+void InflightTable::EraseAt(size_t i) {
+  // Backward-shift deletion: pull later entries of the probe run into the hole.
+  size_t hole = i;
+  for (size_t j = (i + 1) & mask_; slots_[j].hash != 0; j = (j + 1) & mask_) {
+    const size_t home = slots_[j].hash & mask_;
+    // Move j into the hole if its home is not cyclically in (hole, j].
+    const bool home_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!home_between) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].hash = 0;
+  --size_;
+}
+
+bool InflightTable::Take(std::string_view key, Start* out) {
+  key = key.substr(0, kMaxKeyBytes);
+  const size_t i = Find(key, Hash(key));
+  if (i == static_cast<size_t>(-1)) return false;
+  *out = slots_[i].start;
+  EraseAt(i);
+  return true;
+}
+
+size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) {
+  size_t removed = 0;
+  for (size_t i = 0; i < slots_.size();) {
+    if (slots_[i].hash != 0 && slots_[i].start.time_ns < cutoff_ns) {
+      EraseAt(i);  // may pull a later entry into i: look at i again
+      ++removed;
+    } else {
+      ++i;
+    }
+  }
+  return removed;
+}
+
+}  // namespace tpe

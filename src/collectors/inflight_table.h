@@ -1,0 +1,57 @@
+// The table of latency starts waiting for their end: a fixed-capacity open-addressing hash map
+// (linear probing, backward-shift deletion) from a fixed-size binary key (up to kMaxKeyBytes:
+// e.g. pid, or dev+sector) to {start time, start label id}. Capacity is set once, so no
+// operation allocates.
+//
+// Thread-safety: single-threaded (the reader thread).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+namespace tpe {
+
+class InflightTable {
+ public:
+  static constexpr size_t kMaxKeyBytes = 32;
+
+  struct Start {
+    uint64_t time_ns = 0;
+    uint32_t label_id = 0;
+  };
+
+  // At most `max_entries` entries at once.
+  explicit InflightTable(size_t max_entries);
+
+  enum class PutResult { kInserted, kReplaced, kFull };
+  // Records a start for `key` (at most kMaxKeyBytes; longer keys are cut). A start already
+  // there for the key is replaced (kReplaced); kFull when max_entries are in flight.
+  PutResult Put(std::string_view key, Start start);
+  // Removes and returns the start for `key`; false when there is none.
+  bool Take(std::string_view key, Start* out);
+  // Removes every start older than `cutoff_ns`; returns how many.
+  size_t ExpireBefore(uint64_t cutoff_ns);
+
+  size_t size() const { return size_; }
+  size_t max_entries() const { return max_entries_; }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;  // 0 = empty
+    uint8_t len = 0;
+    char key[kMaxKeyBytes];
+    Start start;
+  };
+  static uint64_t Hash(std::string_view key);
+  size_t Find(std::string_view key, uint64_t h) const;  // slot index or npos
+  void EraseAt(size_t i);
+
+  std::vector<Slot> slots_;
+  size_t mask_;
+  size_t size_ = 0;
+  size_t max_entries_;
+};
+
+}  // namespace tpe

@@ -1,0 +1,90 @@
+#include "daemon/print_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace tpe {
+namespace {
+
+std::string Labels(const LabelPairs& labels) {
+  if (labels.empty()) return "";
+  std::string out = "{";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    out += (i ? "," : "") + labels[i].first + "=\"" + labels[i].second + "\"";
+  }
+  return out + "}";
+}
+
+std::string Bound(double v, bool seconds) {
+  char buf[32];
+  if (std::isinf(v)) return "+Inf";
+  if (!seconds) {
+    std::snprintf(buf, sizeof(buf), "%g", v);
+  } else if (v < 1e-6) {
+    std::snprintf(buf, sizeof(buf), "%gns", v * 1e9);
+  } else if (v < 1e-3) {
+    std::snprintf(buf, sizeof(buf), "%gus", v * 1e6);
+  } else if (v < 1) {
+    std::snprintf(buf, sizeof(buf), "%gms", v * 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%gs", v);
+  }
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  std::string unit = end ? std::string(end) : "";
+  double ms = -1;
+  if (end == text.c_str() || !(v >= 0))
+    ms = -1;
+  else if (unit.empty() || unit == "s")
+    ms = v * 1e3;
+  else if (unit == "ms")
+    ms = v;
+  else if (unit == "m")
+    ms = v * 60e3;
+  else if (unit == "h")
+    ms = v * 3600e3;
+  if (ms < 0) return InvalidArgument("--print=" + text + " is not a duration such as 500ms, 10s, 2m");
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+void PrintReport(const std::vector<MetricSnapshot>& metrics, std::ostream& out) {
+  for (const auto& m : metrics) {
+    if (m.kind != MetricKind::kHistogram) {
+      if (m.series.empty()) out << m.name << " (no samples)\n";
+      for (const auto& s : m.series) out << m.name << Labels(s.labels) << " " << static_cast<uint64_t>(s.value) << "\n";
+      continue;
+    }
+    const bool seconds = m.name.ends_with("_seconds");
+    if (m.series.empty()) out << m.name << " (no samples)\n";
+    for (const auto& s : m.series) {
+      out << "\n" << m.name << Labels(s.labels) << "  count=" << s.count << " sum=" << Bound(s.sum, seconds) << "\n";
+      size_t first = s.bucket_counts.size(), last = 0;
+      uint64_t peak = 0;
+      for (size_t i = 0; i < s.bucket_counts.size(); ++i) {
+        if (s.bucket_counts[i] == 0) continue;
+        first = std::min(first, i);
+        last = i;
+        peak = std::max(peak, s.bucket_counts[i]);
+      }
+      for (size_t i = first; i <= last && i < s.bucket_counts.size(); ++i) {
+        double lo = i == 0 ? -INFINITY : m.bucket_bounds[i - 1];
+        double hi = i < m.bucket_bounds.size() ? m.bucket_bounds[i] : INFINITY;
+        std::string range = "(" + (i == 0 ? std::string("-Inf") : Bound(lo, seconds)) + ", " + Bound(hi, seconds) + "]";
+        const int width = peak ? static_cast<int>(50 * s.bucket_counts[i] / peak) : 0;
+        char line[160];
+        std::snprintf(line, sizeof(line), "%-22s %10llu |%-50s|\n", range.c_str(),
+                      static_cast<unsigned long long>(s.bucket_counts[i]), std::string(width, '@').c_str());
+        out << line;
+      }
+    }
+  }
+}
+
+}  // namespace tpe
