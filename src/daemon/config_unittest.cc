@@ -36,7 +36,7 @@ TEST(ConfigTest, ParsesAValidConfig) {
 }
 
 TEST(ConfigTest, ShippedConfigsParse) {
-  for (const char* f : {"default.json", "examples.json"}) {
+  for (const char* f : {"default.json", "examples.json", "latency.json"}) {
     auto c = LoadConfig(std::string(TPE_SOURCE_DIR) + "/config/" + f);
     EXPECT_TRUE(c.ok()) << f << ": " << c.status().ToString();
   }
@@ -101,6 +101,69 @@ TEST(ConfigTest, LabelErrors) {
             "cfg.json: metrics[0].labels[0].decode: decode applies to \"field\" labels only; source \"pid\" has none");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "colour": 1}])")),
             "cfg.json: metrics[0].labels[0]: unknown key \"colour\" (valid keys: decode, field, name, source)");
+}
+
+TEST(ConfigTest, HistogramAndLatency) {
+  auto c = ParseConfig(R"({"metrics": [
+    {"name": "bytes", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "len", "scale": 0.5},
+     "buckets": {"type": "linear", "start": 0, "width": 100, "count": 5}},
+    {"name": "lat_seconds", "type": "latency",
+     "start": [{"event": "sched:sched_waking", "key": ["pid"]},
+               {"event": "sched:sched_switch", "key": ["prev_pid"], "filter": "prev_state == 0"}],
+     "end": {"event": "sched:sched_switch", "key": ["next_pid"]},
+     "labels": [{"name": "comm", "field": "next_comm", "from": "end"}],
+     "buckets": {"type": "exp2", "min": 1e-6, "max": 1}, "max_inflight": 500, "timeout_seconds": 2.5}]})",
+                       "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].value.field, "len");
+  EXPECT_EQ(c->metrics[0].value.scale, 0.5);
+  EXPECT_EQ(c->metrics[0].buckets.count, 5u);
+  const MetricConfig& l = c->metrics[1];
+  ASSERT_EQ(l.starts.size(), 2u);
+  EXPECT_EQ(l.starts[1].filter, "prev_state == 0");
+  EXPECT_EQ(l.starts[1].json_path, "metrics[1].start[1]");
+  EXPECT_EQ(l.end.key, std::vector<std::string>{"next_pid"});
+  EXPECT_EQ(l.labels[0].from, "end");
+  EXPECT_EQ(l.max_inflight, 500u);
+  EXPECT_EQ(l.timeout_seconds, 2.5);
+}
+
+TEST(ConfigTest, HistogramAndLatencyErrors) {
+  const std::string hist = R"({"name": "b", "type": "histogram", "event": "net:net_dev_xmit", )";
+  EXPECT_EQ(Err("{\"metrics\": [" + hist + R"("buckets": {"type": "exp2", "min": 1, "max": 2}}]})"),
+            "cfg.json: metrics[0]: missing required key \"value\" (e.g. {\"field\": \"len\"})");
+  EXPECT_EQ(
+      Err("{\"metrics\": [" + hist + R"("value": {"field": "len"}}]})"),
+      "cfg.json: metrics[0]: missing required key \"buckets\" (e.g. {\"type\": \"exp2\", \"min\": 1, \"max\": 65536})");
+  EXPECT_EQ(Err("{\"metrics\": [" + hist + R"("value": {"field": "len"}, "buckets": {"type": "log"}}]})"),
+            "cfg.json: metrics[0].buckets.type: \"log\" is not one of exp2, linear, explicit");
+  EXPECT_EQ(Err("{\"metrics\": [" + hist +
+                R"("value": {"field": "len", "scale": 0}, "buckets": {"type": "exp2", "min": 1, "max": 2}}]})"),
+            "cfg.json: metrics[0].value.scale: must be a finite non-zero number");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "b_total", "type": "histogram", "event": "a:b"}]})"),
+            "cfg.json: metrics[0].name: histogram \"b_total\" must not end in _total (reserved for counters)");
+  const std::string lat = R"({"metrics": [{"name": "l_seconds", "type": "latency", )";
+  const std::string b = R"("buckets": {"type": "exp2", "min": 1e-6, "max": 1})";
+  EXPECT_EQ(Err(lat + R"("end": {"event": "a:b", "key": ["x"]}, )" + b + "}]}"),
+            "cfg.json: metrics[0]: missing required key \"start\" (e.g. {\"event\": \"sched:sched_waking\", \"key\": "
+            "[\"pid\"]})");
+  EXPECT_EQ(
+      Err(lat + R"("start": {"event": "a:b", "key": ["x", "y"]}, "end": {"event": "a:c", "key": ["x"]}, )" + b + "}]}"),
+      "cfg.json: metrics[0].start.key: has 2 fields but end.key has 1; start and end keys must match");
+  EXPECT_EQ(Err(lat + R"("start": {"event": "a:b", "key": []}, "end": {"event": "a:c", "key": ["x"]}, )" + b + "}]}"),
+            "cfg.json: metrics[0].start.key: must be an array of 1 to 4 field names");
+  EXPECT_EQ(
+      Err(lat +
+          R"("start": {"event": "a:b", "key": ["x"]}, "end": {"event": "a:c", "key": ["x"]}, "labels": [{"name": "n", "source": "comm", "from": "middle"}], )" +
+          b + "}]}"),
+      "cfg.json: metrics[0].labels[0].from: \"middle\" is not one of start, end");
+  EXPECT_EQ(
+      Err(R"({"metrics": [{"name": "l", "type": "latency", "start": {"event": "a:b", "key": ["x"]}, "end": {"event": "a:c", "key": ["x"]}, )" +
+          b + "}]}"),
+      "cfg.json: metrics[0].name: latency \"l\" is in seconds and must end in _seconds");
+  EXPECT_EQ(
+      Err(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "a:b", "labels": [{"name": "n", "source": "comm", "from": "end"}]}]})"),
+      "cfg.json: metrics[0].labels[0]: unknown key \"from\" (valid keys: decode, field, name, source)");
 }
 
 TEST(ConfigTest, MissingFileNamesIt) {

@@ -86,5 +86,55 @@ TEST(PlanTest, SymbolicTcpStateUsesKernelEnums) {
   EXPECT_NE(none.status().message().find("no __print_symbolic or __print_flags table"), std::string::npos);
 }
 
+TEST(PlanTest, LatencyPlansStartsAndEndOnSharedEvents) {
+  auto plan = Build(R"({"name": "runq_seconds", "type": "latency",
+      "start": [{"event": "sched:sched_waking", "key": ["pid"]},
+                {"event": "sched:sched_switch", "key": ["prev_pid"], "filter": "prev_state == 0"}],
+      "end": {"event": "sched:sched_switch", "key": ["next_pid"]},
+      "labels": [{"name": "comm", "field": "next_comm", "from": "end"}],
+      "buckets": {"type": "exp2", "min": 1e-6, "max": 1}})");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  ASSERT_EQ(p.events.size(), 3u);  // end (no filter), waking, switch with filter
+  EXPECT_TRUE(p.needs_ordering);
+  EXPECT_FALSE(p.needs_comm);
+  for (const auto& e : p.events) EXPECT_TRUE(e->sampled);
+  EXPECT_EQ(p.events[0]->consumers[0].second, 2u);  // the end is event index starts.size()
+  EXPECT_EQ(p.events[1]->consumers[0].second, 0u);
+  EXPECT_EQ(p.events[2]->consumers[0].second, 1u);
+}
+
+TEST(PlanTest, HistogramAndLatencyErrors) {
+  auto r = Build(R"({"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "name"},
+                     "buckets": {"type": "exp2", "min": 1, "max": 2}})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "cfg.json: metrics[0].value.field: \"name\" of net:net_dev_xmit is __data_loc char[] (__data_loc), not a "
+            "number; a histogram needs an integer field");
+  r = Build(R"({"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "len"},
+                "buckets": {"type": "explicit", "bounds": [2, 1]}})");
+  EXPECT_EQ(r.status().message(),
+            "cfg.json: metrics[0].buckets: explicit buckets: bounds must be strictly increasing; "
+            "bounds[1] is not greater than bounds[0]");
+  r = Build(R"({"name": "l_seconds", "type": "latency", "start": {"event": "sched:sched_waking", "key": ["comm"]},
+                "end": {"event": "sched:sched_switch", "key": ["next_pid"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
+  EXPECT_EQ(r.status().message(),
+            "cfg.json: metrics[0].start.key[0]: key field \"comm\" of sched:sched_waking is "
+            "char[16] (char array); keys must be integer fields");
+  r = Build(R"({"name": "l_seconds", "type": "latency", "start": {"event": "sched:sched_waking", "key": ["pid"]},
+                "end": {"event": "sched:sched_switch", "key": ["prev_state"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
+  EXPECT_EQ(r.status().message(),
+            "cfg.json: metrics[0].start.key[0]: key types differ: start \"pid\" is pid_t (4 "
+            "bytes) but end \"prev_state\" is long (8 bytes)");
+  r = Build(R"({"name": "l_seconds", "type": "latency", "start": {"event": "sched:sched_wakin", "key": ["pid"]},
+                "end": {"event": "sched:sched_switch", "key": ["next_pid"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
+  EXPECT_NE(r.status().message().find("cfg.json: metrics[0].start.event: no tracepoint \"sched:sched_wakin\""),
+            std::string::npos);
+  r = Build(R"({"name": "l_seconds", "type": "latency", "start": {"event": "sched:sched_waking", "key": ["pidd"]},
+                "end": {"event": "sched:sched_switch", "key": ["next_pid"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
+  EXPECT_NE(r.status().message().find("cfg.json: metrics[0].start.key[0]: sched:sched_waking has no field \"pidd\""),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tpe

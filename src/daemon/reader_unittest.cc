@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "collectors/counter.h"
+#include "collectors/latency.h"
 #include "perf/records.h"
 
 namespace tpe {
@@ -211,6 +212,65 @@ TEST(ReaderTest, WrappedRecordsAcrossManyRounds) {
   }
   EXPECT_EQ(f.ev->samples.Get(), 50u * 37u);
   EXPECT_EQ(f.rings[0].errors.Get(), 0u);
+}
+
+}  // namespace
+}  // namespace tpe
+
+namespace tpe {
+namespace {
+
+// A latency whose start lands in CPU 0's ring and whose end lands in CPU 1's ring, with CPU 1's
+// end read first: the merge by timestamp still pairs every start with its end.
+TEST(ReaderTest, LatencyPairsAcrossCpusReadOutOfOrder) {
+  Plan plan;
+  auto start_ev = std::make_unique<EventPlan>();
+  start_ev->ids = {200};
+  auto end_ev = std::make_unique<EventPlan>();
+  end_ev->ids = {201};
+  // Key: the first 4 bytes of the 12-byte raw payload (zero in SampleRec) → all pair on key 0.
+  FieldFormat key;
+  key.name = "k";
+  key.type = "int";
+  key.offset = 0;
+  key.size = 4;
+  key.is_signed = true;
+  LatencyEndpoint s, e;
+  s.key.push_back(*FieldExtractor::Compile(key, LabelDecode::kAuto, nullptr));
+  e.key.push_back(*FieldExtractor::Compile(key, LabelDecode::kAuto, nullptr));
+  std::vector<LatencyEndpoint> starts;
+  starts.push_back(std::move(s));
+  auto c = std::make_unique<LatencyCollector>("lat_seconds", "h", std::move(starts), std::move(e),
+                                              *Buckets::Explicit({1e-6, 1e-3}), 10, 100, 10'000'000'000ULL);
+  LatencyCollector* lat = c.get();
+  start_ev->consumers.emplace_back(c.get(), 0);
+  end_ev->consumers.emplace_back(c.get(), 1);
+  plan.events.push_back(std::move(start_ev));
+  plan.events.push_back(std::move(end_ev));
+  plan.collectors.push_back(std::move(c));
+  plan.needs_ordering = true;
+
+  FakeMmap m0, m1;
+  // start at 1000, end at 1500, next start at 2000, end at 4000 (ring 1 holds all the ends).
+  m0.Put(SampleRec(200, 7, 1000));
+  m0.Put(SampleRec(200, 7, 2000));
+  m1.Put(SampleRec(201, 7, 1500));
+  m1.Put(SampleRec(201, 7, 4000));
+  std::deque<CpuRing> rings;
+  for (FakeMmap* m : {&m1, &m0}) {  // CPU 1's ring first: its ends are read before the starts
+    CpuRing& r = rings.emplace_back();
+    r.cpu = m == &m1 ? 1 : 0;
+    r.ring = std::make_unique<RingBuffer>(RingBuffer::FromMapping(-1, m->Take()));
+  }
+  Reader reader(&plan, &rings);
+  reader.Round(false);
+  MetricSnapshot snap = lat->Snapshot();
+  ASSERT_EQ(snap.series.size(), 1u);
+  EXPECT_EQ(snap.series[0].count, 2u);
+  EXPECT_EQ(snap.series[0].bucket_counts, (std::vector<uint64_t>{1, 1, 0}));  // 500 ns, 2000 ns
+  EXPECT_DOUBLE_EQ(snap.series[0].sum, 2.5e-6);
+  EXPECT_EQ(lat->unmatched(LatencyCollector::kNoStart), 0u);
+  EXPECT_EQ(lat->unmatched(LatencyCollector::kReplaced), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,242 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "collectors/buckets.h"
+#include "collectors/histogram.h"
+#include "collectors/inflight_table.h"
+#include "collectors/latency.h"
+#include "common/file_util.h"
+#include "format/event_format.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+// Every bound b of a layout: b itself and anything just below belongs to bucket i (le=b), the
+// next representable value above it to bucket i+1.
+void ExpectBoundaries(const Buckets& b) {
+  const auto& bounds = b.bounds();
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    EXPECT_EQ(b.Index(bounds[i]), i) << "at " << bounds[i];
+    EXPECT_EQ(b.Index(std::nextafter(bounds[i], -INFINITY)), i) << "below " << bounds[i];
+    EXPECT_EQ(b.Index(std::nextafter(bounds[i], INFINITY)), i + 1) << "above " << bounds[i];
+  }
+  EXPECT_EQ(b.Index(-1e300), 0u);
+  EXPECT_EQ(b.Index(1e300), bounds.size());
+}
+
+TEST(BucketsTest, Exp2BoundsAndEveryBoundary) {
+  auto b = Buckets::Exp2(1e-6, 1.0);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->bounds().size(), 21u);  // 1us .. 1.048576s
+  EXPECT_DOUBLE_EQ(b->bounds()[10], 1.024e-3);
+  ExpectBoundaries(*b);
+  EXPECT_EQ(b->Index(0), 0u);
+  EXPECT_EQ(b->Index(1.5e-6), 1u);
+  EXPECT_EQ(b->Index(3e-3), 12u);  // (2.048ms, 4.096ms]
+  auto ints = Buckets::Exp2(64, 65536);
+  ASSERT_TRUE(ints.ok());
+  EXPECT_EQ(ints->bounds().size(), 11u);
+  ExpectBoundaries(*ints);
+  EXPECT_EQ(ints->Index(142), 2u);  // (128, 256]
+}
+
+TEST(BucketsTest, LinearAndExplicit) {
+  auto l = Buckets::Linear(0, 0.1, 10);
+  ASSERT_TRUE(l.ok());
+  ExpectBoundaries(*l);
+  EXPECT_EQ(l->Index(0.25), 3u);
+  auto neg = Buckets::Linear(-100, 25, 9);
+  ASSERT_TRUE(neg.ok());
+  ExpectBoundaries(*neg);
+  auto e = Buckets::Explicit({0.001, 0.01, 0.1, 1});
+  ASSERT_TRUE(e.ok());
+  ExpectBoundaries(*e);
+  EXPECT_EQ(e->Index(0.002), 1u);
+  EXPECT_EQ(e->Index(0.02), 2u);
+}
+
+TEST(BucketsTest, BadLayoutsAreExplained) {
+  EXPECT_EQ(Buckets::Exp2(0, 1).status().message(), "exp2 buckets: min must be > 0");
+  EXPECT_EQ(Buckets::Exp2(2, 1).status().message(), "exp2 buckets: max must be greater than min");
+  EXPECT_FALSE(Buckets::Exp2(1e-300, 1e300).ok());
+  EXPECT_EQ(Buckets::Linear(0, 0, 3).status().message(), "linear buckets: width must be > 0");
+  EXPECT_FALSE(Buckets::Linear(0, 1, 0).ok());
+  EXPECT_EQ(Buckets::Explicit({}).status().message(), "explicit buckets: bounds must not be empty");
+  EXPECT_EQ(Buckets::Explicit({1, 1}).status().message(),
+            "explicit buckets: bounds must be strictly increasing; bounds[1] is not greater than bounds[0]");
+}
+
+TEST(InflightTableTest, PutTakeReplaceFull) {
+  InflightTable t(2);
+  EXPECT_EQ(t.Put("a", {10, 1}), InflightTable::PutResult::kInserted);
+  EXPECT_EQ(t.Put("a", {20, 2}), InflightTable::PutResult::kReplaced);
+  EXPECT_EQ(t.Put("b", {30, 3}), InflightTable::PutResult::kInserted);
+  EXPECT_EQ(t.Put("c", {40, 4}), InflightTable::PutResult::kFull);
+  InflightTable::Start s;
+  ASSERT_TRUE(t.Take("a", &s));
+  EXPECT_EQ(s.time_ns, 20u);
+  EXPECT_EQ(s.label_id, 2u);
+  EXPECT_FALSE(t.Take("a", &s));
+  EXPECT_EQ(t.ExpireBefore(35), 1u);
+  EXPECT_EQ(t.size(), 0u);
+}
+
+// Random operations against std::map: probing and backward-shift deletion stay correct under
+// heavy collisions (a small table, many keys).
+TEST(InflightTableTest, MatchesAReferenceMap) {
+  InflightTable t(64);
+  std::map<std::string, uint64_t> ref;
+  std::mt19937 rng(42);
+  for (int i = 0; i < 200000; ++i) {
+    std::string key(8, '\0');
+    uint64_t k = rng() % 100;
+    std::memcpy(key.data(), &k, 8);
+    const int op = static_cast<int>(rng() % 3);
+    if (op == 0) {
+      auto r = t.Put(key, {static_cast<uint64_t>(i), 0});
+      if (ref.count(key)) {
+        EXPECT_EQ(r, InflightTable::PutResult::kReplaced);
+        ref[key] = static_cast<uint64_t>(i);
+      } else if (ref.size() < 64) {
+        EXPECT_EQ(r, InflightTable::PutResult::kInserted);
+        ref[key] = static_cast<uint64_t>(i);
+      } else {
+        EXPECT_EQ(r, InflightTable::PutResult::kFull);
+      }
+    } else if (op == 1) {
+      InflightTable::Start s;
+      bool found = t.Take(key, &s);
+      ASSERT_EQ(found, ref.count(key) == 1);
+      if (found) {
+        EXPECT_EQ(s.time_ns, ref[key]);
+        ref.erase(key);
+      }
+    } else if (i % 1000 == 0) {
+      const uint64_t cutoff = static_cast<uint64_t>(i) - 500;
+      size_t expected = 0;
+      for (auto it = ref.begin(); it != ref.end();) {
+        if (it->second < cutoff) {
+          it = ref.erase(it);
+          ++expected;
+        } else {
+          ++it;
+        }
+      }
+      EXPECT_EQ(t.ExpireBefore(cutoff), expected);
+    }
+    ASSERT_EQ(t.size(), ref.size());
+  }
+}
+
+EventFormat Format(const std::string& rel) {
+  return *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/" + rel + "/format"), rel);
+}
+
+TEST(HistogramTest, ValueTimesScaleIntoBuckets) {
+  EventFormat f = Format("net/net_dev_xmit");
+  auto value = FieldExtractor::Compile(*f.FindField("len"), LabelDecode::kAuto, nullptr);
+  HistogramCollector h("bytes", "h", LabelSet(), *value, 2.0, *Buckets::Explicit({100, 1000}), 10);
+  CommTable comms;
+  std::vector<uint8_t> raw(32, 0);
+  Sample s;
+  s.raw = Bytes(raw);
+  for (uint32_t len : {10u, 50u, 51u, 499u, 500u, 501u, 4000u}) {
+    std::memcpy(&raw[16], &len, 4);
+    h.OnSample(0, s, &comms);
+  }
+  MetricSnapshot m = h.Snapshot();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.kind, MetricKind::kHistogram);
+  EXPECT_EQ(m.series[0].bucket_counts, (std::vector<uint64_t>{2, 3, 2}));  // le=100, le=1000, +Inf
+  EXPECT_EQ(m.series[0].count, 7u);
+  EXPECT_DOUBLE_EQ(m.series[0].sum, 2.0 * (10 + 50 + 51 + 499 + 500 + 501 + 4000));
+}
+
+// Latency over sched_waking(pid) → sched_switch(next_pid), driven directly in timestamp order.
+struct LatencyFixture {
+  EventFormat waking = Format("sched/sched_waking");
+  EventFormat sw = Format("sched/sched_switch");
+  CommTable comms{[](uint32_t, char*, size_t) { return -1; }};
+  std::unique_ptr<LatencyCollector> c;
+
+  explicit LatencyFixture(size_t max_inflight = 100, uint64_t timeout_ns = 10'000'000'000ULL) {
+    LatencyEndpoint start, end;
+    start.key.push_back(*FieldExtractor::Compile(*waking.FindField("pid"), LabelDecode::kAuto, nullptr));
+    std::vector<LabelSpec> sl(1);
+    sl[0].name = "woken";
+    sl[0].extractor = *FieldExtractor::Compile(*waking.FindField("comm"), LabelDecode::kAuto, nullptr);
+    start.labels = LabelSet(std::move(sl));
+    end.key.push_back(*FieldExtractor::Compile(*sw.FindField("next_pid"), LabelDecode::kAuto, nullptr));
+    std::vector<LabelSpec> el(1);
+    el[0].name = "cpu";
+    el[0].source = LabelSource::kCpu;
+    end.labels = LabelSet(std::move(el));
+    std::vector<LatencyEndpoint> starts;
+    starts.push_back(std::move(start));
+    c = std::make_unique<LatencyCollector>("lat_seconds", "h", std::move(starts), std::move(end),
+                                           *Buckets::Explicit({1e-6, 1e-3, 1}), 100, max_inflight, timeout_ns);
+  }
+  void Waking(int32_t pid, const char* comm, uint64_t t) {
+    std::vector<uint8_t> raw(40, 0);
+    std::strncpy(reinterpret_cast<char*>(&raw[8]), comm, 15);
+    std::memcpy(&raw[24], &pid, 4);
+    Feed(0, raw, t, 0);
+  }
+  void Switch(int32_t next_pid, uint64_t t, uint32_t cpu = 1) {
+    std::vector<uint8_t> raw(64, 0);
+    std::memcpy(&raw[56], &next_pid, 4);
+    Feed(1, raw, t, cpu);
+  }
+  void Feed(size_t index, const std::vector<uint8_t>& raw, uint64_t t, uint32_t cpu) {
+    Sample s;
+    s.raw = Bytes(raw);
+    s.time_ns = t;
+    s.cpu = cpu;
+    c->OnSample(index, s, &comms);
+  }
+};
+
+TEST(LatencyTest, PairsByKeyAndLabelsFromBothSides) {
+  LatencyFixture f;
+  f.Waking(10, "sleeper", 1000);
+  f.Waking(11, "other", 1100);
+  f.Switch(11, 1600);     // 500 ns → le=1e-6
+  f.Switch(10, 3001000);  // 3 ms → le=1
+  MetricSnapshot m = f.c->Snapshot();
+  ASSERT_EQ(m.series.size(), 2u);
+  std::map<std::string, SeriesSnapshot> by;
+  for (auto& s : m.series) by[s.labels[0].second] = s;
+  EXPECT_EQ(by["other"].labels, (LabelPairs{{"woken", "other"}, {"cpu", "1"}}));
+  EXPECT_EQ(by["other"].bucket_counts, (std::vector<uint64_t>{1, 0, 0, 0}));
+  EXPECT_EQ(by["sleeper"].bucket_counts, (std::vector<uint64_t>{0, 0, 1, 0}));
+  EXPECT_DOUBLE_EQ(by["sleeper"].sum, 0.003);
+  EXPECT_EQ(f.c->inflight(), 0u);
+}
+
+TEST(LatencyTest, UnmatchedAreCountedByReason) {
+  LatencyFixture f(/*max_inflight=*/2, /*timeout_ns=*/5'000'000'000ULL);
+  f.Switch(99, 10);            // no_start
+  f.Waking(1, "a", 100);
+  f.Waking(1, "a", 200);       // replaced: the second start wins
+  f.Waking(2, "b", 300);
+  f.Waking(3, "c", 400);       // table_full
+  f.Switch(1, 1200);           // 1000 ns from the replacing start
+  EXPECT_EQ(f.c->unmatched(LatencyCollector::kNoStart), 1u);
+  EXPECT_EQ(f.c->unmatched(LatencyCollector::kReplaced), 1u);
+  EXPECT_EQ(f.c->unmatched(LatencyCollector::kTableFull), 1u);
+  MetricSnapshot m = f.c->Snapshot();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.series[0].sum, 1e-6);
+  // pid 2 never ends: expired once trace time passes its start + timeout.
+  f.Switch(500, 6'000'000'000ULL);  // moves trace time (no_start again)
+  f.c->OnRoundEnd();
+  EXPECT_EQ(f.c->unmatched(LatencyCollector::kExpired), 1u);
+  EXPECT_EQ(f.c->inflight(), 0u);
+}
+
+}  // namespace
+}  // namespace tpe
