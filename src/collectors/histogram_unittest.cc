@@ -1,3 +1,5 @@
+#include "collectors/histogram.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -5,7 +7,6 @@
 #include <random>
 
 #include "collectors/buckets.h"
-#include "collectors/histogram.h"
 #include "collectors/inflight_table.h"
 #include "collectors/latency.h"
 #include "common/file_util.h"
@@ -219,12 +220,12 @@ TEST(LatencyTest, PairsByKeyAndLabelsFromBothSides) {
 
 TEST(LatencyTest, UnmatchedAreCountedByReason) {
   LatencyFixture f(/*max_inflight=*/2, /*timeout_ns=*/5'000'000'000ULL);
-  f.Switch(99, 10);            // no_start
+  f.Switch(99, 10);  // no_start
   f.Waking(1, "a", 100);
-  f.Waking(1, "a", 200);       // replaced: the second start wins
+  f.Waking(1, "a", 200);  // replaced: the second start wins
   f.Waking(2, "b", 300);
-  f.Waking(3, "c", 400);       // table_full
-  f.Switch(1, 1200);           // 1000 ns from the replacing start
+  f.Waking(3, "c", 400);  // table_full
+  f.Switch(1, 1200);      // 1000 ns from the replacing start
   EXPECT_EQ(f.c->unmatched(LatencyCollector::kNoStart), 1u);
   EXPECT_EQ(f.c->unmatched(LatencyCollector::kReplaced), 1u);
   EXPECT_EQ(f.c->unmatched(LatencyCollector::kTableFull), 1u);
