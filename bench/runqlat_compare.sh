@@ -7,6 +7,7 @@
 #   bench/runqlat_compare.sh [SECONDS]     (root; installs bpftrace and linux-perf if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tests/testing/daemon.sh
 SECONDS_TO_RUN=${1:-10}
 bash scripts/build.sh >/dev/null
 for p in bpftrace linux-perf; do
@@ -36,12 +37,8 @@ BT
 
 # Our daemon first (it sees everything bpftrace sees), then bpftrace; both stop together: the
 # scrape and bpftrace's SIGINT are back to back.
-build/tracepoint_exporter --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 >"$WORK/tpe.log" 2>&1 &
-TPE=$!
-PORT=""
-for _ in $(seq 1 100); do
-  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/tpe.log" | head -1); [[ -n "$PORT" ]] && break; sleep 0.1
-done
+start_daemon build/tracepoint_exporter "$WORK/config.json" "$WORK/tpe.log" || { cat "$WORK/tpe.log"; exit 1; }
+TPE=$DAEMON_PID PORT=$DAEMON_PORT
 bpftrace "$WORK/runqlat.bt" >"$WORK/bpftrace.out" 2>&1 &
 BPF=$!
 for _ in $(seq 1 100); do grep -q Attaching "$WORK/bpftrace.out" && break; sleep 0.1; done
@@ -55,12 +52,8 @@ kill -TERM $TPE; wait $TPE || true
 
 # A second run of the exporter alone on the same workload: shows the observer effect of
 # bpftrace's BPF programs (they run before perf stamps the exporter's samples).
-build/tracepoint_exporter --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 >"$WORK/tpe2.log" 2>&1 &
-TPE=$!
-PORT=""
-for _ in $(seq 1 100); do
-  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/tpe2.log" | head -1); [[ -n "$PORT" ]] && break; sleep 0.1
-done
+start_daemon build/tracepoint_exporter "$WORK/config.json" "$WORK/tpe2.log" || { cat "$WORK/tpe2.log"; exit 1; }
+TPE=$DAEMON_PID PORT=$DAEMON_PORT
 END=$((SECONDS + SECONDS_TO_RUN))
 while ((SECONDS < END)); do perf bench sched messaging -g 4 -l 200 >/dev/null 2>&1; done
 sleep 0.3

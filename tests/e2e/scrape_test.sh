@@ -31,14 +31,9 @@ cat > "$WORK/config.json" <<JSON
 ]}
 JSON
 
-"$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 >"$WORK/log" 2>&1 &
-PID=$!
-PORT=""
-for _ in $(seq 1 100); do
-  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/log" | head -1)
-  [[ -n "$PORT" ]] && break
-  sleep 0.1
-done
+source "$SRC/tests/testing/daemon.sh"
+start_daemon "$BIN" "$WORK/config.json" "$WORK/log"
+PID=$DAEMON_PID PORT=$DAEMON_PORT
 check "daemon started and reported its port" test -n "$PORT"
 [[ -z "$PORT" ]] && { cat "$WORK/log"; echo "0 passed, 1 failed"; exit 1; }
 URL="http://127.0.0.1:$PORT"

@@ -13,6 +13,7 @@
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
+#include "kernel/kernel_util.h"
 #include "testing/test_util.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -55,22 +56,8 @@ class Child {
   int go_;
 };
 
-const SeriesSnapshot* Find(const std::vector<MetricSnapshot>& all, const std::string& metric,
-                           const LabelPairs& labels = {}) {
-  for (const auto& m : all) {
-    if (m.name != metric) continue;
-    for (const auto& s : m.series) {
-      bool match = true;
-      for (const auto& l : labels) {
-        bool found = false;
-        for (const auto& sl : s.labels) found |= sl == l;
-        match &= found;
-      }
-      if (match) return &s;
-    }
-  }
-  return nullptr;
-}
+using testing::FindSeries;
+using testing::RunPipeline;
 
 double Sum(const std::vector<MetricSnapshot>& all, const std::string& metric) {
   double total = 0;
@@ -84,51 +71,43 @@ double Sum(const std::vector<MetricSnapshot>& all, const std::string& metric) {
 
 TEST(KernelTest, ExactCountsOfAChildsGetppidCalls) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
-  auto tracefs = Tracefs::Discover("auto");
-  ASSERT_TRUE(tracefs.ok());
   Child child("tpe_kchild", kCalls);
   const std::string pid = std::to_string(child.pid());
-  auto cfg = ParseConfig(R"({"settings": {"ring_buffer_pages": 128}, "metrics": [
+  // The pipeline's Stop() drains everything still in the rings before the snapshot.
+  auto snap = RunPipeline(R"({"settings": {"ring_buffer_pages": 128}, "metrics": [
     {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
      "labels": [{"name": "comm", "source": "comm"}]},
     {"name": "filtered_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
      "filter": "common_pid == )" +
-                             pid + R"("},
+                              pid + R"("},
     {"name": "filtered_sampled_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
      "filter": "common_pid == )" +
-                             pid + R"(", "labels": [{"name": "pid", "source": "pid"}]},
+                              pid + R"(", "labels": [{"name": "pid", "source": "pid"}]},
     {"name": "all_counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}
   ]})",
-                         "kernel_test.json");
-  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  Pipeline pipeline(std::move(*plan), &*tracefs);
-  ASSERT_TRUE(pipeline.Open().ok());
-  ASSERT_TRUE(pipeline.Start().ok());
-  child.RunToExit();
-  pipeline.Stop();  // drains everything still in the rings
-  auto snap = pipeline.Snapshot();
+                          [&] { child.RunToExit(); });
 
   // The child exited before most of its samples were read: its comm comes from
   // PERF_RECORD_COMM, not /proc.
-  const SeriesSnapshot* by_comm = Find(snap, "by_comm_total", {{"comm", "tpe_kchild"}});
+  const SeriesSnapshot* by_comm = FindSeries(snap, "by_comm_total", {{"comm", "tpe_kchild"}});
   ASSERT_NE(by_comm, nullptr);
   EXPECT_EQ(by_comm->value, kCalls);
-  EXPECT_EQ(Find(snap, "filtered_counting_total")->value, kCalls);
-  const SeriesSnapshot* sampled = Find(snap, "filtered_sampled_total", {{"pid", pid}});
+  EXPECT_EQ(FindSeries(snap, "filtered_counting_total")->value, kCalls);
+  const SeriesSnapshot* sampled = FindSeries(snap, "filtered_sampled_total", {{"pid", pid}});
   ASSERT_NE(sampled, nullptr);
   EXPECT_EQ(sampled->value, kCalls);
-  EXPECT_GE(Find(snap, "all_counting_total")->value, kCalls);
+  EXPECT_GE(FindSeries(snap, "all_counting_total")->value, kCalls);
   // Nothing lost, nothing garbled, and every kernel hit of a sampled event was decoded.
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_samples_lost_total"), 0);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_ring_lost_samples_total"), 0);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_ring_errors_total"), 0);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_decode_errors_total"), 0);
-  const SeriesSnapshot* hits = Find(snap, "tracepoint_exporter_event_hits_total",
-                                    {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
-  const SeriesSnapshot* samples = Find(snap, "tracepoint_exporter_samples_total",
-                                       {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
+  const SeriesSnapshot* hits =
+      FindSeries(snap, "tracepoint_exporter_event_hits_total",
+                 {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
+  const SeriesSnapshot* samples =
+      FindSeries(snap, "tracepoint_exporter_samples_total",
+                 {{"event", "syscalls:sys_enter_getppid"}, {"filter", "common_pid == " + pid}});
   ASSERT_NE(hits, nullptr);
   ASSERT_NE(samples, nullptr);
   EXPECT_EQ(hits->value, kCalls);
@@ -137,32 +116,24 @@ TEST(KernelTest, ExactCountsOfAChildsGetppidCalls) {
 
 TEST(KernelTest, RenamedTwiceCountsUnderEachName) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
-  auto tracefs = Tracefs::Discover("auto");
-  ASSERT_TRUE(tracefs.ok());
-  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
+  auto snap = RunPipeline(R"({"metrics": [{"name": "c_total", "type": "counter",
       "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})",
-                         "t.json");
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false);
-  ASSERT_TRUE(plan.ok());
-  Pipeline pipeline(std::move(*plan), &*tracefs);
-  ASSERT_TRUE(pipeline.Open().ok());
-  ASSERT_TRUE(pipeline.Start().ok());
-  pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_NAME, "tpe_first");
-    for (int i = 0; i < 300; ++i) syscall(SYS_getppid);
-    prctl(PR_SET_NAME, "tpe_second");
-    for (int i = 0; i < 700; ++i) syscall(SYS_getppid);
-    _exit(0);
-  }
-  int status;
-  waitpid(pid, &status, 0);
-  pipeline.Stop();
-  auto snap = pipeline.Snapshot();
-  ASSERT_NE(Find(snap, "c_total", {{"comm", "tpe_first"}}), nullptr);
-  EXPECT_EQ(Find(snap, "c_total", {{"comm", "tpe_first"}})->value, 300);
-  ASSERT_NE(Find(snap, "c_total", {{"comm", "tpe_second"}}), nullptr);
-  EXPECT_EQ(Find(snap, "c_total", {{"comm", "tpe_second"}})->value, 700);
+                          [] {
+                            pid_t pid = fork();
+                            if (pid == 0) {
+                              prctl(PR_SET_NAME, "tpe_first");
+                              for (int i = 0; i < 300; ++i) syscall(SYS_getppid);
+                              prctl(PR_SET_NAME, "tpe_second");
+                              for (int i = 0; i < 700; ++i) syscall(SYS_getppid);
+                              _exit(0);
+                            }
+                            int status;
+                            waitpid(pid, &status, 0);
+                          });
+  ASSERT_NE(FindSeries(snap, "c_total", {{"comm", "tpe_first"}}), nullptr);
+  EXPECT_EQ(FindSeries(snap, "c_total", {{"comm", "tpe_first"}})->value, 300);
+  ASSERT_NE(FindSeries(snap, "c_total", {{"comm", "tpe_second"}}), nullptr);
+  EXPECT_EQ(FindSeries(snap, "c_total", {{"comm", "tpe_second"}})->value, 700);
 }
 
 TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {

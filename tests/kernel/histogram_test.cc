@@ -14,6 +14,7 @@
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
+#include "kernel/kernel_util.h"
 #include "testing/test_util.h"
 #include "tracefs/kernel_enums.h"
 
@@ -46,27 +47,8 @@ void Release(int go, pid_t pid) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during) {
-  auto tracefs = Tracefs::Discover("auto");
-  EXPECT_TRUE(tracefs.ok());
-  auto cfg = ParseConfig(config, "histogram_test.json");
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  Pipeline pipeline(std::move(*plan), &*tracefs);
-  EXPECT_TRUE(pipeline.Open().ok());
-  EXPECT_TRUE(pipeline.Start().ok());
-  during();
-  pipeline.Stop();
-  return pipeline.Snapshot();
-}
-
-const MetricSnapshot* Metric(const std::vector<MetricSnapshot>& all, const std::string& name) {
-  for (const auto& m : all) {
-    if (m.name == name) return &m;
-  }
-  return nullptr;
-}
+using testing::FindMetric;
+using testing::RunPipeline;
 
 void NanosleepRaw(long ns) {
   timespec ts{0, ns};
@@ -85,14 +67,16 @@ TEST(KernelHistogramTest, NanosleepLatencyBuckets) {
   });
   const std::string pid = std::to_string(child);
   auto snap = RunPipeline(R"({"metrics": [{"name": "nanosleep_seconds", "type": "latency",
-      "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" + pid +
-                      R"("},
-      "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" + pid +
-                      R"("},
+      "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid +
+                              R"("},
+      "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid +
+                              R"("},
       "labels": [{"name": "comm", "source": "comm", "from": "start"}],
       "buckets": {"type": "explicit", "bounds": [0.001, 0.01, 0.1, 1]}}]})",
-                  [&] { Release(go, child); });
-  const MetricSnapshot* m = Metric(snap, "nanosleep_seconds");
+                          [&] { Release(go, child); });
+  const MetricSnapshot* m = FindMetric(snap, "nanosleep_seconds");
   ASSERT_NE(m, nullptr);
   ASSERT_EQ(m->series.size(), 1u);
   const SeriesSnapshot& s = m->series[0];
@@ -117,19 +101,21 @@ TEST(KernelHistogramTest, WriteSizeHistogramExactBuckets) {
   });
   const std::string pid = std::to_string(child);
   auto snap = RunPipeline(R"({"metrics": [{"name": "write_request_bytes", "type": "histogram",
-      "event": "syscalls:sys_enter_write", "filter": "common_pid == )" + pid + R"(",
+      "event": "syscalls:sys_enter_write", "filter": "common_pid == )" +
+                              pid + R"(",
       "value": {"field": "count"}, "buckets": {"type": "explicit", "bounds": [10, 1000, 65536]}},
       {"name": "write_request_kib", "type": "histogram",
-      "event": "syscalls:sys_enter_write", "filter": "common_pid == )" + pid + R"(",
+      "event": "syscalls:sys_enter_write", "filter": "common_pid == )" +
+                              pid + R"(",
       "value": {"field": "count", "scale": 0.0009765625}, "buckets": {"type": "exp2", "min": 1, "max": 64}}]})",
-                  [&] { Release(go, child); });
-  const MetricSnapshot* m = Metric(snap, "write_request_bytes");
+                          [&] { Release(go, child); });
+  const MetricSnapshot* m = FindMetric(snap, "write_request_bytes");
   ASSERT_NE(m, nullptr);
   ASSERT_EQ(m->series.size(), 1u);
   EXPECT_EQ(m->series[0].bucket_counts, (std::vector<uint64_t>{10, 16, 6, 1}));  // le=10, le=1000, le=65536, +Inf
   EXPECT_EQ(m->series[0].count, 33u);
   EXPECT_DOUBLE_EQ(m->series[0].sum, 7 * 1 + 3 * 10 + 5 * 11 + 11 * 1000 + 2 * 1001 + 4 * 65536 + 70000);
-  const MetricSnapshot* kib = Metric(snap, "write_request_kib");
+  const MetricSnapshot* kib = FindMetric(snap, "write_request_kib");
   ASSERT_NE(kib, nullptr);
   // KiB: 1,10,11,1000,1001 B → <= 1 KiB (28); 65536 B = 64 KiB → le=64 (4); 70000 B → +Inf (1).
   EXPECT_EQ(kib->series[0].bucket_counts, (std::vector<uint64_t>{28, 0, 0, 0, 0, 0, 4, 1}));
@@ -169,31 +155,34 @@ TEST(KernelHistogramTest, CrossCpuWakeupPairing) {
   const std::string pid = std::to_string(sleeper);
   auto snap = RunPipeline(R"({"metrics": [
       {"name": "wakeup_to_run_seconds", "type": "latency",
-       "start": {"event": "sched:sched_waking", "key": ["pid"], "filter": "pid == )" + pid + R"("},
-       "end": {"event": "syscalls:sys_exit_read", "key": ["common_pid"], "filter": "common_pid == )" + pid + R"("},
+       "start": {"event": "sched:sched_waking", "key": ["pid"], "filter": "pid == )" +
+                              pid + R"("},
+       "end": {"event": "syscalls:sys_exit_read", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid + R"("},
        "buckets": {"type": "exp2", "min": 1e-6, "max": 1}},
       {"name": "sleeper_wakeups_total", "type": "counter", "event": "sched:sched_waking",
-       "filter": "pid == )" + pid + R"("}]})",
-                  [&] {
-                    ASSERT_EQ(write(go, "x", 1), 1);
-                    close(go);
-                    usleep(20000);
-                    pid_t waker = fork();
-                    if (waker == 0) {
-                      Pin(0);
-                      for (int i = 0; i < kWakeups; ++i) {
-                        usleep(1000);  // the sleeper is blocked in read() again by then
-                        if (write(wake[1], "w", 1) != 1) _exit(3);
-                      }
-                      _exit(0);
-                    }
-                    int status;
-                    waitpid(waker, &status, 0);
-                    waitpid(sleeper, &status, 0);
-                    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-                  });
-  const MetricSnapshot* wakeups = Metric(snap, "sleeper_wakeups_total");
-  const MetricSnapshot* lat = Metric(snap, "wakeup_to_run_seconds");
+       "filter": "pid == )" + pid +
+                              R"("}]})",
+                          [&] {
+                            ASSERT_EQ(write(go, "x", 1), 1);
+                            close(go);
+                            usleep(20000);
+                            pid_t waker = fork();
+                            if (waker == 0) {
+                              Pin(0);
+                              for (int i = 0; i < kWakeups; ++i) {
+                                usleep(1000);  // the sleeper is blocked in read() again by then
+                                if (write(wake[1], "w", 1) != 1) _exit(3);
+                              }
+                              _exit(0);
+                            }
+                            int status;
+                            waitpid(waker, &status, 0);
+                            waitpid(sleeper, &status, 0);
+                            EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+                          });
+  const MetricSnapshot* wakeups = FindMetric(snap, "sleeper_wakeups_total");
+  const MetricSnapshot* lat = FindMetric(snap, "wakeup_to_run_seconds");
   ASSERT_NE(wakeups, nullptr);
   ASSERT_NE(lat, nullptr);
   ASSERT_EQ(lat->series.size(), 1u);

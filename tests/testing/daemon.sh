@@ -1,0 +1,17 @@
+# Sourced by shell tests and benchmarks: starts the tracepoint_exporter binary on a free
+# loopback port and waits until it reports the port.
+#   start_daemon BINARY CONFIG LOG [ARGS...]   sets DAEMON_PID and DAEMON_PORT (empty on failure)
+start_daemon() {
+  local bin=$1 config=$2 log=$3
+  shift 3
+  "$bin" --config.file="$config" --web.listen-address=127.0.0.1:0 "$@" >"$log" 2>&1 &
+  DAEMON_PID=$!
+  DAEMON_PORT=""
+  for _ in $(seq 1 100); do
+    DAEMON_PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$log" | head -1)
+    [[ -n "$DAEMON_PORT" ]] && return 0
+    kill -0 "$DAEMON_PID" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
