@@ -99,12 +99,17 @@ TEST(CounterTest, CountsPerLabelSetAndRendersLabels) {
   EXPECT_EQ(c.series_dropped(), 0u);
 }
 
-TEST(CounterTest, CardinalityLimitDropsAndCounts) {
+// A counter labelled by sched_waking's pid field, with at most `max_series` series.
+CounterCollector PidCounter(size_t max_series) {
   EventFormat f = SchedWaking();
   std::vector<LabelSpec> specs(1);
   specs[0].name = "pid";
   specs[0].extractor = *FieldExtractor::Compile(*f.FindField("pid"), LabelDecode::kAuto, nullptr);
-  CounterCollector c("x_total", "h", LabelSet(std::move(specs)), 3);
+  return CounterCollector("x_total", "h", LabelSet(std::move(specs)), max_series);
+}
+
+TEST(CounterTest, CardinalityLimitDropsAndCounts) {
+  CounterCollector c = PidCounter(3);
   CommTable comms(NoProc);
   for (int pid = 0; pid < 10; ++pid) {
     auto raw = WakingRaw("t", pid);
@@ -118,11 +123,7 @@ TEST(CounterTest, CardinalityLimitDropsAndCounts) {
 }
 
 TEST(CounterTest, ShortRawIsADecodeErrorNotACrash) {
-  EventFormat f = SchedWaking();
-  std::vector<LabelSpec> specs(1);
-  specs[0].name = "pid";
-  specs[0].extractor = *FieldExtractor::Compile(*f.FindField("pid"), LabelDecode::kAuto, nullptr);
-  CounterCollector c("x_total", "h", LabelSet(std::move(specs)), 3);
+  CounterCollector c = PidCounter(3);
   CommTable comms(NoProc);
   std::vector<uint8_t> raw(12, 0);
   Sample s;
