@@ -2,6 +2,7 @@
 
 #include <linux/perf_event.h>
 
+#include <algorithm>
 #include <ctime>
 #include <limits>
 
@@ -26,6 +27,7 @@ Reader::Reader(Plan* plan, std::deque<CpuRing>* rings)
 
 void Reader::Index(CpuRing* r) {
   r->head = r->ring->LoadHead();
+  r->delivered = false;
   RingCursor cursor = r->ring->Cursor(r->head);
   RawRecord rec;
   for (;;) {
@@ -39,6 +41,8 @@ void Reader::Index(CpuRing* r) {
     uint64_t t = 0;
     if (!RecordTime(rec.type, rec.bytes, &t)) t = 0;  // too short for a time: dispatched (and counted) at once
     r->pending.push_back({t, rec.type, rec.bytes});
+    r->delivered = true;
+    r->last_time_ns = t;
     r->bytes_read.Add(rec.bytes.size());
   }
 }
@@ -127,7 +131,13 @@ void Reader::Round(bool flush_all) {
   const uint64_t now = MonotonicNs();
   for (auto& r : *rings_) Index(&r);
   uint64_t limit = std::numeric_limits<uint64_t>::max();
-  if (ordered_ && !flush_all) limit = now > kReorderSlackNs ? now - kReorderSlackNs : 0;
+  if (ordered_ && !flush_all) {
+    for (const auto& r : *rings_) {
+      const uint64_t bound = r.delivered ? (r.last_time_ns > kNestingSlackNs ? r.last_time_ns - kNestingSlackNs : 0)
+                                         : (now > kQuietSlackNs ? now - kQuietSlackNs : 0);
+      limit = std::min(limit, bound);
+    }
+  }
 
   // k-way merge by timestamp (k = number of CPUs: a linear scan beats a heap here).
   for (;;) {

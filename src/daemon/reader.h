@@ -3,15 +3,17 @@
 // One round (as tools/lib/perf's read_init → read_event/consume → read_done, over all rings):
 //   1. note T = CLOCK_MONOTONIC now, then acquire-load each ring's data_head and index the
 //      records up to it (time, bytes);
-//   2. merge the rings by timestamp and dispatch every record older than T - kReorderSlackNs
-//      (perf's "ordered events"): the kernel stamps a record a few microseconds before it
-//      commits it, so any record stamped before that limit, on any CPU, was already in its
-//      ring when we loaded data_head. PERF_RECORD_COMM/FORK/EXIT thus reach the comm table
-//      before the samples that follow them, whichever CPU either ran on;
-//   3. copy the few records too young to dispatch (at most kReorderSlackNs worth) out of the
-//      ring into a side buffer, and release-store data_tail = data_head once per ring. The ring
-//      is never held back, so ordering costs no ring space.
-// Without ordering needs (no comm labels) every record is dispatched in the round it is read.
+//   2. merge the rings by timestamp and dispatch every record stamped before a limit that no
+//      record still to come can precede (perf's "ordered events"). Per ring: a CPU writes its
+//      ring in time order, except for records of nested interrupts, so a ring that delivered
+//      records this round will not later deliver one stamped much before its last one
+//      (bound: last time − kNestingSlackNs); a ring that delivered nothing may still be
+//      committing a record stamped just before T (bound: T − kQuietSlackNs). The limit is the
+//      smallest bound. PERF_RECORD_COMM/FORK/EXIT thus reach the comm table before the samples
+//      that follow them, and latency starts before their ends, whichever CPUs they ran on;
+//   3. copy the few records too young to dispatch out of the ring into a side buffer, and
+//      release-store data_tail = data_head once per ring. The ring is never held back.
+// Without ordering needs (no comm labels, no latency) every record is dispatched at once.
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
 // COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → per-event and per-CPU lost counts; other
@@ -31,10 +33,12 @@
 
 namespace tpe {
 
-// How long before a round's start a record must be stamped to be dispatched in that round.
-// The stamp-to-commit gap is microseconds; 2 ms also covers a vCPU briefly descheduled by the
-// hypervisor mid-write.
-inline constexpr uint64_t kReorderSlackNs = 2'000'000;
+// How far a ring that delivered records may still go back in time (nested IRQ/NMI records).
+inline constexpr uint64_t kNestingSlackNs = 50'000;
+// How long before the round's start a record may be stamped and still be uncommitted on a ring
+// that delivered nothing this round. The stamp-to-commit gap is microseconds; 1 ms also covers
+// a vCPU briefly descheduled by the hypervisor mid-write.
+inline constexpr uint64_t kQuietSlackNs = 1'000'000;
 
 struct CpuRing {
   int cpu = 0;
@@ -54,7 +58,9 @@ struct CpuRing {
   size_t next = 0;               // first pending record not dispatched
   std::vector<uint8_t> held[2];  // side buffers for held records, used alternately
   int cur_held = 0;
-  uint64_t head = 0;  // data_head loaded this round
+  uint64_t head = 0;          // data_head loaded this round
+  bool delivered = false;     // records were indexed this round
+  uint64_t last_time_ns = 0;  // timestamp of the last record indexed this round
 };
 
 class Reader {

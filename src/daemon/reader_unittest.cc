@@ -128,7 +128,7 @@ TEST(ReaderTest, CommRecordOnOneCpuAppliesToLaterSamplesOnAnother) {
   f.MapRings();
   Reader reader(&f.plan, &f.rings);
   reader.comms().OnComm(5, "before");
-  reader.Round(false);
+  reader.Round(/*flush_all=*/true);  // everything, still merged in timestamp order
   MetricSnapshot m = f.counter->Snapshot();
   ASSERT_EQ(m.series.size(), 1u);
   EXPECT_EQ(m.series[0].labels[0].second, "renamed");
@@ -171,6 +171,24 @@ TEST(ReaderTest, RecentRecordsAreHeldOutsideTheRing) {
   EXPECT_EQ(m.series[0].value, 1);
   EXPECT_EQ(m.series[1].labels[0].second, "late_name");
   EXPECT_EQ(m.series[1].value, 2);
+}
+
+// The dispatch limit: a ring that delivered records bounds it by its last record minus the
+// nesting slack; a ring that delivered nothing, by the round's start minus the quiet slack.
+TEST(ReaderTest, LimitFollowsTheSlowestRing) {
+  Fixture f;
+  const uint64_t base = Now() - 10'000'000;  // 10 ms ago
+  f.m0.Put(SampleRec(100, 5, base));
+  f.m0.Put(SampleRec(100, 5, base + 100'000));
+  f.m1.Put(SampleRec(101, 5, base + 30'000));
+  f.m1.Put(SampleRec(101, 5, base + 60'000));  // ring 1's bound: base + 10 us
+  f.MapRings();
+  Reader reader(&f.plan, &f.rings);
+  reader.Round(false);
+  EXPECT_EQ(f.ev->samples.Get(), 1u);  // only `base`; the rest wait for ring 1 to move on
+  EXPECT_EQ(reader.held_records(), 3u);
+  reader.Round(false);  // nothing new anywhere: quiet bound now - 1 ms releases all
+  EXPECT_EQ(f.ev->samples.Get(), 4u);
 }
 
 TEST(ReaderTest, LostRecordsAreCountedPerEventAndPerCpu) {
@@ -263,7 +281,7 @@ TEST(ReaderTest, LatencyPairsAcrossCpusReadOutOfOrder) {
     r.ring = std::make_unique<RingBuffer>(RingBuffer::FromMapping(-1, m->Take()));
   }
   Reader reader(&plan, &rings);
-  reader.Round(false);
+  reader.Round(/*flush_all=*/true);  // everything, still merged in timestamp order
   MetricSnapshot snap = lat->Snapshot();
   ASSERT_EQ(snap.series.size(), 1u);
   EXPECT_EQ(snap.series[0].count, 2u);

@@ -1,0 +1,122 @@
+// Micro-benchmarks of the per-sample hot path and of scrape serialization (Google Benchmark).
+// Each "sample" benchmark decodes one captured PERF_RECORD_SAMPLE (tests/data/linux-6.18/
+// records/) and feeds it to a collector, as the reader thread does: ns per sample.
+//   build/bench/micro/collectors_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+
+#include "collectors/counter.h"
+#include "collectors/histogram.h"
+#include "collectors/latency.h"
+#include "common/file_util.h"
+#include "decode/sample.h"
+#include "exporter/exporter.h"
+#include "format/event_format.h"
+#include "testing/hex.h"
+
+namespace tpe {
+namespace {
+
+const std::string kData = TPE_TEST_DATA "/linux-6.18";
+
+struct Captured {
+  std::vector<uint8_t> record;
+  EventFormat format;
+  Captured(const std::string& sys, const std::string& ev)
+      : record(testing::ReadHexFile(kData + "/records/" + ev + ".hex")),
+        format(*ParseFormat(*ReadFileToString(kData + "/events/" + sys + "/" + ev + "/format"), ev)) {}
+  FieldExtractor Field(const std::string& name, LabelDecode d = LabelDecode::kAuto) const {
+    return *FieldExtractor::Compile(*format.FindField(name), d, nullptr);
+  }
+};
+
+CommTable Comms() {
+  CommTable t([](uint32_t, char*, size_t) { return -1; });
+  t.OnComm(4126, "tpe_capture");
+  return t;
+}
+
+void RunSamples(benchmark::State& state, const std::vector<uint8_t>& record, Collector* c) {
+  CommTable comms = Comms();
+  for (auto _ : state) {
+    Sample s;
+    benchmark::DoNotOptimize(ParseSample(Bytes(record), &s));
+    c->OnSample(0, s, &comms);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_CounterLabels(benchmark::State& state) {
+  Captured w("sched", "sched_switch");
+  std::vector<LabelSpec> specs;
+  if (state.range(0) >= 1) specs.push_back({"comm", LabelSource::kComm, std::nullopt});
+  if (state.range(0) >= 3) {
+    specs.push_back({"next_comm", LabelSource::kField, w.Field("next_comm")});
+    specs.push_back({"prev_state", LabelSource::kField, w.Field("prev_state")});
+  }
+  CounterCollector c("c_total", "h", LabelSet(std::move(specs)), 10000);
+  RunSamples(state, w.record, &c);
+}
+BENCHMARK(BM_CounterLabels)->Arg(0)->Arg(1)->Arg(3);
+
+void BM_ValueHistogram(benchmark::State& state) {
+  Captured w("syscalls", "sys_enter_write");
+  HistogramCollector h("bytes", "h", LabelSet(), w.Field("count"), 1.0, *Buckets::Exp2(1, 1 << 20), 10000);
+  RunSamples(state, w.record, &h);
+}
+BENCHMARK(BM_ValueHistogram);
+
+// One start and one end per iteration (sched_switch prev_pid → next_pid on the same record).
+void BM_LatencyPair(benchmark::State& state) {
+  Captured w("sched", "sched_switch");
+  LatencyEndpoint start, end;
+  start.key.push_back(w.Field("prev_pid"));
+  end.key.push_back(w.Field("prev_pid"));
+  std::vector<LatencyEndpoint> starts;
+  starts.push_back(std::move(start));
+  LatencyCollector lat("lat_seconds", "h", std::move(starts), std::move(end), *Buckets::Exp2(1e-6, 1), 10000, 100000,
+                       10'000'000'000ULL);
+  CommTable comms = Comms();
+  uint64_t t = 0;
+  for (auto _ : state) {
+    Sample s;
+    ParseSample(Bytes(w.record), &s);
+    s.time_ns = t += 1000;
+    lat.OnSample(0, s, &comms);
+    s.time_ns = t += 3000;
+    lat.OnSample(1, s, &comms);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_LatencyPair);
+
+// Snapshot + Prometheus text serialization of one counter with 10,000 series.
+void BM_Scrape10kSeries(benchmark::State& state) {
+  Captured w("sched", "sched_waking");  // format only
+  std::vector<LabelSpec> specs;
+  specs.push_back({"pid", LabelSource::kField, w.Field("pid")});
+  CounterCollector c("c_total", "h", LabelSet(std::move(specs)), 10000);
+  CommTable comms = Comms();
+  std::vector<uint8_t> raw(40, 0);
+  Sample s;
+  s.raw = Bytes(raw);
+  for (int32_t pid = 0; pid < 10000; ++pid) {
+    std::memcpy(&raw[24], &pid, 4);
+    c.OnSample(0, s, &comms);
+  }
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::vector<MetricSnapshot> snap{c.Snapshot()};
+    std::string text = SerializeText(snap);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text);
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_Scrape10kSeries)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tpe
+
+BENCHMARK_MAIN();
