@@ -268,6 +268,23 @@ def w4_burst(build, shm):
     return "\n".join(lines)
 
 
+def footprint(build):
+    """RSS of the exporter with every shipped metric (config/default.json + config/latency.json)."""
+    metrics = []
+    for f in ("default.json", "latency.json"):
+        text = open(os.path.join(ROOT, "config", f)).read()
+        text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
+        metrics += json.loads(text)["metrics"]
+    t = Exporter("exporter", build, metrics)
+    t.start()
+    time.sleep(3)
+    t.scrape()
+    status = {k: proc_status(t.proc.pid, k) for k in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")}
+    t.stop(signal.SIGTERM)
+    rings_kib = 64 * os.sysconf("SC_PAGE_SIZE") // 1024 * os.cpu_count()
+    return len(metrics), status, rings_kib
+
+
 def micro(build):
     out = subprocess.run([f"{build}/bench/micro/collectors_bench", "--benchmark_format=json"], capture_output=True, text=True).stdout
     rows = ["| benchmark | time | per |", "|---|---:|---|"]
@@ -312,6 +329,12 @@ def main():
     print("micro-benchmarks", file=sys.stderr)
     sections.append("## Micro-benchmarks (Google Benchmark, `build/bench/micro/collectors_bench`)\n\n"
                     "Decode + aggregate of one captured sample, and the snapshot + text serialization of a 10,000-series scrape.\n\n" + micro(build))
+    print("footprint", file=sys.stderr)
+    n, st, rings_kib = footprint(build)
+    sections.append(f"## Footprint with {n} metrics (config/default.json + config/latency.json), idle host\n\n"
+                    f"VmHWM {st['VmHWM'] / 1024:.1f} MiB; VmRSS {st['VmRSS'] / 1024:.1f} MiB = RssAnon "
+                    f"{st['RssAnon'] / 1024:.1f} + RssFile {st['RssFile'] / 1024:.1f} + RssShmem {st['RssShmem'] / 1024:.1f} MiB; "
+                    f"mapped rings {rings_kib / 1024:.1f} MiB (64 pages × {os.cpu_count()} CPUs).")
     doc = head + "\n" + "\n\n".join(sections) + "\n"
     open(a.out, "w").write(doc)
     print(doc)

@@ -1,15 +1,24 @@
 #include "collectors/inflight_table.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace tpe {
 
 InflightTable::InflightTable(size_t max_entries) : max_entries_(max_entries) {
   size_t cap = 16;
   while (cap < max_entries * 2) cap <<= 1;  // load factor <= 0.5 keeps probes short
-  slots_.resize(cap);
+  slots_ = static_cast<Slot*>(std::calloc(cap, sizeof(Slot)));
+  if (slots_ == nullptr) {
+    // Out of memory: a table that holds nothing; every Put reports kFull (counted as
+    // table_full), nothing crashes.
+    max_entries_ = 0;
+    cap = 0;
+  }
   mask_ = cap - 1;
 }
+
+InflightTable::~InflightTable() { std::free(slots_); }
 
 uint64_t InflightTable::Hash(std::string_view key) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then a finalizer
@@ -21,6 +30,7 @@ uint64_t InflightTable::Hash(std::string_view key) {
 }
 
 size_t InflightTable::Find(std::string_view key, uint64_t h) const {
+  if (slots_ == nullptr) return static_cast<size_t>(-1);
   for (size_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.hash == 0) return static_cast<size_t>(-1);
@@ -75,7 +85,7 @@ bool InflightTable::Take(std::string_view key, Start* out) {
 
 size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) {
   size_t removed = 0;
-  for (size_t i = 0; i < slots_.size();) {
+  for (size_t i = 0; slots_ != nullptr && i <= mask_;) {
     if (slots_[i].hash != 0 && slots_[i].start.time_ns < cutoff_ns) {
       EraseAt(i);  // may pull a later entry into i: look at i again
       ++removed;

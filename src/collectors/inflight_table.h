@@ -1,7 +1,9 @@
 // The table of latency starts waiting for their end: a fixed-capacity open-addressing hash map
 // (linear probing, backward-shift deletion) from a fixed-size binary key (up to kMaxKeyBytes:
 // e.g. pid, or dev+sector) to {start time, start label id}. Capacity is set once, so no
-// operation allocates.
+// operation allocates. The slots come from calloc: the kernel backs them with zero pages until
+// a key is written, so resident memory follows the keys in use, not max_entries (64 bytes a
+// slot, 2 slots per entry).
 //
 // Thread-safety: single-threaded (the reader thread).
 #pragma once
@@ -9,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
-#include <vector>
 
 namespace tpe {
 
@@ -24,6 +25,9 @@ class InflightTable {
 
   // At most `max_entries` entries at once.
   explicit InflightTable(size_t max_entries);
+  ~InflightTable();
+  InflightTable(const InflightTable&) = delete;
+  InflightTable& operator=(const InflightTable&) = delete;
 
   enum class PutResult { kInserted, kReplaced, kFull };
   // Records a start for `key` (at most kMaxKeyBytes; longer keys are cut). A start already
@@ -38,9 +42,9 @@ class InflightTable {
   size_t max_entries() const { return max_entries_; }
 
  private:
-  struct Slot {
-    uint64_t hash = 0;  // 0 = empty
-    uint8_t len = 0;
+  struct Slot {     // trivial: all-zero bytes are an empty slot
+    uint64_t hash;  // 0 = empty
+    uint8_t len;
     char key[kMaxKeyBytes];
     Start start;
   };
@@ -48,7 +52,7 @@ class InflightTable {
   size_t Find(std::string_view key, uint64_t h) const;  // slot index or npos
   void EraseAt(size_t i);
 
-  std::vector<Slot> slots_;
+  Slot* slots_;  // owned; calloc'ed, capacity mask_ + 1
   size_t mask_;
   size_t size_ = 0;
   size_t max_entries_;
