@@ -21,10 +21,18 @@ InflightTable::InflightTable(size_t max_entries) : max_entries_(max_entries) {
 InflightTable::~InflightTable() { std::free(slots_); }
 
 uint64_t InflightTable::Hash(std::string_view key) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then a finalizer
-  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ULL;
+  // Keys are 8-byte integer fields: mix a word at a time (murmur3's finalizer per word).
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ key.size();
+  size_t i = 0;
+  for (; i + 8 <= key.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, key.data() + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+  }
+  for (; i < key.size(); ++i) h = (h ^ static_cast<unsigned char>(key[i])) * 0x100000001b3ULL;
   h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
+  h *= 0xc4ceb9fe1a85ec53ULL;
   h ^= h >> 33;
   return h | 1;  // never 0 (0 marks an empty slot)
 }

@@ -21,8 +21,19 @@ uint64_t MonotonicNs() {
 Reader::Reader(Plan* plan, std::deque<CpuRing>* rings)
     : plan_(plan), rings_(rings), ordered_(plan->needs_ordering || plan->needs_comm) {
   for (auto& e : plan_->events) {
-    for (uint64_t id : e->ids) by_id_[id] = e.get();
+    for (uint64_t id : e->ids) by_id_.emplace_back(id, e.get());
   }
+}
+
+EventPlan* Reader::FindEvent(uint64_t id) {
+  if (last_hit_ < by_id_.size() && by_id_[last_hit_].first == id) return by_id_[last_hit_].second;
+  for (size_t i = 0; i < by_id_.size(); ++i) {
+    if (by_id_[i].first == id) {
+      last_hit_ = i;
+      return by_id_[i].second;
+    }
+  }
+  return nullptr;
 }
 
 void Reader::Index(CpuRing* r) {
@@ -84,12 +95,11 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
         return;
       }
       s.cpu = cpu;
-      auto it = by_id_.find(s.id);
-      if (it == by_id_.end()) {
+      EventPlan* ep = FindEvent(s.id);
+      if (ep == nullptr) {
         other_records_.Add(1);
         return;
       }
-      EventPlan* ep = it->second;
       ep->samples.Add(1);
       for (auto& [collector, index] : ep->consumers) collector->OnSample(index, s, &comms_);
       return;
@@ -116,8 +126,7 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       for (auto& r : *rings_) {
         if (r.cpu == static_cast<int>(cpu)) r.lost_samples.Add(l.lost);
       }
-      auto it = by_id_.find(l.id);
-      if (it != by_id_.end()) it->second->ring_lost.Add(l.lost);
+      if (EventPlan* ep = FindEvent(l.id)) ep->ring_lost.Add(l.lost);
       return;
     }
     default:

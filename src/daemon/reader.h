@@ -83,7 +83,11 @@ class Reader {
 
   Plan* plan_;                  // not owned; outlives the reader
   std::deque<CpuRing>* rings_;  // not owned
-  std::unordered_map<uint64_t, EventPlan*> by_id_;
+  // PERF_SAMPLE_IDENTIFIER → event: events × CPUs entries, few, so a linear scan (with the last
+  // hit first) beats hashing.
+  EventPlan* FindEvent(uint64_t id);
+  std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
+  size_t last_hit_ = 0;
   CommTable comms_;
   bool ordered_;
   RelaxedCounter held_records_;
