@@ -334,6 +334,7 @@ StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
     MetricConfig m;
     std::string jp = "metrics[" + std::to_string(i) + "]";
     TPE_RETURN_IF_ERROR(ParseMetric(c, (*metrics)[i], jp, &m));
+    m.canonical = (*metrics)[i].dump() + "|max_series=" + std::to_string(cfg.settings.max_series_per_metric);
     if (!names.insert(m.name).second) return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
     cfg.metrics.push_back(std::move(m));
   }

@@ -64,6 +64,7 @@ struct MetricConfig {
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
   std::string json_path;               // "metrics[0]"
+  std::string canonical;               // the metric's JSON, normalized: equal iff unchanged
 };
 
 struct Settings {

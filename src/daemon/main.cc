@@ -1,13 +1,16 @@
 // tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
 // The only place in the project that exits the process.
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "common/log.h"
 #include "daemon/config.h"
+#include "daemon/daemon.h"
 #include "daemon/list_events.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
@@ -63,52 +66,75 @@ int main(int argc, char** argv) {
     return st.ok() ? 0 : Fail(st);
   }
 
-  auto config = tpe::LoadConfig(config_file);
-  if (!config.ok()) return Fail(config.status());
   tpe::KernelEnums enums = tpe::KernelEnums::LoadFromKernel();
-  auto plan = tpe::BuildPlan(*config, *tracefs, enums, /*check_filters=*/true);
-  if (!plan.ok()) return Fail(plan.status());
-  for (const auto& w : (*plan)->warnings) TPE_LOG_WARN("{}", w);
 
-  // Block the stop signals before any thread starts, so only sigwait() below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the signals we handle before any thread starts, so only sigwait() below gets them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  tpe::Pipeline pipeline(std::move(*plan), &*tracefs);
-  if (auto st = pipeline.Open(); !st.ok()) return Fail(st);
-  if (config_check) {
-    std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened)\n", config_file.c_str(),
-                config->metrics.size(), pipeline.plan().events.size());
-    return 0;
-  }
-  if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
-  if (!print_for.empty()) {
-    auto duration = tpe::ParseDuration(print_for);
-    if (!duration.ok()) return Fail(duration.status());
+  if (config_check || !print_for.empty()) {
+    auto config = tpe::LoadConfig(config_file);
+    if (!config.ok()) return Fail(config.status());
+    auto plan = tpe::BuildPlan(*config, *tracefs, enums, /*check_filters=*/true);
+    if (!plan.ok()) return Fail(plan.status());
+    for (const auto& w : (*plan)->warnings) TPE_LOG_WARN("{}", w);
+    std::chrono::milliseconds duration{0};
+    if (!print_for.empty()) {
+      auto d = tpe::ParseDuration(print_for);
+      if (!d.ok()) return Fail(d.status());
+      duration = *d;
+    }
+    tpe::Pipeline pipeline(std::move(*plan), &*tracefs);
+    if (auto st = pipeline.Open(); !st.ok()) return Fail(st);
+    if (config_check) {
+      std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened)\n", config_file.c_str(),
+                  config->metrics.size(), pipeline.plan().events.size());
+      return 0;
+    }
+    if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
     std::fprintf(stderr, "tracing for %s (Ctrl-C to stop early)...\n", print_for.c_str());
-    timespec ts{static_cast<time_t>(duration->count() / 1000), static_cast<long>(duration->count() % 1000) * 1000000};
+    timespec ts{static_cast<time_t>(duration.count() / 1000), static_cast<long>(duration.count() % 1000) * 1000000};
     siginfo_t info;
-    sigtimedwait(&stop_signals, &info, &ts);
+    sigtimedwait(&signals, &info, &ts);
     pipeline.Stop();
     auto snap = pipeline.Snapshot();
     snap.resize(pipeline.plan().collectors.size());  // user metrics only
     tpe::PrintReport(snap, std::cout);
     return 0;
   }
-  auto http = tpe::HttpExporter::Start(listen, telemetry, [&pipeline] { return pipeline.Snapshot(); });
+
+  tpe::Daemon daemon(config_file, &*tracefs, &enums);
+  if (auto st = daemon.Start(); !st.ok()) return Fail(st);
+  auto http = tpe::HttpExporter::Start(listen, telemetry, [&daemon] { return daemon.Snapshot(); });
   if (!http.ok()) return Fail(http.status());
   std::string ports;
   for (int p : (*http)->ports()) ports += (ports.empty() ? "" : ",") + std::to_string(p);
-  TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {} (tracefs {})", config->metrics.size(), config_file,
+  TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {} (tracefs {})", daemon.metric_count(), config_file,
                listen, ports, telemetry, tracefs->root());
+  sd_notifyf(0, "READY=1\nSTATUS=serving %zu metrics on port %s", daemon.metric_count(), ports.c_str());
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  TPE_LOG_INFO("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) {
+      TPE_LOG_INFO("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+    sd_notify(0, "RELOADING=1");
+    tpe::Status st = daemon.Reload();
+    if (st.ok()) {
+      TPE_LOG_INFO("reloaded {}: {} metrics", config_file, daemon.metric_count());
+    } else {
+      TPE_LOG_ERROR("reload of {} failed, still running the previous config: {}", config_file, st.message());
+    }
+    sd_notify(0, "READY=1");
+  }
+  sd_notify(0, "STOPPING=1");
   http->reset();
-  pipeline.Stop();
+  daemon.Stop();
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "collectors/counter.h"
 #include "collectors/latency.h"
 #include "common/log.h"
 #include "perf/perf_event.h"
@@ -107,6 +108,10 @@ void Pipeline::Run() {
 }
 
 void Pipeline::Stop() {
+  // Once only: after a reload moved collectors to the next pipeline, this one must never
+  // dispatch again (its destructor calls Stop too).
+  if (stopped_) return;
+  stopped_ = true;
   for (auto& ep : plan_->events) {
     for (auto& fd : ep->fds) (void)DisableEvent(fd.get());
   }
@@ -119,6 +124,37 @@ void Pipeline::Stop() {
     reader_->Round(/*flush_all=*/true);
     reader_->Round(/*flush_all=*/true);
   }
+}
+
+void Pipeline::AdoptFrom(Pipeline& old) {
+  for (size_t i = 0; i < plan_->collectors.size(); ++i) {
+    for (size_t j = 0; j < old.plan_->collectors.size(); ++j) {
+      if (!old.plan_->collectors[j] || old.plan_->identities[j] != plan_->identities[i]) continue;
+      Collector* fresh = plan_->collectors[i].get();
+      std::unique_ptr<Collector> kept = std::move(old.plan_->collectors[j]);
+      for (auto& ep : plan_->events) {
+        for (auto& consumer : ep->consumers) {
+          if (consumer.first == fresh) consumer.first = kept.get();
+        }
+      }
+      if (EventPlan* ep = plan_->counting_events[i]) {
+        static_cast<CounterCollector*>(kept.get())->Rebase([ep] { return ep->ReadKernelCounts().count; });
+      }
+      plan_->collectors[i] = std::move(kept);
+      break;
+    }
+  }
+  for (auto& ep : plan_->events) {
+    for (auto& oep : old.plan_->events) {
+      if (oep->event == ep->event && oep->filter == ep->filter) {
+        ep->base = oep->ReadCounts();
+        ep->samples.Add(oep->samples.Get());
+        ep->ring_lost.Add(oep->ring_lost.Get());
+        break;
+      }
+    }
+  }
+  if (reader_ && old.reader_) reader_->comms() = std::move(old.reader_->comms());
 }
 
 namespace {

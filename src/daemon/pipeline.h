@@ -32,7 +32,15 @@ class Pipeline {
   // Starts the reader thread (no-op when nothing is sampled).
   Status Start();
   // Disables the events, stops the reader and dispatches everything still in the rings.
+  // Idempotent: later calls do nothing.
   void Stop();
+
+  // For a reload: carries state from `old` (stopped) into this pipeline (opened, not started).
+  // Every metric whose definition is unchanged continues with old's collector — its series,
+  // in-flight latency starts, and (counting mode) its count so far; events with the same
+  // (event, filter) keep their self-metric counts; the comm table is kept. Metrics only in
+  // `old` are dropped with it. Call under the scrape lock (no concurrent Snapshot).
+  void AdoptFrom(Pipeline& old);
 
   // User metrics (config order) then self-metrics.
   std::vector<MetricSnapshot> Snapshot() const;
@@ -52,6 +60,7 @@ class Pipeline {
   ScopedFd stop_fd_;  // eventfd that wakes the reader to stop
   std::thread thread_;
   std::atomic<bool> running_{false};
+  bool stopped_ = false;
   RelaxedCounter wakeups_;
 };
 

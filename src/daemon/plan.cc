@@ -8,6 +8,13 @@
 namespace tpe {
 
 EventCount EventPlan::ReadCounts() const {
+  EventCount total = ReadKernelCounts();
+  total.count += base.count;
+  total.lost += base.lost;
+  return total;
+}
+
+EventCount EventPlan::ReadKernelCounts() const {
   EventCount total;
   for (const auto& fd : fds) {
     auto c = ReadEventCount(fd.get());
@@ -178,6 +185,8 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   plan->needs_comm |= c->NeedsComm();
   plan->needs_ordering = true;
   plan->collectors.push_back(std::move(c));
+  plan->identities.push_back(m.canonical);
+  plan->counting_events.push_back(nullptr);
   return Status::Ok();
 }
 
@@ -211,7 +220,9 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     } else if (m.labels.empty()) {
       // Counting mode: the kernel counts (after the filter); read() at scrape.
       plan->collectors.push_back(
-          std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadCounts().count; }));
+          std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadKernelCounts().count; }));
+      plan->identities.push_back(m.canonical);
+      plan->counting_events.push_back(ep);
       continue;
     } else {
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
@@ -222,6 +233,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     plan->needs_comm |= c->NeedsComm();
     plan->needs_ordering |= c->NeedsOrdering();
     plan->collectors.push_back(std::move(c));
+    plan->identities.push_back(m.canonical);
+    plan->counting_events.push_back(nullptr);
   }
   return plan;
 }

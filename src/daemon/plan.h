@@ -44,8 +44,11 @@ struct EventPlan {
   std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd
   RelaxedCounter samples;     // samples decoded
   RelaxedCounter ring_lost;   // samples reported lost by PERF_RECORD_LOST for this id
+  EventCount base;            // counts carried over from before a reload
 
-  // Sum over CPUs of the kernel's count and lost-sample count (PERF_FORMAT_LOST).
+  // Sum over CPUs of the kernel's count and lost-sample count (PERF_FORMAT_LOST) of these fds.
+  EventCount ReadKernelCounts() const;
+  // The same plus `base`: what the self-metrics report.
   EventCount ReadCounts() const;
 };
 
@@ -54,6 +57,8 @@ struct Plan {
   Settings settings;
   std::vector<std::unique_ptr<EventPlan>> events;
   std::vector<std::unique_ptr<Collector>> collectors;  // one per metric, config order
+  std::vector<std::string> identities;                 // MetricConfig::canonical, per collector
+  std::vector<EventPlan*> counting_events;             // per collector: its event if counting mode
   bool needs_comm = false;                             // some label uses source "comm"
   bool needs_ordering = false;                         // comm labels or latency pairing
   std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF

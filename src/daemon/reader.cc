@@ -162,7 +162,9 @@ void Reader::Round(bool flush_all) {
     Dispatch(p, static_cast<uint32_t>(best->cpu));
   }
   for (auto& r : *rings_) HoldAndRelease(&r);
-  for (auto& c : plan_->collectors) c->OnRoundEnd();
+  for (auto& c : plan_->collectors) {
+    if (c) c->OnRoundEnd();  // null once a reload moved it to the next pipeline
+  }
 }
 
 }  // namespace tpe

@@ -60,8 +60,33 @@ else
 fi
 check "landing page links the metrics path" bash -c "curl -sf '$URL/' | grep -q 'href=\"/metrics\"'"
 
+# Reload (SIGHUP): add a metric, keep the others; the kept counter is not reset.
+cp "$WORK/config.json" "$WORK/config.before"
+sed -i 's/^\]}$/, {"name": "reloaded_getppid_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}\n]}/' "$WORK/config.json"
+kill -HUP "$PID"
+for _ in $(seq 1 50); do
+  curl -sf "$URL/metrics" >"$WORK/scrape2" || true
+  grep -q '^tracepoint_exporter_config_reloads_total{result="success"} 1' "$WORK/scrape2" && break
+  sleep 0.1
+done
+"$TRIGGER" tpe_e2e 1000
+sleep 0.5
+curl -sf "$URL/metrics" >"$WORK/scrape2"
+check "SIGHUP reload succeeded" grep -q '^tracepoint_exporter_config_last_reload_successful 1' "$WORK/scrape2"
+check "kept counter continued: $((N + 1000))" grep -q "^getppid_calls_total{comm=\"tpe_e2e\"} $((N + 1000))$" "$WORK/scrape2"
+check "new metric counts from the reload on: 1000" grep -q '^reloaded_getppid_total{comm="tpe_e2e"} 1000$' "$WORK/scrape2"
+echo '{"metrics": [' >"$WORK/config.json"  # broken
+kill -HUP "$PID"
+sleep 0.5
+"$TRIGGER" tpe_e2e 10
+sleep 0.5
+curl -sf "$URL/metrics" >"$WORK/scrape3"
+check "bad reload: still serving the previous config" grep -q "^getppid_calls_total{comm=\"tpe_e2e\"} $((N + 1010))$" "$WORK/scrape3"
+check "bad reload: reported" grep -q '^tracepoint_exporter_config_last_reload_successful 0' "$WORK/scrape3"
+check "bad reload: logged with the reason" grep -q 'reload of .* failed, still running the previous config: .*malformed JSON' "$WORK/log"
+
 # A second instance on the same port: a clear error, exit 1.
-"$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:$PORT >"$WORK/log2" 2>&1
+"$BIN" --config.file="$WORK/config.before" --web.listen-address=127.0.0.1:$PORT >"$WORK/log2" 2>&1
 rc=$?
 check "port in use: exit 1 ($rc) and says so" bash -c "[[ $rc == 1 ]] && grep -q 'is the port already in use' '$WORK/log2'"
 

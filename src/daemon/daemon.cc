@@ -1,0 +1,104 @@
+#include "daemon/daemon.h"
+
+#include <ctime>
+
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/plan.h"
+
+namespace tpe {
+namespace {
+double NowUnix() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+}  // namespace
+
+Daemon::Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnums* enums)
+    : config_path_(std::move(config_path)), tracefs_(tracefs), enums_(enums) {}
+
+Daemon::~Daemon() { Stop(); }
+
+StatusOr<std::unique_ptr<Pipeline>> Daemon::Prepare() {
+  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path_));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, *tracefs_, *enums_, /*check_filters=*/true));
+  for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
+  auto pipeline = std::make_unique<Pipeline>(std::move(plan), tracefs_);
+  TPE_RETURN_IF_ERROR(pipeline->Open());
+  return pipeline;
+}
+
+Status Daemon::Start() {
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Prepare());
+  TPE_RETURN_IF_ERROR(p->Start());
+  std::lock_guard<std::mutex> lock(mu_);
+  pipeline_ = std::move(p);
+  last_success_unix_ = NowUnix();
+  return Status::Ok();
+}
+
+Status Daemon::Reload() {
+  auto next = Prepare();  // the old pipeline keeps running meanwhile
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!next.ok()) {
+    ++reload_failure_;
+    last_reload_ok_ = false;
+    return next.status();
+  }
+  std::unique_ptr<Pipeline> old = std::move(pipeline_);
+  if (old) {
+    old->Stop();  // disable, join the reader, drain the rings into the collectors
+    (*next)->AdoptFrom(*old);
+  }
+  Status st = (*next)->Start();
+  pipeline_ = std::move(*next);
+  old.reset();  // closes the old perf events and rings
+  if (!st.ok()) {
+    ++reload_failure_;
+    last_reload_ok_ = false;
+    return st;
+  }
+  ++reload_success_;
+  last_reload_ok_ = true;
+  last_success_unix_ = NowUnix();
+  return Status::Ok();
+}
+
+void Daemon::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pipeline_) pipeline_->Stop();
+}
+
+size_t Daemon::metric_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pipeline_ ? pipeline_->plan().collectors.size() : 0;
+}
+
+std::vector<std::string> Daemon::warnings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pipeline_ ? pipeline_->plan().warnings : std::vector<std::string>{};
+}
+
+std::vector<MetricSnapshot> Daemon::Snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MetricSnapshot> out;
+  if (pipeline_) out = pipeline_->Snapshot();
+  MetricSnapshot ok{"tracepoint_exporter_config_last_reload_successful",
+                    "Whether the last configuration reload succeeded (1) or the previous config still runs (0).",
+                    MetricKind::kGauge, {}, {}};
+  ok.series.push_back(SeriesSnapshot{{}, last_reload_ok_ ? 1.0 : 0.0, {}, 0, 0});
+  MetricSnapshot when{"tracepoint_exporter_config_last_reload_success_timestamp_seconds",
+                      "Unix time of the last successful configuration load.", MetricKind::kGauge, {}, {}};
+  when.series.push_back(SeriesSnapshot{{}, last_success_unix_, {}, 0, 0});
+  MetricSnapshot reloads{"tracepoint_exporter_config_reloads_total", "Configuration reloads (SIGHUP), by result.",
+                         MetricKind::kCounter, {}, {}};
+  reloads.series.push_back(SeriesSnapshot{{{"result", "success"}}, static_cast<double>(reload_success_), {}, 0, 0});
+  reloads.series.push_back(SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(reload_failure_), {}, 0, 0});
+  out.push_back(std::move(ok));
+  out.push_back(std::move(when));
+  out.push_back(std::move(reloads));
+  return out;
+}
+
+}  // namespace tpe
