@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# e2e tier with a real Prometheus server (Debian package `prometheus`) on loopback: it scrapes the
+# daemon every second; known tracepoint traffic is generated; Prometheus's HTTP API must report
+# the counter's exact increase and a histogram quantile in the right bucket.
+#   prometheus_test.sh BINARY TRIGGER SOURCE_DIR
+set -uo pipefail
+BIN=$1 TRIGGER=$2 SRC=$3
+WORK=$(mktemp -d)
+PROM=""
+cleanup() { [[ -n "${DAEMON_PID:-}" ]] && kill "$DAEMON_PID" 2>/dev/null; [[ -n "$PROM" ]] && kill "$PROM" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+source "$SRC/tests/testing/daemon.sh"
+fails=0 passes=0
+check() { local name=$1; shift; if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi; }
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "prometheus e2e skipped: needs root to open tracepoint perf events"
+  [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && exit 1
+  exit 0
+fi
+if ! command -v prometheus >/dev/null; then
+  echo "prometheus e2e: the prometheus server is not installed (scripts/install-deps.sh installs it)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+cat >"$WORK/config.json" <<'JSON'
+{ "metrics": [
+  {"name": "getppid_calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+   "labels": [{"name": "comm", "source": "comm"}]},
+  {"name": "nanosleep_seconds", "type": "latency",
+   "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
+   "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
+   "labels": [{"name": "comm", "source": "comm", "from": "start"}],
+   "buckets": {"type": "explicit", "bounds": [0.001, 0.01, 0.1, 1]}}
+]}
+JSON
+start_daemon "$BIN" "$WORK/config.json" "$WORK/daemon.log" || { cat "$WORK/daemon.log"; exit 1; }
+PPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$WORK/prometheus.yml" <<YML
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+scrape_configs:
+  - job_name: tracepoint_exporter
+    static_configs: [{targets: ["127.0.0.1:$DAEMON_PORT"]}]
+YML
+prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+  --web.listen-address="127.0.0.1:$PPORT" >"$WORK/prometheus.log" 2>&1 &
+PROM=$!
+API="http://127.0.0.1:$PPORT/api/v1"
+query() {  # query EXPR [TIME] → the first result's value, or empty
+  python3 - "$API" "$1" "${2:-}" <<'PY'
+import json, sys, urllib.parse, urllib.request
+api, expr, t = sys.argv[1], sys.argv[2], sys.argv[3]
+q = {"query": expr}
+if t: q["time"] = t
+try:
+    r = json.load(urllib.request.urlopen(api + "/query?" + urllib.parse.urlencode(q), timeout=5))
+    res = r["data"]["result"]
+    print(res[0]["value"][1] if res else "")
+except Exception:
+    print("")
+PY
+}
+up=""
+for _ in $(seq 1 100); do up=$(query 'up{job="tracepoint_exporter"}'); [[ "$up" == 1 ]] && break; sleep 0.2; done
+check "prometheus scrapes the exporter (up == 1)" test "$up" == 1
+
+# A first batch creates the series; then the counter's increase between two instants is exact.
+"$TRIGGER" tpe_prom 100
+sleep 2.5
+T1=$(date +%s.%N)
+sleep 0.1
+"$TRIGGER" tpe_prom 4321
+# 10 × nanosleep(20 ms) (raw syscall 35 on x86_64) from a task named tpe_sleep.
+python3 -c 'import ctypes; libc = ctypes.CDLL(None); libc.prctl(15, b"tpe_sleep", 0, 0, 0)
+ts = (ctypes.c_long * 2)(0, 20_000_000)
+for _ in range(10): libc.syscall(35, ts, None)'
+
+sleep 2.5
+T2=$(date +%s.%N)
+v1=$(query 'getppid_calls_total{comm="tpe_prom"}' "$T1")
+v2=$(query 'getppid_calls_total{comm="tpe_prom"}' "$T2")
+inc=$(python3 -c "print(int(float('${v2:-0}') - float('${v1:-0}')))")
+check "counter increase between two instants == 4321 (got $inc; $v1 → $v2)" test "$inc" == 4321
+n=$(query 'sum(nanosleep_seconds_count{comm="tpe_sleep"})')
+check "latency _count of 10 nanosleeps == 10 (got ${n:-none})" test "${n%.*}" == 10
+q=$(query 'histogram_quantile(0.5, sum by (le) (nanosleep_seconds_bucket{comm="tpe_sleep"}))')
+check "median nanosleep latency in (10 ms, 100 ms] (got ${q:-none})" python3 -c "import sys; sys.exit(0 if 0.01 < float('${q:-0}') <= 0.1 else 1)"
+check "promtool accepts deploy/prometheus/alerts.yml" promtool check rules "$SRC/deploy/prometheus/alerts.yml"
+check "promtool accepts deploy/prometheus/prometheus.yml" promtool check config "$SRC/deploy/prometheus/prometheus.yml"
+check "deploy/grafana/dashboard.json is JSON with panels" python3 -c "import json,sys; d=json.load(open('$SRC/deploy/grafana/dashboard.json')); sys.exit(0 if d['panels'] else 1)"
+echo "$passes passed, $fails failed"
+[[ $fails == 0 ]]
