@@ -86,13 +86,21 @@ std::vector<MetricSnapshot> Daemon::Snapshot() {
   if (pipeline_) out = pipeline_->Snapshot();
   MetricSnapshot ok{"tracepoint_exporter_config_last_reload_successful",
                     "Whether the last configuration reload succeeded (1) or the previous config still runs (0).",
-                    MetricKind::kGauge, {}, {}};
+                    MetricKind::kGauge,
+                    {},
+                    {}};
   ok.series.push_back(SeriesSnapshot{{}, last_reload_ok_ ? 1.0 : 0.0, {}, 0, 0});
   MetricSnapshot when{"tracepoint_exporter_config_last_reload_success_timestamp_seconds",
-                      "Unix time of the last successful configuration load.", MetricKind::kGauge, {}, {}};
+                      "Unix time of the last successful configuration load.",
+                      MetricKind::kGauge,
+                      {},
+                      {}};
   when.series.push_back(SeriesSnapshot{{}, last_success_unix_, {}, 0, 0});
-  MetricSnapshot reloads{"tracepoint_exporter_config_reloads_total", "Configuration reloads (SIGHUP), by result.",
-                         MetricKind::kCounter, {}, {}};
+  MetricSnapshot reloads{"tracepoint_exporter_config_reloads_total",
+                         "Configuration reloads (SIGHUP), by result.",
+                         MetricKind::kCounter,
+                         {},
+                         {}};
   reloads.series.push_back(SeriesSnapshot{{{"result", "success"}}, static_cast<double>(reload_success_), {}, 0, 0});
   reloads.series.push_back(SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(reload_failure_), {}, 0, 0});
   out.push_back(std::move(ok));

@@ -46,9 +46,9 @@ class Daemon {
   StatusOr<std::unique_ptr<Pipeline>> Prepare();
 
   const std::string config_path_;
-  const Tracefs* tracefs_;     // not owned
-  const KernelEnums* enums_;   // not owned
-  std::mutex mu_;              // guards pipeline_ and the reload state below
+  const Tracefs* tracefs_;    // not owned
+  const KernelEnums* enums_;  // not owned
+  std::mutex mu_;             // guards pipeline_ and the reload state below
   std::unique_ptr<Pipeline> pipeline_;
   uint64_t reload_success_ = 0, reload_failure_ = 0;
   bool last_reload_ok_ = true;

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   bool config_check = false;
   std::string list_glob;
   std::string print_for;
+  std::string web_config_file;
   app.add_option("--config.file", config_file, "Path to the JSON config")->capture_default_str();
   app.add_option("--web.listen-address", listen, "[HOST]:PORT to serve /metrics on")->capture_default_str();
   app.add_option("--web.telemetry-path", telemetry, "Path under which to expose metrics")->capture_default_str();
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
   auto* list = app.add_option("--list-events", list_glob, "List tracepoints matching GLOB with their fields, then exit")
                    ->expected(0, 1)
                    ->default_str("*");
+  app.add_option("--web.config.file", web_config_file,
+                 "Prometheus exporter-toolkit web config (YAML): TLS and basic auth with bcrypt hashes");
   app.add_option("--print", print_for,
                  "Run the config for DURATION (e.g. 10s), print counters and histograms as tables, exit");
   app.set_version_flag("--version", TPE_VERSION);
@@ -107,14 +110,22 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  tpe::WebConfig web;
+  if (!web_config_file.empty()) {
+    auto w = tpe::LoadWebConfig(web_config_file);
+    if (!w.ok()) return Fail(w.status());
+    web = std::move(*w);
+  }
   tpe::Daemon daemon(config_file, &*tracefs, &enums);
   if (auto st = daemon.Start(); !st.ok()) return Fail(st);
-  auto http = tpe::HttpExporter::Start(listen, telemetry, [&daemon] { return daemon.Snapshot(); });
+  auto http = tpe::HttpExporter::Start(
+      listen, telemetry, [&daemon] { return daemon.Snapshot(); }, web);
   if (!http.ok()) return Fail(http.status());
   std::string ports;
   for (int p : (*http)->ports()) ports += (ports.empty() ? "" : ",") + std::to_string(p);
-  TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {} (tracefs {})", daemon.metric_count(), config_file,
-               listen, ports, telemetry, tracefs->root());
+  TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {}{}{} (tracefs {})", daemon.metric_count(),
+               config_file, listen, ports, telemetry, web.tls() ? ", TLS" : "", web.users.empty() ? "" : ", basic auth",
+               tracefs->root());
   sd_notifyf(0, "READY=1\nSTATUS=serving %zu metrics on port %s", daemon.metric_count(), ports.c_str());
 
   for (;;) {

@@ -165,7 +165,8 @@ struct HttpExporter::Impl {
 };
 
 StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
-                                                            const std::string& telemetry_path, SnapshotSource source) {
+                                                            const std::string& telemetry_path, SnapshotSource source,
+                                                            const WebConfig& web) {
   size_t colon = listen_address.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen_address.size()) {
     return InvalidArgument("--web.listen-address=" + listen_address +
@@ -186,12 +187,31 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   e->impl_ = std::make_unique<Impl>();
   g_landing_path = telemetry_path;
   e->impl_->callbacks.begin_request = LandingPage;
+  std::vector<std::string> options = {"num_threads", "2"};
+  if (web.tls()) {
+    // Debian 12's civetweb (the server inside prometheus-cpp) loads OpenSSL 3 at run time and
+    // then crashes on the first TLS connection (a null function pointer in its worker thread),
+    // so TLS is refused rather than served badly.
+    return Unavailable(
+        "tls_server_config: TLS is not available in this build (Debian 12's civetweb crashes on TLS "
+        "connections with OpenSSL 3); terminate TLS in front of the exporter (e.g. a reverse proxy "
+        "or a service mesh) or remove tls_server_config");
+  }
+  options.insert(options.end(), {"listening_ports", civet});
   try {
-    e->impl_->exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", civet, "num_threads", "2"}, &e->impl_->callbacks);
+    e->impl_->exposer = std::make_unique<prometheus::Exposer>(options, &e->impl_->callbacks);
   } catch (const std::exception& ex) {
     return Unavailable("cannot listen on --web.listen-address=" + listen_address + " (" + ex.what() +
                        "); is the port already in use? choose another with --web.listen-address");
+  }
+  if (!web.users.empty()) {
+    auto users = web.users;
+    e->impl_->exposer->RegisterAuth(
+        [users](const std::string& user, const std::string& password) {
+          auto it = users.find(user);
+          return it != users.end() && CheckPassword(it->second, password);
+        },
+        "tracepoint_exporter", telemetry_path);
   }
   e->impl_->collectable = std::make_shared<SnapshotCollectable>(std::move(source), &e->impl_->last_scrape);
   e->impl_->exposer->RegisterCollectable(e->impl_->collectable, telemetry_path);

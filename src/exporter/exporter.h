@@ -17,6 +17,7 @@
 
 #include "collectors/snapshot.h"
 #include "common/status.h"
+#include "exporter/web_config.h"
 
 namespace prometheus {
 class Exposer;
@@ -39,8 +40,11 @@ class HttpExporter {
   // Starts serving. `listen_address` is "[HOST]:PORT" (":9478" = every interface,
   // "127.0.0.1:0" = a free port on loopback). `telemetry_path` e.g. "/metrics".
   // Errors: InvalidArgument for a malformed address; Unavailable when the port is in use.
+  // `web` (default: none) turns on basic auth for the telemetry path. TLS (tls_server_config)
+  // is refused with Unavailable: see exporter.cc.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
-                                                       const std::string& telemetry_path, SnapshotSource source);
+                                                       const std::string& telemetry_path, SnapshotSource source,
+                                                       const WebConfig& web = WebConfig());
   ~HttpExporter();
 
   // The TCP ports actually bound (useful with port 0).
