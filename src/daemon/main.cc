@@ -15,6 +15,7 @@
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
 #include "daemon/print_report.h"
+#include "daemon/privileges.h"
 #include "exporter/exporter.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   std::string list_glob;
   std::string print_for;
   std::string web_config_file;
+  bool drop_caps = false;
   app.add_option("--config.file", config_file, "Path to the JSON config")->capture_default_str();
   app.add_option("--web.listen-address", listen, "[HOST]:PORT to serve /metrics on")->capture_default_str();
   app.add_option("--web.telemetry-path", telemetry, "Path under which to expose metrics")->capture_default_str();
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
                    ->default_str("*");
   app.add_option("--web.config.file", web_config_file,
                  "Prometheus exporter-toolkit web config (YAML): TLS and basic auth with bcrypt hashes");
+  app.add_flag("--security.drop-capabilities", drop_caps,
+               "Drop every capability once the perf events are open (a SIGHUP reload then fails; restart instead)");
   app.add_option("--print", print_for,
                  "Run the config for DURATION (e.g. 10s), print counters and histograms as tables, exit");
   app.set_version_flag("--version", TPE_VERSION);
@@ -126,6 +130,10 @@ int main(int argc, char** argv) {
   TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {}{}{} (tracefs {})", daemon.metric_count(),
                config_file, listen, ports, telemetry, web.tls() ? ", TLS" : "", web.users.empty() ? "" : ", basic auth",
                tracefs->root());
+  if (drop_caps) {
+    if (auto st = tpe::DropAllCapabilities(); !st.ok()) return Fail(st);
+    TPE_LOG_INFO("dropped all capabilities; a reload will need a restart");
+  }
   sd_notifyf(0, "READY=1\nSTATUS=serving %zu metrics on port %s", daemon.metric_count(), ports.c_str());
 
   for (;;) {

@@ -71,7 +71,17 @@ StatusOr<Tracefs> Tracefs::Discover(const std::string& path) {
 }
 
 StatusOr<std::vector<EventName>> Tracefs::ListEvents() const {
-  TPE_ASSIGN_OR_RETURN(auto systems, ListDir(root_ + "/events"));
+  auto listed = ListDir(root_ + "/events");
+  if (!listed.ok()) {
+    if (listed.status().code() == StatusCode::kPermissionDenied) {
+      return PermissionDenied(listed.status().message() +
+                              "; tracefs is readable by root only (mode 0700): run as "
+                              "root, or grant read access to " +
+                              root_);
+    }
+    return listed.status();
+  }
+  auto systems = std::move(*listed);
   std::vector<EventName> out;
   for (const auto& sys : systems) {
     std::string sdir = root_ + "/events/" + sys;

@@ -96,6 +96,18 @@ rc=$?
 PID=""
 check "SIGTERM: clean exit 0 (got $rc)" test "$rc" == 0
 
+# --security.drop-capabilities: no capabilities left, counting goes on, a reload fails cleanly.
+start_daemon "$BIN" "$WORK/config.before" "$WORK/log3" --security.drop-capabilities
+PID=$DAEMON_PID
+check "drop-capabilities: CapEff and CapPrm are empty" bash -c "grep -q '^CapEff:[[:space:]]*0*$' /proc/$PID/status && grep -q '^CapPrm:[[:space:]]*0*$' /proc/$PID/status"
+"$TRIGGER" tpe_nocaps 777
+sleep 0.5
+check "drop-capabilities: still counting exactly (777)" bash -c "curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^getppid_calls_total{comm=\"tpe_nocaps\"} 777$'"
+kill -HUP "$PID"
+sleep 1
+check "drop-capabilities: reload fails with the reason, old config kept" bash -c "grep -q 'reload of .* failed, still running the previous config: .*Permission denied' '$WORK/log3' && curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^tracepoint_exporter_config_last_reload_successful 0'"
+kill -TERM "$PID"; wait "$PID"; PID=""
+
 # Bad input through the real binary: one clear line, exit 1, never a crash.
 bad() {  # bad NAME EXPECTED-SUBSTRING CONFIG-TEXT [ARGS...]
   local name=$1 want=$2 text=$3; shift 3
