@@ -10,8 +10,6 @@ PROM=""
 cleanup() { [[ -n "${DAEMON_PID:-}" ]] && kill "$DAEMON_PID" 2>/dev/null; [[ -n "$PROM" ]] && kill "$PROM" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 source "$SRC/tests/testing/daemon.sh"
-fails=0 passes=0
-check() { local name=$1; shift; if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi; }
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "prometheus e2e skipped: needs root to open tracepoint perf events"

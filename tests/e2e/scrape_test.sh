@@ -9,11 +9,7 @@ WORK=$(mktemp -d)
 PID=""
 cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
-fails=0 passes=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi
-}
+source "$SRC/tests/testing/daemon.sh"
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "e2e skipped: needs root to open tracepoint perf events"
@@ -31,7 +27,6 @@ cat > "$WORK/config.json" <<JSON
 ]}
 JSON
 
-source "$SRC/tests/testing/daemon.sh"
 start_daemon "$BIN" "$WORK/config.json" "$WORK/log"
 PID=$DAEMON_PID PORT=$DAEMON_PORT
 check "daemon started and reported its port" test -n "$PORT"

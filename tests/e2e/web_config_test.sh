@@ -9,8 +9,6 @@ WORK=$(mktemp -d)
 cleanup() { [[ -n "${DAEMON_PID:-}" ]] && kill "$DAEMON_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 source "$SRC/tests/testing/daemon.sh"
-fails=0 passes=0
-check() { local name=$1; shift; if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi; }
 if [[ $(id -u) -ne 0 ]]; then
   echo "tls e2e skipped: needs root"; [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && exit 1; exit 0
 fi

@@ -1,4 +1,4 @@
-# Sourced by shell tests and benchmarks: starts the tracepoint_exporter binary on a free
+# Sourced by shell tests and benchmarks. start_daemon starts the tracepoint_exporter binary on a free
 # loopback port and waits until it reports the port.
 #   start_daemon BINARY CONFIG LOG [ARGS...]   sets DAEMON_PID and DAEMON_PORT (empty on failure)
 start_daemon() {
@@ -14,4 +14,14 @@ start_daemon() {
     sleep 0.1
   done
   return 1
+}
+
+# check NAME COMMAND...: runs COMMAND, prints ok/FAIL with NAME, counts into passes/fails.
+# Scripts end with: echo "$passes passed, $fails failed"; [[ $fails == 0 ]]
+passes=0
+fails=0
+check() {
+  local name=$1
+  shift
+  if "$@"; then passes=$((passes + 1)); echo "ok: $name"; else fails=$((fails + 1)); echo "FAIL: $name"; fi
 }
