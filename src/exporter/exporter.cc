@@ -2,6 +2,8 @@
 
 #include <CivetServer.h>
 #include <dirent.h>
+#include <httplib.h>
+#include <openssl/evp.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -15,6 +17,7 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "common/file_util.h"
 
@@ -158,6 +161,15 @@ std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
 }
 
 struct HttpExporter::Impl {
+  ~Impl() {
+    if (tls) {
+      tls->stop();
+      if (tls_thread.joinable()) tls_thread.join();
+    }
+  }
+  std::unique_ptr<httplib::SSLServer> tls;  // set iff serving TLS
+  std::thread tls_thread;
+  int tls_port = 0;
   std::atomic<double> last_scrape{0};
   std::shared_ptr<SnapshotCollectable> collectable;
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -188,14 +200,12 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   g_landing_path = telemetry_path;
   e->impl_->callbacks.begin_request = LandingPage;
   std::vector<std::string> options = {"num_threads", "2"};
+  e->impl_->collectable = std::make_shared<SnapshotCollectable>(source, &e->impl_->last_scrape);
   if (web.tls()) {
-    // Debian 12's civetweb (the server inside prometheus-cpp) loads OpenSSL 3 at run time and
-    // then crashes on the first TLS connection (a null function pointer in its worker thread),
-    // so TLS is refused rather than served badly.
-    return Unavailable(
-        "tls_server_config: TLS is not available in this build (Debian 12's civetweb crashes on TLS "
-        "connections with OpenSSL 3); terminate TLS in front of the exporter (e.g. a reverse proxy "
-        "or a service mesh) or remove tls_server_config");
+    // civetweb (prometheus-cpp's server) crashes on TLS with Debian 12's OpenSSL 3, so TLS is
+    // served by cpp-httplib; collection and serialization stay prometheus-cpp's.
+    TPE_RETURN_IF_ERROR(e->StartTls(host, port, telemetry_path, web));
+    return e;
   }
   options.insert(options.end(), {"listening_ports", civet});
   try {
@@ -213,14 +223,83 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
         },
         "tracepoint_exporter", telemetry_path);
   }
-  e->impl_->collectable = std::make_shared<SnapshotCollectable>(std::move(source), &e->impl_->last_scrape);
   e->impl_->exposer->RegisterCollectable(e->impl_->collectable, telemetry_path);
   return e;
 }
 
+namespace {
+
+// "Basic <base64(user:password)>" → user, password (OpenSSL's base64 decoder).
+bool ParseBasicAuth(const std::string& header, std::string* user, std::string* password) {
+  if (!header.starts_with("Basic ")) return false;
+  const std::string b64 = header.substr(6);
+  if (b64.empty() || b64.size() > 4096 || b64.size() % 4 != 0) return false;
+  std::string out(b64.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
+  if (n < 0) return false;
+  size_t len = static_cast<size_t>(n);
+  for (size_t i = b64.size(); i > 0 && b64[i - 1] == '='; --i) --len;  // EVP_DecodeBlock keeps padding bytes
+  out.resize(len);
+  const size_t colon = out.find(':');
+  if (colon == std::string::npos) return false;
+  *user = out.substr(0, colon);
+  *password = out.substr(colon + 1);
+  return true;
+}
+
+}  // namespace
+
+Status HttpExporter::StartTls(const std::string& host, const std::string& port, const std::string& telemetry_path,
+                              const WebConfig& web) {
+  auto server = std::make_unique<httplib::SSLServer>(web.cert_file.c_str(), web.key_file.c_str());
+  if (!server->is_valid()) {
+    return InvalidArgument("TLS setup failed: OpenSSL rejects tls_server_config cert_file " + web.cert_file +
+                           " / key_file " + web.key_file + " (PEM certificate and its matching private key)");
+  }
+  Impl* impl = impl_.get();
+  const auto users = web.users;
+  server->Get(telemetry_path, [impl, users](const httplib::Request& req, httplib::Response& res) {
+    if (!users.empty()) {
+      std::string user, password;
+      auto it = users.end();
+      if (ParseBasicAuth(req.get_header_value("Authorization"), &user, &password)) it = users.find(user);
+      if (it == users.end() || !CheckPassword(it->second, password)) {
+        res.status = 401;
+        res.set_header("WWW-Authenticate", "Basic realm=\"tracepoint_exporter\"");
+        res.set_content("Unauthorized\n", "text/plain");
+        return;
+      }
+    }
+    res.set_content(prometheus::TextSerializer().Serialize(impl->collectable->Collect()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const std::string landing =
+      "<html><head><title>tracepoint_exporter</title></head><body><h1>tracepoint_exporter"
+      "</h1><p>Linux kernel tracepoints as Prometheus metrics.</p><p><a href=\"" +
+      telemetry_path + "\">Metrics</a></p></body></html>\n";
+  server->Get("/", [landing](const httplib::Request&, httplib::Response& res) {
+    res.set_content(landing, "text/html; charset=utf-8");
+  });
+  const std::string bind_host = host.empty() ? "0.0.0.0" : host;
+  const int want = std::stoi(port);
+  const int got = want == 0 ? server->bind_to_any_port(bind_host.c_str())
+                            : (server->bind_to_port(bind_host.c_str(), want) ? want : -1);
+  if (got < 0) {
+    return Unavailable("cannot listen on " + bind_host + ":" + port + "; is the port already in use?");
+  }
+  impl_->tls_port = got;
+  impl_->tls = std::move(server);
+  impl_->tls_thread = std::thread([impl] { impl->tls->listen_after_bind(); });
+  return Status::Ok();
+}
+
 HttpExporter::~HttpExporter() = default;
 
-std::vector<int> HttpExporter::ports() const { return impl_->exposer->GetListeningPorts(); }
+std::vector<int> HttpExporter::ports() const {
+  if (impl_->tls) return {impl_->tls_port};
+  return impl_->exposer->GetListeningPorts();
+}
 
 double HttpExporter::last_scrape_seconds() const { return impl_->last_scrape.load(); }
 

@@ -40,8 +40,8 @@ class HttpExporter {
   // Starts serving. `listen_address` is "[HOST]:PORT" (":9478" = every interface,
   // "127.0.0.1:0" = a free port on loopback). `telemetry_path` e.g. "/metrics".
   // Errors: InvalidArgument for a malformed address; Unavailable when the port is in use.
-  // `web` (default: none) turns on basic auth for the telemetry path. TLS (tls_server_config)
-  // is refused with Unavailable: see exporter.cc.
+  // `web` (default: none) turns on TLS (served by cpp-httplib over OpenSSL) and/or basic auth
+  // for the telemetry path. A certificate/key OpenSSL rejects is InvalidArgument.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
                                                        const std::string& telemetry_path, SnapshotSource source,
                                                        const WebConfig& web = WebConfig());
@@ -54,6 +54,8 @@ class HttpExporter {
 
  private:
   HttpExporter() = default;
+  Status StartTls(const std::string& host, const std::string& port, const std::string& telemetry_path,
+                  const WebConfig& web);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

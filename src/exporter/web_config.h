@@ -7,9 +7,8 @@
 //   basic_auth_users:
 //     prometheus: $2y$10$...   # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
 //
-// Parsed with yaml-cpp; passwords are checked with crypt(3) (libxcrypt's bcrypt). Basic auth is
-// served; tls_server_config is parsed and validated but TLS is refused at start (HttpExporter:
-// Debian 12's civetweb crashes on TLS connections with OpenSSL 3).
+// Parsed with yaml-cpp; passwords are checked with crypt(3) (libxcrypt's bcrypt). With
+// tls_server_config, HttpExporter serves over TLS with cpp-httplib (OpenSSL).
 // Thread-safety: a loaded WebConfig is immutable; CheckPassword is reentrant (crypt_r).
 #pragma once
 

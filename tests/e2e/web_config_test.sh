@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# e2e tier: --web.config.file with bcrypt basic auth, checked with curl: the right password gets
-# the metrics, a wrong one, an unknown user or none 401; bad web configs (and TLS, which this
-# build refuses) stop the daemon with a clear error.
+# e2e tier: --web.config.file with bcrypt basic auth and TLS, checked with a real TLS client
+# (curl, certificate verified): the right password gets the metrics, a wrong one, an unknown user
+# or none 401, plain HTTP nothing on the TLS port; bad web configs and certificates stop the
+# daemon with a clear error.
 #   tls_auth_test.sh BINARY SOURCE_DIR
 set -uo pipefail
 BIN=$1 SRC=$2
@@ -34,6 +35,29 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/metrics")
 check "no credentials: 401 (got $code)" test "$code" == 401
 kill "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null; DAEMON_PID=""
 
+# TLS and basic auth together, with a real TLS client that verifies the certificate.
+cat >"$WORK/web_tls.yml" <<YML
+tls_server_config:
+  cert_file: $WORK/server.crt
+  key_file: $WORK/server.key
+basic_auth_users:
+  prometheus: '$HASH'
+YML
+start_daemon "$BIN" "$WORK/config.json" "$WORK/log_tls" --web.config.file="$WORK/web_tls.yml"
+check "daemon started with TLS and basic auth" test -n "$DAEMON_PORT"
+URL="https://127.0.0.1:$DAEMON_PORT"
+code=$(curl -s -o "$WORK/body" -w '%{http_code}' --cacert "$WORK/server.crt" -u prometheus:s3cret "$URL/metrics")
+check "TLS, right password: 200 with metrics (got $code)" bash -c "[[ $code == 200 ]] && grep -q '^context_switches_total ' '$WORK/body'"
+check "TLS: the scrape passes promtool" bash -c "promtool check metrics <'$WORK/body'"
+code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/server.crt" -u prometheus:wrong "$URL/metrics")
+check "TLS, wrong password: 401 (got $code)" test "$code" == 401
+code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/server.crt" "$URL/metrics")
+check "TLS, no credentials: 401 (got $code)" test "$code" == 401
+check "TLS: certificate verified by the client" bash -c "[[ \$(curl -s -o /dev/null -w '%{ssl_verify_result}' --cacert '$WORK/server.crt' -u prometheus:s3cret '$URL/metrics') == 0 ]]"
+check "TLS: landing page" bash -c "curl -sf --cacert '$WORK/server.crt' '$URL/' | grep -q 'href=\"/metrics\"'"
+check "TLS: plain HTTP gets no metrics" bash -c "! curl -sf -m 3 http://127.0.0.1:$DAEMON_PORT/metrics >/dev/null"
+kill "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null; DAEMON_PID=""
+
 bad() {  # bad NAME EXPECTED WEBCONFIG-TEXT
   printf '%s\n' "$3" >"$WORK/bad.yml"
   "$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 --web.config.file="$WORK/bad.yml" >"$WORK/out" 2>&1 &
@@ -46,7 +70,8 @@ bad() {  # bad NAME EXPECTED WEBCONFIG-TEXT
 }
 bad "plain-text password" "is not a bcrypt hash" "basic_auth_users: {prometheus: hunter2}"
 bad "missing key file" "cannot read /nonexistent.key" "tls_server_config: {cert_file: $WORK/server.crt, key_file: /nonexistent.key}"
-bad "TLS refused clearly, not crashed" "TLS is not available in this build" "tls_server_config: {cert_file: $WORK/server.crt, key_file: $WORK/server.key}"
+echo "not a certificate" >"$WORK/garbage.crt"
+bad "bad certificate" "TLS setup failed" "tls_server_config: {cert_file: $WORK/garbage.crt, key_file: $WORK/server.key}"
 bad "unknown key" "unknown key \"tls\"" "tls: {}"
 echo "$passes passed, $fails failed"
 [[ $fails == 0 ]]
