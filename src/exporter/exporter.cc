@@ -97,14 +97,22 @@ MetricSnapshot Gauge(const std::string& name, const std::string& help, double v,
 
 std::string g_landing_path;  // the telemetry path, for the landing page's link
 
+}  // namespace
+
+// The page served at "/" by both servers.
+std::string LandingPageHtml(const std::string& telemetry_path) {
+  return "<html><head><title>tracepoint_exporter</title></head><body>"
+         "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
+         "<p><a href=\"" +
+         telemetry_path + "\">Metrics</a></p></body></html>\n";
+}
+
+namespace {
+
 int LandingPage(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);
   if (ri == nullptr || ri->local_uri == nullptr || std::strcmp(ri->local_uri, "/") != 0) return 0;
-  std::string body =
-      "<html><head><title>tracepoint_exporter</title></head><body>"
-      "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
-      "<p><a href=\"" +
-      g_landing_path + "\">Metrics</a></p></body></html>\n";
+  const std::string body = LandingPageHtml(g_landing_path);
   mg_printf(conn,
             "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
             "Connection: close\r\n\r\n%s",
@@ -274,10 +282,7 @@ Status HttpExporter::StartTls(const std::string& host, const std::string& port, 
     res.set_content(prometheus::TextSerializer().Serialize(impl->collectable->Collect()),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  const std::string landing =
-      "<html><head><title>tracepoint_exporter</title></head><body><h1>tracepoint_exporter"
-      "</h1><p>Linux kernel tracepoints as Prometheus metrics.</p><p><a href=\"" +
-      telemetry_path + "\">Metrics</a></p></body></html>\n";
+  const std::string landing = LandingPageHtml(telemetry_path);
   server->Get("/", [landing](const httplib::Request&, httplib::Response& res) {
     res.set_content(landing, "text/html; charset=utf-8");
   });

@@ -32,6 +32,9 @@ using SnapshotSource = std::function<std::vector<MetricSnapshot>()>;
 // process_start_time_seconds, process_open_fds, process_max_fds — from /proc/self (proc(5)).
 std::vector<MetricSnapshot> ProcessMetrics();
 
+// The HTML landing page served at "/", linking `telemetry_path`.
+std::string LandingPageHtml(const std::string& telemetry_path);
+
 // Renders snapshots in the Prometheus text exposition format (prometheus-cpp's serializer).
 std::string SerializeText(const std::vector<MetricSnapshot>& metrics);
 
