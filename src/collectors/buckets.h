@@ -36,7 +36,6 @@ class Buckets {
   size_t Index(double v) const;
 
   const std::vector<double>& bounds() const { return bounds_; }
-  Type type() const { return type_; }
 
  private:
   Buckets(Type t, std::vector<double> bounds) : type_(t), bounds_(std::move(bounds)) {}

@@ -53,6 +53,17 @@ TEST(CommTableTest, FallbackReadsProcOnce) {
   EXPECT_EQ(t.Lookup(9), "sshd");
   EXPECT_EQ(t.Lookup(9), "sshd");
   EXPECT_EQ(calls, 1);
+  // A task gone from /proc is remembered as gone, not looked up again for each sample.
+  int misses = 0;
+  CommTable gone([&](uint32_t, char*, size_t) {
+    ++misses;
+    return -1;
+  });
+  EXPECT_EQ(gone.Lookup(77), "[unknown]");
+  EXPECT_EQ(gone.Lookup(77), "[unknown]");
+  EXPECT_EQ(misses, 1);
+  gone.OnComm(77, "came_back");  // a later COMM record still wins
+  EXPECT_EQ(gone.Lookup(77), "came_back");
   char buf[16];
   EXPECT_GT(CommTable::ReadProcComm(static_cast<uint32_t>(getpid()), buf, sizeof(buf)), 0);
 }

@@ -56,7 +56,13 @@ std::string_view CommTable::Lookup(uint32_t tid) {
   if (it != map_.end()) return std::string_view(it->second.comm, it->second.len);
   char buf[kCommLen];
   int n = fallback_ ? fallback_(tid, buf, sizeof(buf)) : -1;
-  if (n < 0) return "[unknown]";
+  if (n < 0) {
+    // The task is gone: remember that (until a COMM/FORK record says otherwise, or it ages out
+    // like an exited task) instead of re-reading /proc for each of its samples.
+    Entry& e = Set(tid, "[unknown]");
+    OnExit(tid);
+    return std::string_view(e.comm, e.len);
+  }
   Entry& e = Set(tid, std::string_view(buf, static_cast<size_t>(n)));
   return std::string_view(e.comm, e.len);
 }

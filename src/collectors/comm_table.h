@@ -33,8 +33,9 @@ class CommTable {
   void OnFork(uint32_t parent_tid, uint32_t child_tid);
   void OnExit(uint32_t tid);
 
-  // The comm of `tid`: from the records, else the fallback, else "[unknown]". The view stays
-  // valid until the next call that changes the table.
+  // The comm of `tid`: from the records, else the fallback (read once per tid), else
+  // "[unknown]" (also remembered). The view stays valid until the next call that changes the
+  // table.
   std::string_view Lookup(uint32_t tid);
 
   size_t size() const { return map_.size(); }

@@ -55,8 +55,6 @@ class SeriesTable {
     for (const Entry& e : entries_) f(std::string_view(e.key), e.value);
   }
 
-  size_t max_series() const { return max_series_; }
-
  private:
   struct Entry {
     explicit Entry(std::string k) : key(std::move(k)) {}

@@ -20,17 +20,18 @@ Daemon::Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnum
 
 Daemon::~Daemon() { Stop(); }
 
-StatusOr<std::unique_ptr<Pipeline>> Daemon::Prepare() {
-  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path_));
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, *tracefs_, *enums_, /*check_filters=*/true));
+StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
+                                                 const KernelEnums& enums) {
+  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/true));
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
-  auto pipeline = std::make_unique<Pipeline>(std::move(plan), tracefs_);
+  auto pipeline = std::make_unique<Pipeline>(std::move(plan), &tracefs);
   TPE_RETURN_IF_ERROR(pipeline->Open());
   return pipeline;
 }
 
 Status Daemon::Start() {
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Prepare());
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, OpenPipeline(config_path_, *tracefs_, *enums_));
   TPE_RETURN_IF_ERROR(p->Start());
   std::lock_guard<std::mutex> lock(mu_);
   pipeline_ = std::move(p);
@@ -39,7 +40,7 @@ Status Daemon::Start() {
 }
 
 Status Daemon::Reload() {
-  auto next = Prepare();  // the old pipeline keeps running meanwhile
+  auto next = OpenPipeline(config_path_, *tracefs_, *enums_);  // the old pipeline keeps running meanwhile
   std::lock_guard<std::mutex> lock(mu_);
   if (!next.ok()) {
     ++reload_failure_;

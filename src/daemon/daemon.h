@@ -24,6 +24,12 @@
 
 namespace tpe {
 
+// Loads the config file, plans it against the kernel (filters checked), logs the plan's
+// warnings, and opens every perf event (not started). The one way a pipeline is made, for the
+// daemon, --config.check and --print.
+StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
+                                                 const KernelEnums& enums);
+
 class Daemon {
  public:
   // `tracefs` and `enums` outlive the daemon.
@@ -43,8 +49,6 @@ class Daemon {
   size_t metric_count();
 
  private:
-  StatusOr<std::unique_ptr<Pipeline>> Prepare();
-
   const std::string config_path_;
   const Tracefs* tracefs_;    // not owned
   const KernelEnums* enums_;  // not owned

@@ -84,22 +84,18 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (config_check || !print_for.empty()) {
-    auto config = tpe::LoadConfig(config_file);
-    if (!config.ok()) return Fail(config.status());
-    auto plan = tpe::BuildPlan(*config, *tracefs, enums, /*check_filters=*/true);
-    if (!plan.ok()) return Fail(plan.status());
-    for (const auto& w : (*plan)->warnings) TPE_LOG_WARN("{}", w);
     std::chrono::milliseconds duration{0};
     if (!print_for.empty()) {
       auto d = tpe::ParseDuration(print_for);
       if (!d.ok()) return Fail(d.status());
       duration = *d;
     }
-    tpe::Pipeline pipeline(std::move(*plan), &*tracefs);
-    if (auto st = pipeline.Open(); !st.ok()) return Fail(st);
+    auto opened = tpe::OpenPipeline(config_file, *tracefs, enums);
+    if (!opened.ok()) return Fail(opened.status());
+    tpe::Pipeline& pipeline = **opened;
     if (config_check) {
       std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened)\n", config_file.c_str(),
-                  config->metrics.size(), pipeline.plan().events.size());
+                  pipeline.plan().collectors.size(), pipeline.plan().events.size());
       return 0;
     }
     if (auto st = pipeline.Start(); !st.ok()) return Fail(st);

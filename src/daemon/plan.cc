@@ -26,13 +26,6 @@ EventCount EventPlan::ReadKernelCounts() const {
   return total;
 }
 
-bool Plan::any_sampled() const {
-  for (const auto& e : events) {
-    if (e->sampled) return true;
-  }
-  return false;
-}
-
 namespace {
 
 std::string Quote(const std::vector<std::string>& names) {

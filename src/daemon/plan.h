@@ -62,7 +62,6 @@ struct Plan {
   bool needs_comm = false;                             // some label uses source "comm"
   bool needs_ordering = false;                         // comm labels or latency pairing
   std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF
-  bool any_sampled() const;
 };
 
 // Builds and validates the plan. With `check_filters`, each filter is also test-applied in a

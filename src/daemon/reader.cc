@@ -136,7 +136,6 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
 }
 
 void Reader::Round(bool flush_all) {
-  rounds_.Add(1);
   const uint64_t now = MonotonicNs();
   for (auto& r : *rings_) Index(&r);
   uint64_t limit = std::numeric_limits<uint64_t>::max();

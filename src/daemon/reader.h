@@ -72,7 +72,6 @@ class Reader {
 
   uint64_t other_records() const { return other_records_.Get(); }
   uint64_t sample_errors() const { return sample_errors_.Get(); }
-  uint64_t rounds() const { return rounds_.Get(); }
   uint64_t held_records() const { return held_records_.Get(); }
   CommTable& comms() { return comms_; }
 
@@ -93,7 +92,6 @@ class Reader {
   RelaxedCounter held_records_;
   RelaxedCounter other_records_;
   RelaxedCounter sample_errors_;  // PERF_RECORD_SAMPLEs too short for their declared layout
-  RelaxedCounter rounds_;
 };
 
 }  // namespace tpe

@@ -9,6 +9,7 @@
 #include "collectors/counter.h"
 #include "collectors/latency.h"
 #include "perf/records.h"
+#include "testing/perf_records.h"
 
 namespace tpe {
 namespace {
@@ -36,54 +37,45 @@ struct FakeMmap {
   Mmap Take() { return Mmap(base, static_cast<size_t>(sysconf(_SC_PAGESIZE)) + kData); }
 };
 
-std::vector<uint8_t> Record(uint32_t type, const std::vector<uint8_t>& body) {
-  perf_event_header h{type, 0, static_cast<uint16_t>(8 + body.size())};
-  std::vector<uint8_t> r(8 + body.size());
-  std::memcpy(r.data(), &h, 8);
-  if (!body.empty()) std::memcpy(r.data() + 8, body.data(), body.size());
-  return r;
-}
-template <typename T>
-void Append(std::vector<uint8_t>* b, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  b->insert(b->end(), p, p + sizeof(T));
-}
+using testing::AppendValue;
+using testing::MakeRecord;
+
 std::vector<uint8_t> SampleId(uint32_t tid, uint64_t time, uint64_t id) {
   std::vector<uint8_t> b;
-  Append(&b, tid);
-  Append(&b, tid);
-  Append(&b, time);
-  Append(&b, id);
+  AppendValue(&b, tid);
+  AppendValue(&b, tid);
+  AppendValue(&b, time);
+  AppendValue(&b, id);
   return b;
 }
 std::vector<uint8_t> Comm(uint32_t tid, const char* comm, uint64_t time) {
   std::vector<uint8_t> b;
-  Append(&b, tid);
-  Append(&b, tid);
+  AppendValue(&b, tid);
+  AppendValue(&b, tid);
   char name[16] = {};
   std::strncpy(name, comm, 15);
   b.insert(b.end(), name, name + 16);
   auto id = SampleId(tid, time, 0);
   b.insert(b.end(), id.begin(), id.end());
-  return Record(PERF_RECORD_COMM, b);
+  return MakeRecord(PERF_RECORD_COMM, b);
 }
 std::vector<uint8_t> SampleRec(uint64_t id, uint32_t tid, uint64_t time) {
   std::vector<uint8_t> b;
-  Append(&b, id);
-  Append(&b, tid);
-  Append(&b, tid);
-  Append(&b, time);
-  Append(&b, uint32_t{12});
+  AppendValue(&b, id);
+  AppendValue(&b, tid);
+  AppendValue(&b, tid);
+  AppendValue(&b, time);
+  AppendValue(&b, uint32_t{12});
   b.resize(b.size() + 12, 0);
-  return Record(PERF_RECORD_SAMPLE, b);
+  return MakeRecord(PERF_RECORD_SAMPLE, b);
 }
 std::vector<uint8_t> Lost(uint64_t id, uint64_t n, uint64_t time) {
   std::vector<uint8_t> b;
-  Append(&b, id);
-  Append(&b, n);
+  AppendValue(&b, id);
+  AppendValue(&b, n);
   auto sid = SampleId(0, time, id);
   b.insert(b.end(), sid.begin(), sid.end());
-  return Record(PERF_RECORD_LOST, b);
+  return MakeRecord(PERF_RECORD_LOST, b);
 }
 
 struct Fixture {
@@ -195,7 +187,7 @@ TEST(ReaderTest, LostRecordsAreCountedPerEventAndPerCpu) {
   Fixture f;
   f.m1.Put(Lost(101, 42, 10));
   f.m1.Put(SampleRec(101, 5, 20));
-  f.m1.Put(Record(0x4242, std::vector<uint8_t>(16, 0)));  // unknown type: stepped over
+  f.m1.Put(MakeRecord(0x4242, std::vector<uint8_t>(16, 0)));  // unknown type: stepped over
   f.MapRings();
   Reader reader(&f.plan, &f.rings);
   reader.Round(true);

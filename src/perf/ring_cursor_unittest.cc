@@ -7,6 +7,7 @@
 
 #include "perf/perf_event.h"
 #include "perf/records.h"
+#include "testing/perf_records.h"
 
 namespace tpe {
 namespace {
@@ -17,11 +18,7 @@ class FakeRing {
  public:
   explicit FakeRing(size_t size) : data_(size, 0xee) {}
   uint64_t Put(uint32_t type, const std::vector<uint8_t>& body) {
-    perf_event_header h{type, 0, static_cast<uint16_t>(sizeof(h) + body.size())};
-    std::vector<uint8_t> rec(sizeof(h));
-    std::memcpy(rec.data(), &h, sizeof(h));
-    rec.insert(rec.end(), body.begin(), body.end());
-    for (uint8_t b : rec) data_[head_++ % data_.size()] = b;
+    for (uint8_t b : testing::MakeRecord(type, body)) data_[head_++ % data_.size()] = b;
     return head_;
   }
   void PutBytes(const std::vector<uint8_t>& raw) {
@@ -117,13 +114,13 @@ TEST(RingCursorTest, HeaderSmallerThanItselfIsCorrupt) {
 
 // PERF_RECORD_LOST { u64 id; u64 lost; sample_id { pid, tid, time, id } }.
 TEST(RecordsTest, LostRecordCountsAndTime) {
-  std::vector<uint8_t> rec(8 + 16 + kSampleIdBytes, 0);
-  perf_event_header h{PERF_RECORD_LOST, 0, static_cast<uint16_t>(rec.size())};
-  std::memcpy(rec.data(), &h, 8);
-  uint64_t id = 77, lost = 1234, time = 999;
-  std::memcpy(&rec[8], &id, 8);
-  std::memcpy(&rec[16], &lost, 8);
-  std::memcpy(&rec[rec.size() - 16], &time, 8);
+  std::vector<uint8_t> body;
+  testing::AppendValue(&body, uint64_t{77});    // id
+  testing::AppendValue(&body, uint64_t{1234});  // lost
+  testing::AppendValue(&body, uint64_t{0});     // sample_id: pid, tid
+  testing::AppendValue(&body, uint64_t{999});   //            time
+  testing::AppendValue(&body, uint64_t{77});    //            id
+  std::vector<uint8_t> rec = testing::MakeRecord(PERF_RECORD_LOST, body);
   LostRecord l;
   ASSERT_TRUE(ParseLostRecord(PERF_RECORD_LOST, Bytes(rec), &l));
   EXPECT_EQ(l.id, 77u);
@@ -136,15 +133,15 @@ TEST(RecordsTest, LostRecordCountsAndTime) {
 
 TEST(RecordsTest, CommRecord) {
   // { header; u32 pid, tid; char comm[16]; sample_id }
-  std::vector<uint8_t> rec(8 + 8 + 16 + kSampleIdBytes, 0);
-  perf_event_header h{PERF_RECORD_COMM, 0, static_cast<uint16_t>(rec.size())};
-  std::memcpy(rec.data(), &h, 8);
-  uint32_t pid = 10, tid = 11;
-  std::memcpy(&rec[8], &pid, 4);
-  std::memcpy(&rec[12], &tid, 4);
-  std::memcpy(&rec[16], "renamed", 7);
-  uint64_t time = 5;
-  std::memcpy(&rec[rec.size() - 16], &time, 8);
+  std::vector<uint8_t> body;
+  testing::AppendValue(&body, uint32_t{10});  // pid
+  testing::AppendValue(&body, uint32_t{11});  // tid
+  const char comm[16] = "renamed";
+  body.insert(body.end(), comm, comm + 16);
+  testing::AppendValue(&body, uint64_t{0});  // sample_id: pid, tid
+  testing::AppendValue(&body, uint64_t{5});  //            time
+  testing::AppendValue(&body, uint64_t{0});  //            id
+  std::vector<uint8_t> rec = testing::MakeRecord(PERF_RECORD_COMM, body);
   CommRecord c;
   ASSERT_TRUE(ParseCommRecord(Bytes(rec), &c));
   EXPECT_EQ(c.tid, 11u);
