@@ -77,6 +77,13 @@ class SnapshotCollectable : public prometheus::Collectable {
     std::vector<prometheus::MetricFamily> out;
     for (const auto& m : source_()) out.push_back(ToFamily(m));
     for (const auto& m : ProcessMetrics()) out.push_back(ToFamily(m));
+    // A scrape cannot time its own serialization: report the previous scrape's collection time.
+    MetricSnapshot took;
+    took.name = "tracepoint_exporter_scrape_duration_seconds";
+    took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
+    took.kind = MetricKind::kGauge;
+    took.series.push_back(SeriesSnapshot{{}, last_scrape_->load(), {}, 0, 0});
+    out.push_back(ToFamily(took));
     last_scrape_->store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
@@ -305,7 +312,5 @@ std::vector<int> HttpExporter::ports() const {
   if (impl_->tls) return {impl_->tls_port};
   return impl_->exposer->GetListeningPorts();
 }
-
-double HttpExporter::last_scrape_seconds() const { return impl_->last_scrape.load(); }
 
 }  // namespace tpe

@@ -52,8 +52,6 @@ class HttpExporter {
 
   // The TCP ports actually bound (useful with port 0).
   std::vector<int> ports() const;
-  // Wall time of the last scrape's snapshot + serialization, seconds.
-  double last_scrape_seconds() const;
 
  private:
   HttpExporter() = default;

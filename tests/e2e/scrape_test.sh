@@ -45,6 +45,7 @@ done
 check "getppid_calls_total{comm=\"tpe_e2e\"} == $N (got '${got}')" test "$got" == "$N"
 check "self-metrics: no samples lost" bash -c "! grep -E '^tracepoint_exporter_samples_lost_total\{.*\} [1-9]' '$WORK/scrape'"
 check "build_info present" grep -q '^tracepoint_exporter_build_info{' "$WORK/scrape"
+check "scrape duration reported" grep -qE '^tracepoint_exporter_scrape_duration_seconds [0-9.e-]+$' "$WORK/scrape"
 check "process metrics present" grep -q '^process_resident_memory_bytes ' "$WORK/scrape"
 check "counting-mode counter present" grep -qE '^context_switches_total [0-9]' "$WORK/scrape"
 if command -v promtool >/dev/null; then
@@ -119,6 +120,13 @@ bad "rejected filter" 'Field not found' '{"metrics": [{"name": "a_total", "type"
 bad "bad metric name" 'is not a valid metric name' '{"metrics": [{"name": "a-b_total", "type": "counter", "event": "sched:sched_switch"}]}'
 bad "bad flag value" '--log.level=loud is not one of' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch"}]}' --log.level=loud
 bad "bad tracefs path" 'has no events/ directory' '{}' --tracefs.path=/nonexistent
+
+# Missing privileges: the error says which (run with an empty capability bounding set).
+if command -v setpriv >/dev/null; then
+  setpriv --bounding-set -all "$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
+  rc=$?
+  check "missing privileges: exit 1 naming CAP_PERFMON and perf_event_paranoid" bash -c "[[ $rc == 1 ]] && grep -q 'CAP_PERFMON missing' '$WORK/out' && grep -q 'perf_event_paranoid=' '$WORK/out'"
+fi
 
 "$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
 check "--config.check accepts config/default.json" bash -c "[[ $? == 0 ]] && grep -q OK '$WORK/out'"
