@@ -24,7 +24,13 @@ StatusOr<Buckets> Buckets::Linear(double start, double width, size_t count) {
   if (!std::isfinite(start)) return InvalidArgument("linear buckets: start must be a finite number");
   if (count < 1 || count > kMaxBuckets) return InvalidArgument("linear buckets: count must be 1..256");
   std::vector<double> b(count);
-  for (size_t i = 0; i < count; ++i) b[i] = start + width * static_cast<double>(i);
+  for (size_t i = 0; i < count; ++i) {
+    b[i] = start + width * static_cast<double>(i);
+    if (i > 0 && !(b[i] > b[i - 1])) {
+      return InvalidArgument("linear buckets: width is too small for start (bound " + std::to_string(i) +
+                             " equals bound " + std::to_string(i - 1) + " in double precision)");
+    }
+  }
   Buckets out(Type::kLinear, std::move(b));
   out.start_ = start;
   out.width_ = width;
@@ -61,11 +67,12 @@ size_t Buckets::Index(double v) const {
     }
     case Type::kLinear: {
       if (!(v > start_)) return 0;
-      double q = std::ceil((v - start_) / width_);
-      if (q >= static_cast<double>(n)) return n;
-      size_t k = static_cast<size_t>(q);
+      // The quotient only estimates the bucket (it may round either way at a bound, also at
+      // the last one); the bounds themselves decide.
+      const double q = std::ceil((v - start_) / width_);
+      size_t k = q >= static_cast<double>(n) ? n : static_cast<size_t>(q);
       if (k > 0 && v <= bounds_[k - 1]) --k;
-      if (v > bounds_[k]) ++k;
+      if (k < n && v > bounds_[k]) ++k;
       return k;
     }
     case Type::kExplicit:

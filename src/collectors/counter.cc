@@ -23,11 +23,6 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
   c->Add(1);
 }
 
-void CounterCollector::Rebase(std::function<uint64_t()> kernel_count) {
-  offset_ += kernel_count_();
-  kernel_count_ = std::move(kernel_count);
-}
-
 MetricSnapshot CounterCollector::Snapshot() const {
   MetricSnapshot m;
   m.name = name_;
@@ -35,7 +30,7 @@ MetricSnapshot CounterCollector::Snapshot() const {
   m.kind = MetricKind::kCounter;
   if (kernel_count_) {
     SeriesSnapshot s;
-    s.value = static_cast<double>(offset_ + kernel_count_());
+    s.value = static_cast<double>(kernel_count_());
     m.series.push_back(std::move(s));
     return m;
   }

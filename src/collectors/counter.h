@@ -29,16 +29,15 @@ class CounterCollector : public Collector {
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override { return labels_.needs_comm(); }
   bool counting_mode() const { return static_cast<bool>(kernel_count_); }
-  // Counting mode, across a reload: keeps the value counted so far and continues from a new
-  // kernel count (new perf events start at 0). Not concurrent with Snapshot (the caller holds
-  // the scrape lock).
-  void Rebase(std::function<uint64_t()> kernel_count);
+  // Counting mode, across a reload that kept this metric's perf events (they moved to the new
+  // plan): reads the same kernel count through `kernel_count` from now on. Not concurrent with
+  // Snapshot (the caller holds the pipeline's lock).
+  void RebindKernelCount(std::function<uint64_t()> kernel_count) { kernel_count_ = std::move(kernel_count); }
 
  private:
   std::string name_, help_;
   LabelSet labels_;
   std::function<uint64_t()> kernel_count_;
-  uint64_t offset_ = 0;  // counted before the last Rebase
   SeriesTable<RelaxedCounter> series_;
   std::string key_;  // reused scratch: no allocation per sample
 };

@@ -60,6 +60,29 @@ TEST(BucketsTest, LinearAndExplicit) {
   EXPECT_EQ(e->Index(0.02), 2u);
 }
 
+// A value exactly on a bound belongs to that bound's bucket (le is inclusive), the last finite
+// one included: the quotient (v - start) / width can round up past the last bucket.
+TEST(BucketsTest, LinearValuesOnEveryBoundIncludingTheLast) {
+  size_t checked = 0;
+  for (double start : {-3.7, -1.0, 0.0, 1e-6, 0.1, 17.0, 1e9}) {
+    for (double width : {1e-3, 0.1, 0.3, 0.7, 1.0, 7.0, 1e-7}) {
+      for (size_t count = 1; count <= 60; ++count) {
+        auto b = Buckets::Linear(start, width, count);
+        if (!b.ok()) {  // bounds that collapse in double precision are refused, not misplaced
+          EXPECT_NE(b.status().message().find("width is too small"), std::string::npos);
+          continue;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(b->Index(b->bounds()[i]), i) << "start " << start << " width " << width << " count " << count;
+          ++checked;
+        }
+        ASSERT_EQ(b->Index(std::nextafter(b->bounds().back(), 1e300)), count);
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000u);
+}
+
 TEST(BucketsTest, BadLayoutsAreExplained) {
   EXPECT_EQ(Buckets::Exp2(0, 1).status().message(), "exp2 buckets: min must be > 0");
   EXPECT_EQ(Buckets::Exp2(2, 1).status().message(), "exp2 buckets: max must be greater than min");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/utf8.h"
+
 namespace tpe {
 
 std::optional<LabelSource> ParseLabelSource(std::string_view s) {
@@ -92,7 +94,9 @@ LabelPairs LabelSet::Render(std::string_view key) const {
         break;
       }
     }
-    out.emplace_back(l.name, std::move(value));
+    // Any task can put arbitrary bytes in its comm or a string field; one invalid byte in a
+    // label value makes Prometheus reject the whole scrape.
+    out.emplace_back(l.name, SanitizeUtf8(value));
   }
   return out;
 }

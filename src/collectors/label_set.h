@@ -39,6 +39,7 @@ class LabelSet {
   // payload (the caller counts a decode error and drops the sample from this metric).
   bool BuildKey(const Sample& s, CommTable* comms, std::string* key) const;
 
+  // Label name/value pairs of `key`; values are valid UTF-8 (ill-formed bytes as U+FFFD).
   LabelPairs Render(std::string_view key) const;
   // How many bytes at the front of `key` this set's segments occupy (keys may be concatenated).
   size_t KeySize(std::string_view key) const;

@@ -20,13 +20,23 @@ Daemon::Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnum
 
 Daemon::~Daemon() { Stop(); }
 
+namespace {
+StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const Tracefs& tracefs,
+                                         const KernelEnums& enums) {
+  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
+  // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
+  // only a rejected one costs a tracefs instance, to tell the kernel's reason.
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/false));
+  for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
+  return plan;
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
                                                  const KernelEnums& enums) {
-  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/true));
-  for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
-  auto pipeline = std::make_unique<Pipeline>(std::move(plan), &tracefs);
-  TPE_RETURN_IF_ERROR(pipeline->Open());
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, LoadPlan(config_path, tracefs, enums));
+  auto pipeline = std::make_unique<Pipeline>(&tracefs);
+  TPE_RETURN_IF_ERROR(pipeline->Open(std::move(plan)));
   return pipeline;
 }
 
@@ -40,21 +50,11 @@ Status Daemon::Start() {
 }
 
 Status Daemon::Reload() {
-  auto next = OpenPipeline(config_path_, *tracefs_, *enums_);  // the old pipeline keeps running meanwhile
+  // The config is read and planned while the current plan keeps running; the pipeline then opens
+  // the new perf events and swaps (Pipeline::Reload), keeping unchanged metrics' perf events.
+  auto next = LoadPlan(config_path_, *tracefs_, *enums_);
+  Status st = next.ok() ? pipeline_->Reload(std::move(*next)) : next.status();
   std::lock_guard<std::mutex> lock(mu_);
-  if (!next.ok()) {
-    ++reload_failure_;
-    last_reload_ok_ = false;
-    return next.status();
-  }
-  std::unique_ptr<Pipeline> old = std::move(pipeline_);
-  if (old) {
-    old->Stop();  // disable, join the reader, drain the rings into the collectors
-    (*next)->AdoptFrom(*old);
-  }
-  Status st = (*next)->Start();
-  pipeline_ = std::move(*next);
-  old.reset();  // closes the old perf events and rings
   if (!st.ok()) {
     ++reload_failure_;
     last_reload_ok_ = false;
@@ -67,24 +67,19 @@ Status Daemon::Reload() {
 }
 
 void Daemon::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
   if (pipeline_) pipeline_->Stop();
 }
 
-size_t Daemon::metric_count() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return pipeline_ ? pipeline_->plan().collectors.size() : 0;
-}
+size_t Daemon::metric_count() { return pipeline_ ? pipeline_->plan().collectors.size() : 0; }
 
 std::vector<std::string> Daemon::warnings() {
-  std::lock_guard<std::mutex> lock(mu_);
   return pipeline_ ? pipeline_->plan().warnings : std::vector<std::string>{};
 }
 
 std::vector<MetricSnapshot> Daemon::Snapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<MetricSnapshot> out;
   if (pipeline_) out = pipeline_->Snapshot();
+  std::lock_guard<std::mutex> lock(mu_);
   MetricSnapshot ok{"tracepoint_exporter_config_last_reload_successful",
                     "Whether the last configuration reload succeeded (1) or the previous config still runs (0).",
                     MetricKind::kGauge,

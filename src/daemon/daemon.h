@@ -1,15 +1,14 @@
 // The running daemon: owns the current pipeline, swaps it on reload, and serves snapshots.
 //
-// Reload (SIGHUP): the new config is read, validated against the kernel (events, fields,
-// filters) and its perf events opened while the old pipeline keeps running. Any error keeps
-// the old one and is counted (tracepoint_exporter_config_reloads_total{result="failure"},
-// tracepoint_exporter_config_last_reload_successful 0). On success the old pipeline is stopped
-// and drained, unchanged metrics move to the new one with their values (Pipeline::AdoptFrom),
-// and the new one starts: nothing counted is lost; only events in the milliseconds between the
-// old events' disable and the new ones' enable are seen by neither.
+// Reload (SIGHUP): the new config is read and planned against the kernel while the current
+// plan keeps running; the pipeline then opens the new perf events and swaps exactly
+// (Pipeline::Reload: unchanged metrics keep their values and their very perf events, so no
+// event is counted twice or missed). Any error keeps the running plan and is counted
+// (tracepoint_exporter_config_reloads_total{result="failure"},
+// tracepoint_exporter_config_last_reload_successful 0).
 //
-// Thread-safety: Start/Reload/Stop from the main thread; Snapshot from scrape threads. One
-// mutex guards the pipeline pointer and is held for a snapshot and for a swap (never per event).
+// Thread-safety: Start/Reload/Stop/metric_count/warnings from the main thread; Snapshot from
+// scrape threads. `mu_` guards the reload state; the pipeline locks itself.
 #pragma once
 
 #include <memory>
@@ -50,10 +49,10 @@ class Daemon {
 
  private:
   const std::string config_path_;
-  const Tracefs* tracefs_;    // not owned
-  const KernelEnums* enums_;  // not owned
-  std::mutex mu_;             // guards pipeline_ and the reload state below
-  std::unique_ptr<Pipeline> pipeline_;
+  const Tracefs* tracefs_;              // not owned
+  const KernelEnums* enums_;            // not owned
+  std::unique_ptr<Pipeline> pipeline_;  // set by Start, then for the daemon's life
+  std::mutex mu_;                       // guards the reload state below
   uint64_t reload_success_ = 0, reload_failure_ = 0;
   bool last_reload_ok_ = true;
   double last_success_unix_ = 0;

@@ -2,33 +2,58 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <ctime>
 
 #include "collectors/counter.h"
-#include "collectors/latency.h"
 #include "common/log.h"
 #include "perf/perf_event.h"
 
-#ifndef TPE_VERSION
-#define TPE_VERSION "0.0.0"
-#endif
-
 namespace tpe {
+namespace {
 
-Pipeline::Pipeline(std::unique_ptr<Plan> plan, const Tracefs* tracefs) : plan_(std::move(plan)), tracefs_(tracefs) {}
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+constexpr uint64_t kCpuCheckIntervalNs = 1'000'000'000;
+
+bool AnySampled(const Plan& plan) {
+  return std::any_of(plan.events.begin(), plan.events.end(), [](const auto& e) { return e->sampled; });
+}
+
+}  // namespace
+
+Pipeline::Pipeline(const Tracefs* tracefs) : tracefs_(tracefs) {}
 
 Pipeline::~Pipeline() { Stop(); }
 
-Status Pipeline::OpenEventOnCpu(EventPlan* ep, int cpu, int ring_owner_fd, bool track_tasks) {
+Pipeline::CpuState& Pipeline::Cpu(int cpu) {
+  while (cpus_.size() <= static_cast<size_t>(cpu)) cpus_.emplace_back();
+  return cpus_[static_cast<size_t>(cpu)];
+}
+
+size_t Pipeline::ring_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rings_.size();
+}
+
+CpuRing* Pipeline::FindRing(int cpu) {
+  for (auto& r : rings_) {
+    if (r.cpu == cpu) return &r;
+  }
+  return nullptr;
+}
+
+Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   TracepointEventOptions o;
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
-  o.track_tasks = track_tasks;
-  const uint64_t ring_bytes = static_cast<uint64_t>(plan_->settings.ring_buffer_pages) * ::sysconf(_SC_PAGESIZE);
-  o.wakeup_watermark_bytes = static_cast<uint32_t>(ring_bytes / 4);
   TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu));
   if (!ep->filter.empty()) {
     Status st = SetFilter(fd.get(), ep->filter);
@@ -38,43 +63,94 @@ Status Pipeline::OpenEventOnCpu(EventPlan* ep, int cpu, int ring_owner_fd, bool 
                              (why.ok() ? st.message() : why.message()));
     }
   }
-  if (ep->sampled && ring_owner_fd >= 0) TPE_RETURN_IF_ERROR(SetOutput(fd.get(), ring_owner_fd));
+  if (ep->sampled) {
+    TPE_ASSIGN_OR_RETURN(CpuRing * ring, EnsureRing(cpu));
+    TPE_RETURN_IF_ERROR(SetOutput(fd.get(), ring->owner.get()));
+  }
   TPE_ASSIGN_OR_RETURN(uint64_t id, ReadEventId(fd.get()));
-  ep->ids.push_back(id);
-  ep->fds.push_back(std::move(fd));
+  const size_t slot = static_cast<size_t>(cpu);
+  if (ep->fds.size() <= slot) {
+    ep->fds.resize(slot + 1);
+    ep->ids.resize(slot + 1, 0);
+  }
+  ep->ids[slot] = id;
+  ep->fds[slot] = std::move(fd);
   return Status::Ok();
 }
 
-Status Pipeline::Open() {
-  TPE_ASSIGN_OR_RETURN(std::vector<int> cpus, OnlineCpus());
-  for (int cpu : cpus) {
-    int owner = -1;
-    for (auto& ep : plan_->events) {
-      bool first_sampled = ep->sampled && owner < 0;
-      TPE_RETURN_IF_ERROR(OpenEventOnCpu(ep.get(), cpu, owner, first_sampled && plan_->needs_comm));
-      if (first_sampled) {
-        owner = ep->fds.back().get();
-        auto ring = RingBuffer::Map(owner, plan_->settings.ring_buffer_pages);
-        if (!ring.ok()) return ring.status();
-        CpuRing& r = rings_.emplace_back();
-        r.cpu = cpu;
-        r.ring = std::make_unique<RingBuffer>(std::move(*ring));
-      }
-    }
+StatusOr<CpuRing*> Pipeline::EnsureRing(int cpu) {
+  if (CpuRing* r = FindRing(cpu)) return r;
+  const uint32_t pages = plan_->settings.ring_buffer_pages;
+  const uint64_t ring_bytes = static_cast<uint64_t>(pages) * ::sysconf(_SC_PAGESIZE);
+  // Task records always: comm labels need them, and they cost one record per fork/exec/exit.
+  TPE_ASSIGN_OR_RETURN(
+      ScopedFd owner,
+      OpenPerfEvent(MakeRingOwnerAttr(/*track_tasks=*/true, static_cast<uint32_t>(ring_bytes / 4)), cpu));
+  TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(owner.get(), pages));
+  CpuRing& r = rings_.emplace_back();
+  r.cpu = cpu;
+  r.owner = std::move(owner);
+  r.ring = std::make_unique<RingBuffer>(std::move(ring));
+  if (epoll_fd_.valid()) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = r.ring->fd();
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0)
+      return ErrnoStatus(errno, "epoll_ctl ring");
   }
+  return &r;
+}
+
+int Pipeline::ProbeFd(int cpu) const {
+  for (const auto& r : rings_) {
+    if (r.cpu == cpu) return r.owner.get();
+  }
+  for (const auto& ep : plan_->events) {
+    if (static_cast<size_t>(cpu) < ep->fds.size() && ep->fds[cpu].valid()) return ep->fds[cpu].get();
+  }
+  return -1;
+}
+
+Status Pipeline::OpenCpu(int cpu) {
+  if (AnySampled(*plan_)) TPE_RETURN_IF_ERROR(EnsureRing(cpu).status());
+  for (auto& ep : plan_->events) TPE_RETURN_IF_ERROR(OpenEvent(ep.get(), cpu));
+  for (auto& ep : plan_->events) TPE_RETURN_IF_ERROR(EnableEvent(ep->fds[cpu].get()));
+  CpuState& st = Cpu(cpu);
+  st.open = true;
+  st.logged_offline = false;
+  const int probe = ProbeFd(cpu);
+  auto t = probe >= 0 ? ReadEnabledTime(probe) : StatusOr<uint64_t>(0);
+  st.enabled_ns = t.ok() ? *t : 0;
+  return Status::Ok();
+}
+
+Status Pipeline::Open(std::unique_ptr<Plan> plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = std::move(plan);
   reader_ = std::make_unique<Reader>(plan_.get(), &rings_);
-  for (auto& ep : plan_->events) {
-    for (auto& fd : ep->fds) TPE_RETURN_IF_ERROR(EnableEvent(fd.get()));
-  }
+  TPE_ASSIGN_OR_RETURN(std::vector<int> cpus, OnlineCpus());
+  // Every CPU that can ever come online gets its state now (cpus_ never grows later, so
+  // scrapes can walk it while the reader thread reopens CPUs).
+  auto possible = PossibleCpus();
+  for (int cpu : possible.ok() ? *possible : cpus) (void)Cpu(cpu);
+  for (int cpu : cpus) TPE_RETURN_IF_ERROR(OpenCpu(cpu));
+  reader_->SetPlan(plan_.get());
   size_t nfds = 0;
-  for (auto& ep : plan_->events) nfds += ep->fds.size();
+  for (auto& ep : plan_->events) {
+    for (auto& fd : ep->fds) nfds += fd.valid();
+  }
   TPE_LOG_INFO("opened {} perf events ({} tracepoints x {} CPUs), {} rings of {} pages", nfds, plan_->events.size(),
                cpus.size(), rings_.size(), plan_->settings.ring_buffer_pages);
   return Status::Ok();
 }
 
+Status Pipeline::StartThread() {
+  running_ = true;
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
 Status Pipeline::Start() {
-  if (rings_.empty()) return Status::Ok();
   epoll_fd_ = ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_.valid()) return ErrnoStatus(errno, "epoll_create1");
   stop_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -83,14 +159,25 @@ Status Pipeline::Start() {
   ev.events = EPOLLIN;
   ev.data.fd = stop_fd_.get();
   if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, stop_fd_.get(), &ev) != 0) return ErrnoStatus(errno, "epoll_ctl");
-  for (auto& r : rings_) {
-    ev.data.fd = r.ring->fd();
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0)
-      return ErrnoStatus(errno, "epoll_ctl ring");
+  auto monitor = CpuHotplugMonitor::Open();
+  if (monitor.ok()) {
+    hotplug_ = std::move(*monitor);
+    ev.data.fd = hotplug_->fd();
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, hotplug_->fd(), &ev) != 0) hotplug_.reset();
+  } else {
+    TPE_LOG_DEBUG("no CPU hotplug uevents ({}); checking CPUs every second", monitor.status().message());
   }
-  running_ = true;
-  thread_ = std::thread([this] { Run(); });
-  return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : rings_) {
+      ev.data.fd = r.ring->fd();
+      if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0) {
+        return ErrnoStatus(errno, "epoll_ctl ring");
+      }
+    }
+  }
+  last_cpu_check_ns_ = MonotonicNs();
+  return StartThread();
 }
 
 void Pipeline::Run() {
@@ -102,168 +189,252 @@ void Pipeline::Run() {
       TPE_LOG_ERROR("epoll_wait: {}", std::strerror(errno));
       break;
     }
+    bool check = false;
+    for (int i = 0; i < n; ++i) {
+      if (hotplug_ && events[i].data.fd == hotplug_->fd()) check |= hotplug_->DrainCpuEvents();
+    }
     wakeups_.Add(1);
     reader_->Round(/*flush_all=*/false);
+    const uint64_t now = MonotonicNs();
+    if (check || now - last_cpu_check_ns_ >= kCpuCheckIntervalNs) {
+      last_cpu_check_ns_ = now;
+      CheckCpus();
+    }
   }
 }
 
-void Pipeline::Stop() {
-  // Once only: after a reload moved collectors to the next pipeline, this one must never
-  // dispatch again (its destructor calls Stop too).
-  if (stopped_) return;
-  stopped_ = true;
-  for (auto& ep : plan_->events) {
-    for (auto& fd : ep->fds) (void)DisableEvent(fd.get());
+void Pipeline::CheckCpusNow() {
+  if (running_) return;  // the reader thread owns the rings
+  if (reader_) reader_->Round(/*flush_all=*/false);
+  CheckCpus();
+}
+
+void Pipeline::CheckCpus() {
+  auto online = OnlineCpus();
+  if (!online.ok()) return;
+  const uint64_t now = MonotonicNs();
+  std::vector<bool> is_online;
+  for (int c : *online) {
+    if (is_online.size() <= static_cast<size_t>(c)) is_online.resize(c + 1, false);
+    is_online[c] = true;
   }
+  for (size_t i = 0; i < cpus_.size(); ++i) {
+    const int cpu = static_cast<int>(i);
+    const bool up = i < is_online.size() && is_online[i];
+    CpuState& st = Cpu(cpu);
+    if (st.open) {
+      const int probe = ProbeFd(cpu);
+      if (probe < 0) continue;  // nothing opened on it (an empty plan)
+      auto t = ReadEnabledTime(probe);
+      const bool alive = up && t.ok() && *t != st.enabled_ns;
+      if (alive) {
+        st.enabled_ns = *t;
+        continue;
+      }
+      // Offline, or offline and back already: its perf events are dead either way.
+      st.open = false;
+      st.dead_since_ns = now;
+    }
+    if (!up) {
+      if (!st.logged_offline && st.dead_since_ns != 0) {
+        TPE_LOG_WARN("cpu {} went offline: its perf events stopped; they are reopened when it is back", cpu);
+        st.logged_offline = true;
+      }
+      continue;
+    }
+    // Online but not (or no longer) traced: reopen.
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = ReopenCpu(cpu);
+      reader_->SetPlan(plan_.get());
+    }
+    const uint64_t back = MonotonicNs();
+    if (!s.ok()) {
+      TPE_LOG_ERROR("cpu {} is online but its perf events cannot be reopened: {}", cpu, s.message());
+      continue;
+    }
+    if (st.dead_since_ns != 0) {
+      const double gap = static_cast<double>(back - st.dead_since_ns) * 1e-9;
+      st.untraced_seconds.store(st.untraced_seconds.load() + gap);
+      TPE_LOG_WARN("cpu {} is online again: reopened its ring and perf events ({:.3f} s after it was found offline)",
+                   cpu, gap);
+    } else {
+      TPE_LOG_INFO("cpu {} came online: opened its ring and perf events", cpu);
+    }
+    st.reopens.Add(1);
+    st.dead_since_ns = 0;
+  }
+}
+
+Status Pipeline::ReopenCpu(int cpu) {
+  const size_t slot = static_cast<size_t>(cpu);
+  for (auto& ep : plan_->events) {
+    if (slot >= ep->fds.size() || !ep->fds[slot].valid()) continue;
+    auto c = ReadEventCount(ep->fds[slot].get());
+    if (c.ok()) {
+      ep->retired.count += c->count;
+      ep->retired.lost += c->lost;
+    }
+    ep->fds[slot].Reset();
+    ep->ids[slot] = 0;
+  }
+  for (auto it = rings_.begin(); it != rings_.end(); ++it) {
+    if (it->cpu != cpu) continue;
+    // The reader's last round copied every record it did not dispatch out of the ring; whatever
+    // the CPU wrote after that, before it went offline, is read now.
+    reader_->Round(/*flush_all=*/false);
+    if (epoll_fd_.valid()) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, it->ring->fd(), nullptr);
+    it->ring.reset();
+    it->owner.Reset();
+    break;
+  }
+  // Keep the CpuRing (its held records and counters); give it a new owner and mapping.
+  for (auto& r : rings_) {
+    if (r.cpu != cpu || r.ring) continue;
+    const uint32_t pages = plan_->settings.ring_buffer_pages;
+    const uint64_t ring_bytes = static_cast<uint64_t>(pages) * ::sysconf(_SC_PAGESIZE);
+    TPE_ASSIGN_OR_RETURN(r.owner, OpenPerfEvent(MakeRingOwnerAttr(true, static_cast<uint32_t>(ring_bytes / 4)), cpu));
+    TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(r.owner.get(), pages));
+    r.ring = std::make_unique<RingBuffer>(std::move(ring));
+    if (epoll_fd_.valid()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = r.ring->fd();
+      (void)::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev);
+    }
+  }
+  return OpenCpu(cpu);
+}
+
+void Pipeline::StopThread() {
   if (running_.exchange(false)) {
     uint64_t one = 1;
     (void)!::write(stop_fd_.get(), &one, sizeof(one));
     thread_.join();
+    uint64_t drain = 0;
+    (void)!::read(stop_fd_.get(), &drain, sizeof(drain));
   }
+}
+
+Status Pipeline::Reload(std::unique_ptr<Plan> next) {
+  const bool was_running = running_.load();
+  StopThread();  // the reader is paused between rounds: nothing is dispatched during the swap
+  std::unique_ptr<Plan> old;
+  Status result = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // 1. Pair each new event with the old one that has the same perf events.
+    std::vector<EventPlan*> kept(next->events.size(), nullptr);
+    std::vector<bool> taken(plan_->events.size(), false);
+    for (size_t i = 0; i < next->events.size(); ++i) {
+      for (size_t j = 0; j < plan_->events.size(); ++j) {
+        if (!taken[j] && plan_->events[j]->SamePerfEvents(*next->events[i])) {
+          kept[i] = plan_->events[j].get();
+          taken[j] = true;
+          break;
+        }
+      }
+    }
+    // 2. Open (disabled) every new event on every traced CPU. Rings for a plan that samples for
+    //    the first time are opened here too (their owners count nothing on their own).
+    std::swap(plan_, next);  // OpenEvent reads settings/config_path from plan_
+    std::vector<int> cpus;
+    for (size_t c = 0; c < cpus_.size(); ++c) {
+      if (cpus_[c].open) cpus.push_back(static_cast<int>(c));
+    }
+    for (size_t i = 0; i < plan_->events.size() && result.ok(); ++i) {
+      if (kept[i] != nullptr) continue;
+      for (int cpu : cpus) {
+        result = OpenEvent(plan_->events[i].get(), cpu);
+        if (!result.ok()) break;
+      }
+    }
+    std::swap(plan_, next);
+    if (result.ok()) {
+      // 3. The swap: kept events move with their fds; kept metrics with their collectors.
+      for (size_t i = 0; i < next->events.size(); ++i) {
+        EventPlan* ne = next->events[i].get();
+        if (EventPlan* oe = kept[i]) {
+          ne->fds = std::move(oe->fds);
+          ne->ids = std::move(oe->ids);
+          ne->retired = oe->retired;
+          ne->base = oe->base;
+          ne->samples.Add(oe->samples.Get());
+          continue;
+        }
+        // A new perf event for an (event, filter) that existed in the other mode: its
+        // self-metrics continue from the old one's.
+        for (auto& oep : plan_->events) {
+          if (oep->event == ne->event && oep->filter == ne->filter && !oep->fds.empty()) {
+            ne->base = oep->ReadCounts();
+            ne->samples.Add(oep->samples.Get());
+            break;
+          }
+        }
+      }
+      for (size_t i = 0; i < next->collectors.size(); ++i) {
+        for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+          if (!plan_->collectors[j] || plan_->identities[j] != next->identities[i]) continue;
+          Collector* fresh = next->collectors[i].get();
+          std::unique_ptr<Collector> adopted = std::move(plan_->collectors[j]);
+          for (auto& ep : next->events) {
+            for (auto& consumer : ep->consumers) {
+              if (consumer.first == fresh) consumer.first = adopted.get();
+            }
+          }
+          if (EventPlan* ep = next->counting_events[i]) {
+            static_cast<CounterCollector*>(adopted.get())->RebindKernelCount([ep] {
+              return ep->ReadKernelCounts().count;
+            });
+          }
+          next->collectors[i] = std::move(adopted);
+          break;
+        }
+      }
+      // New events start counting; events no metric uses any more stop (closed with `old`).
+      for (size_t i = 0; i < next->events.size(); ++i) {
+        if (kept[i] != nullptr) continue;
+        for (auto& fd : next->events[i]->fds) {
+          if (fd.valid()) (void)EnableEvent(fd.get());
+        }
+      }
+      for (auto& oep : plan_->events) {
+        for (auto& fd : oep->fds) {
+          if (fd.valid()) (void)DisableEvent(fd.get());
+        }
+      }
+      old = std::move(plan_);
+      plan_ = std::move(next);
+      reader_->SetPlan(plan_.get());
+    }
+  }
+  if (was_running) {
+    Status st = StartThread();
+    if (result.ok()) result = st;
+  }
+  // `old` (closing the perf events nothing uses any more) or, on error, `next` (closing the
+  // new events that were opened) is destroyed here, outside the lock.
+  return result;
+}
+
+void Pipeline::Stop() {
+  // Once only: the destructor calls Stop too.
+  if (stopped_ || !plan_) return;
+  stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& ep : plan_->events) {
+      for (auto& fd : ep->fds) {
+        if (fd.valid()) (void)DisableEvent(fd.get());
+      }
+    }
+  }
+  StopThread();
   if (reader_) {
     reader_->Round(/*flush_all=*/true);
     reader_->Round(/*flush_all=*/true);
   }
-}
-
-void Pipeline::AdoptFrom(Pipeline& old) {
-  for (size_t i = 0; i < plan_->collectors.size(); ++i) {
-    for (size_t j = 0; j < old.plan_->collectors.size(); ++j) {
-      if (!old.plan_->collectors[j] || old.plan_->identities[j] != plan_->identities[i]) continue;
-      Collector* fresh = plan_->collectors[i].get();
-      std::unique_ptr<Collector> kept = std::move(old.plan_->collectors[j]);
-      for (auto& ep : plan_->events) {
-        for (auto& consumer : ep->consumers) {
-          if (consumer.first == fresh) consumer.first = kept.get();
-        }
-      }
-      if (EventPlan* ep = plan_->counting_events[i]) {
-        static_cast<CounterCollector*>(kept.get())->Rebase([ep] { return ep->ReadKernelCounts().count; });
-      }
-      plan_->collectors[i] = std::move(kept);
-      break;
-    }
-  }
-  for (auto& ep : plan_->events) {
-    for (auto& oep : old.plan_->events) {
-      if (oep->event == ep->event && oep->filter == ep->filter) {
-        ep->base = oep->ReadCounts();
-        ep->samples.Add(oep->samples.Get());
-        ep->ring_lost.Add(oep->ring_lost.Get());
-        break;
-      }
-    }
-  }
-  if (reader_ && old.reader_) reader_->comms() = std::move(old.reader_->comms());
-}
-
-namespace {
-
-MetricSnapshot Family(const std::string& name, const std::string& help, MetricKind kind) {
-  MetricSnapshot m;
-  m.name = name;
-  m.help = help;
-  m.kind = kind;
-  return m;
-}
-
-void Add(MetricSnapshot* m, LabelPairs labels, double v) {
-  SeriesSnapshot s;
-  s.labels = std::move(labels);
-  s.value = v;
-  m->series.push_back(std::move(s));
-}
-
-}  // namespace
-
-std::vector<MetricSnapshot> Pipeline::Snapshot() const {
-  std::vector<MetricSnapshot> out;
-  for (const auto& c : plan_->collectors) out.push_back(c->Snapshot());
-
-  auto hits = Family("tracepoint_exporter_event_hits_total",
-                     "Times the tracepoint fired (after its filter), counted by the kernel.", MetricKind::kCounter);
-  auto samples = Family("tracepoint_exporter_samples_total", "Samples decoded, per event.", MetricKind::kCounter);
-  auto lost = Family("tracepoint_exporter_samples_lost_total",
-                     "Samples the kernel dropped because the ring buffer was full, per event (PERF_FORMAT_LOST).",
-                     MetricKind::kCounter);
-  for (const auto& ep : plan_->events) {
-    LabelPairs l = {{"event", ep->event.ToString()}, {"filter", ep->filter}};
-    EventCount c = ep->ReadCounts();
-    Add(&hits, l, static_cast<double>(c.count));
-    if (!ep->sampled) continue;
-    Add(&samples, l, static_cast<double>(ep->samples.Get()));
-    Add(&lost, l, static_cast<double>(std::max(c.lost, ep->ring_lost.Get())));
-  }
-  out.push_back(std::move(hits));
-  out.push_back(std::move(samples));
-  out.push_back(std::move(lost));
-
-  auto decode = Family("tracepoint_exporter_decode_errors_total",
-                       "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);
-  auto dropped =
-      Family("tracepoint_exporter_series_dropped_total",
-             "Samples not counted because the metric reached settings.max_series_per_metric.", MetricKind::kCounter);
-  for (const auto& c : plan_->collectors) {
-    Add(&decode, {{"metric", c->name()}}, static_cast<double>(c->decode_errors()));
-    Add(&dropped, {{"metric", c->name()}}, static_cast<double>(c->series_dropped()));
-  }
-  out.push_back(std::move(decode));
-  out.push_back(std::move(dropped));
-
-  auto unmatched = Family("tracepoint_exporter_latency_unmatched_total",
-                          "Latency starts or ends that made no observation, by reason (replaced, no_start, "
-                          "table_full, expired, series_limit).",
-                          MetricKind::kCounter);
-  auto inflight =
-      Family("tracepoint_exporter_latency_inflight",
-             "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
-  for (const auto& c : plan_->collectors) {
-    const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
-    if (l == nullptr) continue;
-    for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
-      auto reason = static_cast<LatencyCollector::Reason>(r);
-      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
-          static_cast<double>(l->unmatched(reason)));
-    }
-    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l->inflight()));
-  }
-  if (!unmatched.series.empty()) {
-    out.push_back(std::move(unmatched));
-    out.push_back(std::move(inflight));
-  }
-
-  auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
-                      "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);
-  auto ring_lost =
-      Family("tracepoint_exporter_ring_lost_samples_total",
-             "Samples reported lost by PERF_RECORD_LOST/PERF_RECORD_LOST_SAMPLES, per CPU ring.", MetricKind::kCounter);
-  auto ring_err = Family("tracepoint_exporter_ring_errors_total",
-                         "Garbled ring buffer batches that were skipped, per CPU ring.", MetricKind::kCounter);
-  for (const auto& r : rings_) {
-    LabelPairs l = {{"cpu", std::to_string(r.cpu)}};
-    Add(&bytes, l, static_cast<double>(r.bytes_read.Get()));
-    Add(&ring_lost, l, static_cast<double>(r.lost_samples.Get()));
-    Add(&ring_err, l, static_cast<double>(r.errors.Get()));
-  }
-  out.push_back(std::move(bytes));
-  out.push_back(std::move(ring_lost));
-  out.push_back(std::move(ring_err));
-
-  auto other = Family("tracepoint_exporter_ring_other_records_total",
-                      "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter);
-  Add(&other, {}, reader_ ? static_cast<double>(reader_->other_records() + reader_->sample_errors()) : 0.0);
-  out.push_back(std::move(other));
-  auto wake = Family("tracepoint_exporter_reader_wakeups_total", "Reader thread wakeups (watermark or 100 ms timeout).",
-                     MetricKind::kCounter);
-  Add(&wake, {}, static_cast<double>(wakeups_.Get()));
-  out.push_back(std::move(wake));
-
-  utsname u{};
-  ::uname(&u);
-  auto info = Family("tracepoint_exporter_build_info", "Build and kernel information; always 1.", MetricKind::kGauge);
-  Add(&info, {{"version", TPE_VERSION}, {"kernel", u.release}}, 1);
-  out.push_back(std::move(info));
-  return out;
 }
 
 }  // namespace tpe

@@ -1,13 +1,34 @@
-// The running pipeline: opens the plan's perf events on every online CPU, maps one ring per CPU
-// (every sampled event of that CPU writes into it via PERF_EVENT_IOC_SET_OUTPUT), runs the
-// reader thread (epoll over the ring fds with watermark wakeups), and snapshots every metric
-// plus the self-metrics at scrape time.
+// The running pipeline: the plan's perf events on every online CPU, one ring per CPU (owned by a
+// ring-owner event, MakeRingOwnerAttr; every sampled event of that CPU writes into it via
+// PERF_EVENT_IOC_SET_OUTPUT), the reader thread (epoll over the ring fds with watermark
+// wakeups), and the scrape-time snapshot of every metric plus the self-metrics.
 //
-// Thread-safety: Start/Stop from the owning (main) thread; Snapshot from any thread.
+// One pipeline lives as long as the daemon; a reload swaps its plan:
+//  * Reload is exact: perf events are kept under their identity (event, filter, counting or
+//    sampled — EventPlan::SamePerfEvents). A metric that is unchanged keeps its collector and
+//    its very perf events and rings, so no event is counted twice (old and new events never both
+//    count it) and none is missed (there is no gap between a disable and an enable). New events
+//    are opened before anything changes (a failure leaves the old plan running untouched);
+//    events no metric uses any more are closed. Latency starts in flight survive.
+//  * CPU hotplug: a per-CPU perf event dies when its CPU goes offline and stays dead when the
+//    CPU returns (the kernel detaches it; PERF_EVENT_IOC_ENABLE does not revive it). The reader
+//    thread checks each CPU's events (their time_enabled stops advancing) every second and at
+//    once on a kernel "cpu" uevent (CpuHotplugMonitor): an offline CPU is logged and shown in
+//    tracepoint_exporter_cpu_online{cpu}; when it is back its ring and events are reopened
+//    (their counts so far are kept: EventPlan::retired), logged, and counted in
+//    tracepoint_exporter_cpu_reopens_total{cpu}; the time its events were not counting is
+//    tracepoint_exporter_cpu_untraced_seconds_total{cpu}. A CPU offline at start is opened
+//    when it comes online.
+//
+// Thread-safety: Open/Start/Reload/Stop from the owning (main) thread; Snapshot from any thread.
+// `mu_` guards the plan pointer, the rings' list and the events' fds against scrapes; the
+// reader thread takes it only to reopen a CPU, the main thread for the swap of a reload (with
+// the reader thread stopped).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -15,52 +36,80 @@
 #include "common/scoped_fd.h"
 #include "daemon/plan.h"
 #include "daemon/reader.h"
+#include "perf/cpu_hotplug.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe {
 
 class Pipeline {
  public:
-  // Takes ownership of `plan`; `tracefs` is used to explain rejected filters.
-  Pipeline(std::unique_ptr<Plan> plan, const Tracefs* tracefs);
+  // `tracefs` (not owned, outlives the pipeline) explains rejected filters.
+  explicit Pipeline(const Tracefs* tracefs);
   ~Pipeline();
 
-  // Opens and enables every perf event (counting and sampled), maps the rings.
-  // Errors: PermissionDenied (with what is missing), InvalidArgument for a rejected filter
-  // (with the kernel's reason, naming the config file and JSON path), Unavailable for mlock.
-  Status Open();
-  // Starts the reader thread (no-op when nothing is sampled).
+  // Opens and enables every perf event of `plan` (counting and sampled) on every online CPU and
+  // maps the rings. Errors: PermissionDenied (with what is missing), InvalidArgument for a
+  // rejected filter (with the kernel's reason, naming the config file), Unavailable for mlock.
+  Status Open(std::unique_ptr<Plan> plan);
+  // Starts the reader thread (ring reading and CPU hotplug checks).
   Status Start();
+  // Switches to `next` exactly (see above). On error (a new event cannot be opened, e.g. the
+  // kernel rejects a filter) nothing changed and the current plan keeps running.
+  Status Reload(std::unique_ptr<Plan> next);
   // Disables the events, stops the reader and dispatches everything still in the rings.
   // Idempotent: later calls do nothing.
   void Stop();
 
-  // For a reload: carries state from `old` (stopped) into this pipeline (opened, not started).
-  // Every metric whose definition is unchanged continues with old's collector — its series,
-  // in-flight latency starts, and (counting mode) its count so far; events with the same
-  // (event, filter) keep their self-metric counts; the comm table is kept. Metrics only in
-  // `old` are dropped with it. Call under the scrape lock (no concurrent Snapshot).
-  void AdoptFrom(Pipeline& old);
-
   // User metrics (config order) then self-metrics.
   std::vector<MetricSnapshot> Snapshot() const;
 
+  // Main thread only (a reload replaces it).
   const Plan& plan() const { return *plan_; }
-  size_t ring_count() const { return rings_.size(); }
+  size_t ring_count() const;
+
+  // Checks every CPU now (as the reader thread does each second); for tests and for --print.
+  void CheckCpusNow();
 
  private:
-  void Run();
-  Status OpenEventOnCpu(EventPlan* ep, int cpu, int ring_owner_fd, bool track_tasks);
+  struct CpuState {
+    bool open = false;  // its ring (if any) and events are open and enabled
+    bool logged_offline = false;
+    uint64_t enabled_ns = 0;     // time_enabled of its probe event at the last check
+    uint64_t dead_since_ns = 0;  // CLOCK_MONOTONIC when it was found offline or dead
+    RelaxedCounter reopens;
+    std::atomic<double> untraced_seconds{0};
+  };
 
+  void Run();
+  void StopThread();
+  Status StartThread();
+  // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring).
+  Status OpenEvent(EventPlan* ep, int cpu);
+  // The ring of `cpu`, opening its ring-owner event and mapping it when there is none.
+  StatusOr<CpuRing*> EnsureRing(int cpu);
+  CpuRing* FindRing(int cpu);
+  // Opens `cpu`'s ring and every event of the plan on it, and enables them. Under mu_.
+  Status OpenCpu(int cpu);
+  // Closes `cpu`'s dead events (keeping their final counts) and ring, then OpenCpu. Under mu_.
+  Status ReopenCpu(int cpu);
+  // The fd whose time_enabled tells whether `cpu`'s events are alive, or -1.
+  int ProbeFd(int cpu) const;
+  void CheckCpus();
+  CpuState& Cpu(int cpu);
+
+  const Tracefs* tracefs_;  // not owned
+  mutable std::mutex mu_;
   std::unique_ptr<Plan> plan_;
-  const Tracefs* tracefs_;  // not owned; outlives the pipeline
   std::deque<CpuRing> rings_;
+  std::deque<CpuState> cpus_;  // by CPU number (deque: stable addresses, atomics inside)
   std::unique_ptr<Reader> reader_;
+  std::unique_ptr<CpuHotplugMonitor> hotplug_;  // null when uevents cannot be received
   ScopedFd epoll_fd_;
   ScopedFd stop_fd_;  // eventfd that wakes the reader to stop
   std::thread thread_;
   std::atomic<bool> running_{false};
   bool stopped_ = false;
+  uint64_t last_cpu_check_ns_ = 0;
   RelaxedCounter wakeups_;
 };
 

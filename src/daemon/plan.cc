@@ -15,8 +15,9 @@ EventCount EventPlan::ReadCounts() const {
 }
 
 EventCount EventPlan::ReadKernelCounts() const {
-  EventCount total;
+  EventCount total = retired;
   for (const auto& fd : fds) {
+    if (!fd.valid()) continue;
     auto c = ReadEventCount(fd.get());
     if (c.ok()) {
       total.count += c->count;
@@ -35,10 +36,10 @@ std::string Quote(const std::vector<std::string>& names) {
 }
 
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
-                              const std::string& json_path, const Tracefs& tracefs, const KernelEnums& enums,
-                              bool check_filters) {
+                              bool sampled, const std::string& json_path, const Tracefs& tracefs,
+                              const KernelEnums& enums, bool check_filters) {
   for (auto& e : plan->events) {
-    if (e->event.ToString() == event && e->filter == filter) return e.get();
+    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled) return e.get();
   }
   const std::string where = cfg.path + ": " + json_path + ".event";
   TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(event));
@@ -49,6 +50,7 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
   auto ep = std::make_unique<EventPlan>();
   ep->event = name;
   ep->filter = filter;
+  ep->sampled = sampled;
   auto id = tracefs.ReadId(name);
   if (!id.ok()) return id.status().WithContext(where);
   ep->tracepoint_id = *id;
@@ -140,8 +142,8 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
 Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep,
-                       GetEvent(plan, cfg, m.end.event, m.end.filter, m.end.json_path, tracefs, enums, check_filters));
+  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep, GetEvent(plan, cfg, m.end.event, m.end.filter, true, m.end.json_path,
+                                                    tracefs, enums, check_filters));
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
   TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", *end_ep, &plan->warnings));
@@ -149,7 +151,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   std::vector<EventPlan*> start_eps;
   for (const auto& sc : m.starts) {
     TPE_ASSIGN_OR_RETURN(EventPlan * ep,
-                         GetEvent(plan, cfg, sc.event, sc.filter, sc.json_path, tracefs, enums, check_filters));
+                         GetEvent(plan, cfg, sc.event, sc.filter, true, sc.json_path, tracefs, enums, check_filters));
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
     for (size_t i = 0; i < s.key.size(); ++i) {
@@ -170,10 +172,8 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                                               cfg.settings.max_series_per_metric, m.max_inflight,
                                               static_cast<uint64_t>(m.timeout_seconds * 1e9));
   for (size_t i = 0; i < start_eps.size(); ++i) {
-    start_eps[i]->sampled = true;
     start_eps[i]->consumers.emplace_back(c.get(), i);
   }
-  end_ep->sampled = true;
   end_ep->consumers.emplace_back(c.get(), start_eps.size());
   plan->needs_comm |= c->NeedsComm();
   plan->needs_ordering = true;
@@ -195,8 +195,9 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep,
-                         GetEvent(plan.get(), cfg, m.event, m.filter, m.json_path, tracefs, enums, check_filters));
+    const bool counting = m.type == "counter" && m.labels.empty();
+    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m.event, m.filter, !counting, m.json_path, tracefs,
+                                                  enums, check_filters));
     std::unique_ptr<Collector> c;
     if (m.type == "histogram") {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
@@ -221,7 +222,6 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
-    ep->sampled = true;
     ep->consumers.emplace_back(c.get(), 0);
     plan->needs_comm |= c->NeedsComm();
     plan->needs_ordering |= c->NeedsOrdering();

@@ -1,9 +1,9 @@
 // Planning: turns a parsed Config into the perf events to open and the collectors that consume
 // their samples, validating every name against the running kernel's tracefs.
 //
-// Metrics on the same (event, filter) share one perf event per CPU. An event is opened in
-// counting mode (no ring, no samples: the kernel counts and we read() at scrape) when every
-// metric on it is a counter without labels; otherwise it is sampled.
+// Metrics on the same (event, filter) share one perf event per CPU and mode: a counter without
+// labels uses a counting-mode event (no ring, no samples: the kernel counts and we read() at
+// scrape); every other metric a sampled one.
 //
 // Errors name the config file, the JSON path and what would be valid: unknown event (with the
 // closest event names), unknown field (with the event's fields), a decode that does not fit the
@@ -35,21 +35,30 @@ struct EventPlan {
   uint64_t tracepoint_id = 0;
   std::string filter;
   EventFormat format;
-  std::map<std::string, SymbolTable> symbols;  // extractors point into this: EventPlan never moves
+  std::map<std::string, SymbolTable> symbols;  // field → __print_symbolic table (extractors copy them)
+  // Counting mode (false): the kernel counts, no samples. Sampled (true): every hit is a sample
+  // in its CPU's ring. Label-less counters always get a counting-mode event of their own, so a
+  // metric that stays the same across a reload keeps the same perf events whatever else
+  // changes: (event, filter, sampled) is the identity under which perf events are kept.
   bool sampled = false;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
-  // Runtime state, filled when the perf events are opened.
-  std::vector<ScopedFd> fds;  // one per online CPU
-  std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd
+  // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
+  std::vector<ScopedFd> fds;  // by CPU number; invalid where the CPU is not traced
+  std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd (0 where none)
+  EventCount retired;         // final counts of fds closed after their CPU went offline
   RelaxedCounter samples;     // samples decoded
-  RelaxedCounter ring_lost;   // samples reported lost by PERF_RECORD_LOST for this id
-  EventCount base;            // counts carried over from before a reload
+  EventCount base;            // self-metric counts carried over from a replaced event
 
-  // Sum over CPUs of the kernel's count and lost-sample count (PERF_FORMAT_LOST) of these fds.
+  // The kernel's count and lost-sample count (PERF_FORMAT_LOST) summed over CPUs, including
+  // fds retired by CPU hotplug.
   EventCount ReadKernelCounts() const;
   // The same plus `base`: what the self-metrics report.
   EventCount ReadCounts() const;
+  // True when `other` would open the same perf events: same (event, filter, sampled).
+  bool SamePerfEvents(const EventPlan& other) const {
+    return event == other.event && filter == other.filter && sampled == other.sampled;
+  }
 };
 
 struct Plan {
@@ -65,7 +74,9 @@ struct Plan {
 };
 
 // Builds and validates the plan. With `check_filters`, each filter is also test-applied in a
-// private tracefs instance (Tracefs::CheckFilter) so --config.check reports the kernel's reason.
+// private tracefs instance (Tracefs::CheckFilter). The pipeline needs no such check: the kernel
+// validates each filter when it is set on the perf event (PERF_EVENT_IOC_SET_FILTER), and only
+// a rejected filter costs a tracefs instance, to tell the kernel's reason.
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters);
 

@@ -25,14 +25,18 @@ TEST(PlanTest, CountingModeSampledModeAndSharing) {
     {"name": "d_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "filter": "common_pid == 1"})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Plan& p = **plan;
-  ASSERT_EQ(p.events.size(), 3u);  // b and c share one perf event; d has its own filter
+  // b samples; c, a label-less counter on the same event, gets a counting-mode event of its own
+  // (so that it keeps its perf events across a reload whatever happens to b); d has its filter.
+  ASSERT_EQ(p.events.size(), 4u);
   EXPECT_EQ(p.events[0]->event.ToString(), "sched:sched_switch");
   EXPECT_EQ(p.events[0]->tracepoint_id, 372u);
   EXPECT_FALSE(p.events[0]->sampled);
   EXPECT_TRUE(p.events[1]->sampled);
   EXPECT_EQ(p.events[1]->consumers.size(), 1u);
   EXPECT_FALSE(p.events[2]->sampled);
-  EXPECT_EQ(p.events[2]->filter, "common_pid == 1");
+  EXPECT_EQ(p.events[2]->event, p.events[1]->event);
+  EXPECT_FALSE(p.events[3]->sampled);
+  EXPECT_EQ(p.events[3]->filter, "common_pid == 1");
   EXPECT_TRUE(p.needs_comm);
   EXPECT_TRUE(static_cast<CounterCollector*>(p.collectors[0].get())->counting_mode());
   EXPECT_FALSE(static_cast<CounterCollector*>(p.collectors[1].get())->counting_mode());

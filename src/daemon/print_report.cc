@@ -50,7 +50,10 @@ StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text) {
     ms = v * 60e3;
   else if (unit == "h")
     ms = v * 3600e3;
-  if (ms < 0) return InvalidArgument("--print=" + text + " is not a duration such as 500ms, 10s, 2m");
+  constexpr double kMaxMs = 365.0 * 86400e3;  // a year: far beyond any report, far below overflow
+  if (!(ms >= 0) || !std::isfinite(ms) || ms > kMaxMs) {
+    return InvalidArgument("--print=" + text + " is not a duration such as 500ms, 10s, 2m (0 to 8760h)");
+  }
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 

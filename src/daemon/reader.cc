@@ -18,10 +18,17 @@ uint64_t MonotonicNs() {
 }
 }  // namespace
 
-Reader::Reader(Plan* plan, std::deque<CpuRing>* rings)
-    : plan_(plan), rings_(rings), ordered_(plan->needs_ordering || plan->needs_comm) {
+Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : rings_(rings) { SetPlan(plan); }
+
+void Reader::SetPlan(Plan* plan) {
+  plan_ = plan;
+  ordered_ = plan->needs_ordering || plan->needs_comm;
+  by_id_.clear();
+  last_hit_ = 0;
   for (auto& e : plan_->events) {
-    for (uint64_t id : e->ids) by_id_.emplace_back(id, e.get());
+    for (uint64_t id : e->ids) {
+      if (id != 0) by_id_.emplace_back(id, e.get());
+    }
   }
 }
 
@@ -126,7 +133,6 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       for (auto& r : *rings_) {
         if (r.cpu == static_cast<int>(cpu)) r.lost_samples.Add(l.lost);
       }
-      if (EventPlan* ep = FindEvent(l.id)) ep->ring_lost.Add(l.lost);
       return;
     }
     default:

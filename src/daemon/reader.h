@@ -16,8 +16,10 @@
 // Without ordering needs (no comm labels, no latency) every record is dispatched at once.
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
-// COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → per-event and per-CPU lost counts; other
-// types are stepped over by header.size and counted.
+// COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
+// `lost` covers every event writing into the ring, task records too, and its id is only the
+// event that happened to write next: per-event losses come from PERF_FORMAT_LOST instead);
+// other types are stepped over by header.size and counted.
 //
 // Thread-safety: one thread calls Round(); the counters it exposes are relaxed atomics.
 #pragma once
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "collectors/comm_table.h"
+#include "common/scoped_fd.h"
 #include "daemon/plan.h"
 #include "perf/ring_buffer.h"
 
@@ -42,6 +45,7 @@ inline constexpr uint64_t kQuietSlackNs = 1'000'000;
 
 struct CpuRing {
   int cpu = 0;
+  ScopedFd owner;  // the ring-owner perf event (MakeRingOwnerAttr); the ring maps it
   std::unique_ptr<RingBuffer> ring;
   RelaxedCounter bytes_read;
   RelaxedCounter lost_samples;  // from PERF_RECORD_LOST / LOST_SAMPLES
@@ -66,6 +70,11 @@ struct CpuRing {
 class Reader {
  public:
   Reader(Plan* plan, std::deque<CpuRing>* rings);
+
+  // Switches dispatch to `plan` (a reload) and re-reads its events' ids (also after a CPU's
+  // events were reopened). Records still held from before go to the event that now has their
+  // id, or are counted as other records when no event has it any more.
+  void SetPlan(Plan* plan);
 
   // One round over all rings. `flush_all`: dispatch everything read (at shutdown).
   void Round(bool flush_all);

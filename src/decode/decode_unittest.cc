@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
+#include <optional>
+
 #include "common/file_util.h"
 #include "decode/field_extractor.h"
 #include "decode/sample.h"
@@ -165,6 +169,55 @@ TEST(DecodeTest, DecodeMismatchesAreExplained) {
   auto sw = ParseFormat(*ReadFileToString(kDir + "/events/sched/sched_switch/format"), "x");
   r = FieldExtractor::Compile(*sw->FindField("prev_comm"), LabelDecode::kHex, nullptr);
   EXPECT_NE(r.status().message().find("is text"), std::string::npos);
+}
+
+// ipi:ipi_send_cpumask carries `__data_loc cpumask_t cpumask`: the label is the mask it points
+// at, not the loc word (which is the same for every record of the event).
+TEST(DecodeTest, DataLocCpumaskRendersTheMaskNotTheLocWord) {
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/ipi/ipi_send_cpumask/format"), "x");
+  ASSERT_TRUE(fmt.ok()) << fmt.status().ToString();
+  auto ex = FieldExtractor::Compile(*fmt->FindField("cpumask"), LabelDecode::kAuto, nullptr);
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  std::vector<std::string> rendered;
+  for (uint64_t mask : {0x1ULL, 0x2ULL, 0x3ULL, 0x100000000ULL}) {
+    std::vector<uint8_t> raw(40, 0);
+    const uint32_t loc = (8u << 16) | 32u;  // 8 bytes at offset 32
+    std::memcpy(raw.data() + 8, &loc, 4);
+    std::memcpy(raw.data() + 32, &mask, 8);
+    std::string key;
+    ASSERT_TRUE(ex->AppendKey(Bytes(raw), &key));
+    size_t pos = 0;
+    rendered.push_back(ex->Render(key, &pos));
+    EXPECT_EQ(pos, key.size());
+  }
+  EXPECT_EQ(rendered, (std::vector<std::string>{"0x1", "0x2", "0x3", "0x100000000"}));
+  auto hex = FieldExtractor::Compile(*fmt->FindField("cpumask"), LabelDecode::kHex, nullptr);
+  EXPECT_TRUE(hex.ok()) << hex.status().ToString();
+
+  // A loc word pointing outside the record is a decode error, not a read past it.
+  std::vector<uint8_t> bad(40, 0);
+  const uint32_t loc = (64u << 16) | 32u;
+  std::memcpy(bad.data() + 8, &loc, 4);
+  std::string key;
+  EXPECT_FALSE(ex->AppendKey(Bytes(bad), &key));
+}
+
+// A collector kept across a reload renders symbolic labels after the plan (and its symbol
+// tables) that compiled it is gone: the extractor owns a copy.
+TEST(DecodeTest, ExtractorOutlivesItsSymbolTable) {
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/tcp/tcp_retransmit_skb/format"), "x");
+  std::optional<FieldExtractor> ex;
+  {
+    auto table = std::make_unique<SymbolTable>();
+    table->entries = {{1, "TCP_ESTABLISHED"}, {2, "TCP_SYN_SENT"}};
+    auto c = FieldExtractor::Compile(*fmt->FindField("state"), LabelDecode::kSymbolic, table.get());
+    ASSERT_TRUE(c.ok());
+    ex = *c;
+  }  // the table is freed here
+  const int64_t two = 2;
+  std::string key(reinterpret_cast<const char*>(&two), sizeof(two));
+  size_t pos = 0;
+  EXPECT_EQ(ex->Render(key, &pos), "TCP_SYN_SENT");
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDeco
     case LabelDecode::kAuto:
       break;
     case LabelDecode::kHex:
-      if (!f.IsNumeric() && f.kind != FieldKind::kArray && f.kind != FieldKind::kBytes) {
+      if (!f.IsNumeric() && f.kind != FieldKind::kArray && f.kind != FieldKind::kBytes &&
+          !((f.kind == FieldKind::kDataLoc || f.kind == FieldKind::kRelLoc) && !f.IsString())) {
         return InvalidArgument("decode \"hex\" needs an integer or byte array; " + what + " is text: use \"auto\"");
       }
       break;
@@ -81,7 +82,23 @@ StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDeco
       }
       break;
   }
-  return FieldExtractor(f, d, s);
+  return FieldExtractor(f, d, s == nullptr ? nullptr : std::make_shared<const SymbolTable>(*s));
+}
+
+std::string FormatCpumask(Bytes mask) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "0x";
+  bool started = false;
+  for (size_t i = mask.size(); i-- > 0;) {  // little-endian longs: the last byte is most significant
+    for (int shift : {4, 0}) {
+      int nibble = (mask[i] >> shift) & 0xf;
+      if (nibble == 0 && !started) continue;
+      started = true;
+      out += kHex[nibble];
+    }
+  }
+  if (!started) out += '0';
+  return out;
 }
 
 bool FieldExtractor::ReadInteger(Bytes raw, int64_t* out) const {
@@ -116,7 +133,7 @@ bool FieldExtractor::ReadInteger(Bytes raw, int64_t* out) const {
   }
 }
 
-bool FieldExtractor::StringBytes(Bytes raw, Bytes* out) const {
+bool FieldExtractor::DynamicBytes(Bytes raw, Bytes* out) const {
   uint32_t begin = 0, len = 0;
   if (field_.kind == FieldKind::kCharArray) {
     begin = field_.offset;
@@ -129,16 +146,16 @@ bool FieldExtractor::StringBytes(Bytes raw, Bytes* out) const {
     if (field_.kind == FieldKind::kRelLoc) begin += field_.offset + field_.size;
   }
   if (begin > raw.size() || raw.size() - begin < len) return false;
-  const char* s = reinterpret_cast<const char*>(raw.data() + begin);
-  size_t n = strnlen(s, len);  // stop at the NUL terminator
+  size_t n = len;
+  if (field_.IsString()) n = strnlen(reinterpret_cast<const char*>(raw.data() + begin), len);  // stop at the NUL
   *out = raw.subspan(begin, std::min(n, kMaxStringLabelBytes));
   return true;
 }
 
 bool FieldExtractor::AppendKey(Bytes raw, std::string* key) const {
-  if (field_.IsString()) {
+  if (field_.IsString() || IsDynamic()) {
     Bytes s;
-    if (!StringBytes(raw, &s)) return false;
+    if (!DynamicBytes(raw, &s)) return false;
     uint16_t n = static_cast<uint16_t>(s.size());
     key->append(reinterpret_cast<const char*>(&n), sizeof(n));
     key->append(reinterpret_cast<const char*>(s.data()), s.size());
@@ -162,13 +179,22 @@ std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
     *pos += n;
     return seg;
   };
-  if (field_.IsString()) {
+  char buf[40];
+  if (field_.IsString() || IsDynamic()) {
     uint16_t n = 0;
     std::string_view len = bytes_at(sizeof(n));
     if (len.size() == sizeof(n)) std::memcpy(&n, len.data(), sizeof(n));
-    return std::string(bytes_at(n));
+    std::string_view seg = bytes_at(n);
+    if (field_.IsString()) return std::string(seg);
+    Bytes b(reinterpret_cast<const uint8_t*>(seg.data()), seg.size());
+    if (field_.type.find("cpumask") != std::string::npos) return FormatCpumask(b);
+    std::string out = "0x";
+    for (uint8_t c : b) {
+      std::snprintf(buf, sizeof(buf), "%02x", c);
+      out += buf;
+    }
+    return out;
   }
-  char buf[40];
   if (field_.IsNumeric()) {
     int64_t v = 0;
     std::string_view seg = bytes_at(sizeof(v));

@@ -5,7 +5,9 @@
 // a compact binary key (8 bytes for integers, u16 length + bytes for strings, the raw bytes for
 // fixed arrays); at scrape time Render() turns that key segment into the label text (decimal,
 // 0x-hex, an IPv4/IPv6 address, or a __print_symbolic name). Rendering happens once per series
-// per scrape, not per event.
+// per scrape, not per event. Variable-length non-text fields (`__data_loc cpumask_t`,
+// `__data_loc u8[]`) key the bytes they point at (u16 length + bytes, at most
+// kMaxStringLabelBytes) and render as hex (cpumasks as the kernel's bitmap).
 //
 // Source of the layouts: Documentation/trace/events.rst (format files), include/trace/
 // trace_events.h (__data_loc: u32 = len << 16 | offset from record start; __rel_loc: offset
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +46,8 @@ inline constexpr size_t kMaxStringLabelBytes = 256;
 class FieldExtractor {
  public:
   // Checks that `decode` fits the field (e.g. inet needs a 4/16-byte address, symbolic needs a
-  // table with entries) and returns the extractor. `symbols` may be null (no table).
+  // table with entries) and returns the extractor. `symbols` may be null (no table); it is
+  // copied, so it need not outlive the extractor.
   // Errors: InvalidArgument saying which decodes would be valid for this field.
   static StatusOr<FieldExtractor> Compile(const FieldFormat& field, LabelDecode decode, const SymbolTable* symbols);
 
@@ -62,13 +66,24 @@ class FieldExtractor {
   LabelDecode decode() const { return decode_; }
 
  private:
-  FieldExtractor(FieldFormat f, LabelDecode d, const SymbolTable* s) : field_(std::move(f)), decode_(d), symbols_(s) {}
-  bool StringBytes(Bytes raw, Bytes* out) const;
+  FieldExtractor(FieldFormat f, LabelDecode d, std::shared_ptr<const SymbolTable> s)
+      : field_(std::move(f)), decode_(d), symbols_(std::move(s)) {}
+  // The bytes a __data_loc/__rel_loc field points at (its length from the loc word), or a char
+  // array's; strings stop at their NUL. False when they lie outside `raw`.
+  bool DynamicBytes(Bytes raw, Bytes* out) const;
+  bool IsDynamic() const { return field_.kind == FieldKind::kDataLoc || field_.kind == FieldKind::kRelLoc; }
 
   FieldFormat field_;
   LabelDecode decode_;
-  const SymbolTable* symbols_;  // not owned; outlives the extractor (owned by the metric plan)
+  // A copy of the symbol table, shared by the extractor's copies: a collector kept across a
+  // reload renders with it after the plan it was compiled from is gone.
+  std::shared_ptr<const SymbolTable> symbols_;
 };
+
+// Renders a kernel cpumask (an array of unsigned longs, little-endian, as __data_loc cpumask_t
+// fields carry it) as the kernel's %*pb bitmap does: hex, most significant first, no leading
+// zeros ("3" for CPUs 0 and 1), prefixed 0x.
+std::string FormatCpumask(Bytes mask);
 
 // The name of system call `nr` on this architecture (libseccomp's table), or the number.
 std::string SyscallName(int64_t nr);

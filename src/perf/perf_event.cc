@@ -20,7 +20,7 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   attr.type = PERF_TYPE_TRACEPOINT;
   attr.config = opts.tracepoint_id;
   attr.disabled = 1;
-  attr.read_format = PERF_FORMAT_LOST;
+  attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST;
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
   if (opts.sampled) {
@@ -38,6 +38,28 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
       attr.task = 1;
     }
   }
+  return attr;
+}
+
+perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes) {
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_DUMMY;
+  attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST;
+  attr.use_clockid = 1;
+  attr.clockid = CLOCK_MONOTONIC;
+  attr.sample_type = kSampleType;
+  attr.sample_id_all = 1;
+  if (wakeup_watermark_bytes > 0) {
+    attr.watermark = 1;
+    attr.wakeup_watermark = wakeup_watermark_bytes;
+  } else {
+    attr.wakeup_events = 1;
+  }
+  attr.comm = track_tasks;
+  attr.task = track_tasks;
   return attr;
 }
 
@@ -103,11 +125,21 @@ Status DisableEvent(int fd) {
 }
 
 StatusOr<EventCount> ReadEventCount(int fd) {
-  uint64_t buf[2] = {0, 0};
+  uint64_t buf[3] = {0, 0, 0};  // value, time_enabled, lost (perf_event_open(2) "Reading results")
   ssize_t n = ::read(fd, buf, sizeof(buf));
   if (n < 0) return ErrnoStatus(errno, "read(perf event)");
-  if (n != sizeof(buf)) return Internal("read(perf event) returned " + std::to_string(n) + " bytes, expected 16");
-  return EventCount{buf[0], buf[1]};
+  if (n != sizeof(buf)) return Internal("read(perf event) returned " + std::to_string(n) + " bytes, expected 24");
+  return EventCount{buf[0], buf[2], buf[1]};
+}
+
+StatusOr<std::vector<int>> PossibleCpus() {
+  TPE_ASSIGN_OR_RETURN(std::string text, ReadFileToString("/sys/devices/system/cpu/possible"));
+  return ParseCpuList(text);
+}
+
+StatusOr<uint64_t> ReadEnabledTime(int fd) {
+  TPE_ASSIGN_OR_RETURN(EventCount c, ReadEventCount(fd));
+  return c.enabled_ns;
 }
 
 StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {

@@ -31,9 +31,20 @@ struct TracepointEventOptions {
 };
 
 // Fills a perf_event_attr for a tracepoint: type PERF_TYPE_TRACEPOINT, config = id,
-// use_clockid with CLOCK_MONOTONIC, sample_id_all, read_format PERF_FORMAT_LOST, created
-// disabled (enable with EnableEvent once everything is wired).
+// use_clockid with CLOCK_MONOTONIC, sample_id_all, read_format PERF_FORMAT_TOTAL_TIME_ENABLED |
+// PERF_FORMAT_LOST, created disabled (enable with EnableEvent once everything is wired).
+// Sampled events carry no task tracking of their own: they write into a CPU's ring owned by a
+// ring-owner event (MakeRingOwnerAttr) through SetOutput.
 perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts);
+
+// The event that owns one CPU's ring buffer: a PERF_COUNT_SW_DUMMY software event (it counts
+// nothing and samples nothing) with the tracepoints' clock, sample_id_all and read_format, so
+// that sampled tracepoint events can SetOutput into its ring and it can outlive any of them
+// (a reload may close every tracepoint event and keep the ring). With `track_tasks` it also
+// emits PERF_RECORD_COMM/FORK/EXIT for every task on the CPU (attr.comm, attr.task). Created
+// enabled. Source: perf_event_open(2) PERF_COUNT_SW_DUMMY; tools/perf uses the same for
+// tracking.
+perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes);
 
 // perf_event_open(attr, pid=-1, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU.
 // Errors: PermissionDenied that says what is missing (CAP_PERFMON/CAP_SYS_ADMIN, or
@@ -54,17 +65,27 @@ StatusOr<uint64_t> ReadEventId(int fd);
 Status EnableEvent(int fd);
 Status DisableEvent(int fd);
 
-// read(2) with read_format PERF_FORMAT_LOST: {value, lost}. `count` is how many times the
-// event fired on this CPU while enabled (after the filter), whether or not its sample made it
-// to the ring; `lost` is how many of its samples the kernel dropped (ring full).
+// read(2) with read_format PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST:
+// {value, time_enabled, lost}. `count` is how many times the event fired on this CPU while
+// enabled (after the filter), whether or not its sample made it to the ring; `lost` is how
+// many of its samples the kernel dropped (ring full). `enabled_ns` is the time the event has
+// been enabled: it stops advancing for good when the event's CPU goes offline (the kernel
+// detaches per-CPU events then, and they stay dead when the CPU returns), so an enabled
+// per-CPU event whose enabled_ns no longer grows must be reopened.
 struct EventCount {
   uint64_t count = 0;
   uint64_t lost = 0;
+  uint64_t enabled_ns = 0;
 };
 StatusOr<EventCount> ReadEventCount(int fd);
 
 // The online CPUs, from /sys/devices/system/cpu/online ("0-3,5").
 StatusOr<std::vector<int>> OnlineCpus();
+// The CPUs that can ever be online, from /sys/devices/system/cpu/possible.
+StatusOr<std::vector<int>> PossibleCpus();
+// The time_enabled (ns) of a ring-owner event (read_format PERF_FORMAT_TOTAL_TIME_ENABLED):
+// see EventCount::enabled_ns.
+StatusOr<uint64_t> ReadEnabledTime(int fd);
 // Parses a CPU list such as "0-3,5". Pure; InvalidArgument on malformed text.
 StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
 

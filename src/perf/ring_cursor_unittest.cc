@@ -166,7 +166,7 @@ TEST(PerfEventTest, AttrForSampledAndCountingModes) {
   EXPECT_EQ(counting.config, 305u);
   EXPECT_EQ(counting.sample_period, 0u);
   EXPECT_EQ(counting.disabled, 1u);
-  EXPECT_EQ(counting.read_format, static_cast<uint64_t>(PERF_FORMAT_LOST));
+  EXPECT_EQ(counting.read_format, static_cast<uint64_t>(PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST));
   o.sampled = true;
   o.track_tasks = true;
   o.wakeup_watermark_bytes = 4096;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -116,8 +117,12 @@ StatusOr<std::string> Tracefs::ReadFormat(const EventName& event) const {
 }
 
 Status Tracefs::CheckFilter(const EventName& event, const std::string& filter) const {
-  std::string inst = root_ + "/instances/tracepoint_exporter_check";
-  if (::mkdir(inst.c_str(), 0700) != 0 && errno != EEXIST) {
+  // A name of this process's own (pid and a sequence number): two processes checking at once
+  // (two --config.check runs, a reload beside a check) must not remove each other's instance.
+  static std::atomic<uint64_t> seq{0};
+  std::string inst = root_ + "/instances/tracepoint_exporter_check_" + std::to_string(::getpid()) + "_" +
+                     std::to_string(seq.fetch_add(1));
+  if (::mkdir(inst.c_str(), 0700) != 0) {
     return ErrnoStatus(errno, "cannot create tracefs instance " + inst + " to check a filter");
   }
   std::string file = inst + "/events/" + event.system + "/" + event.name + "/filter";

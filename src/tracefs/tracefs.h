@@ -51,8 +51,11 @@ class Tracefs {
   bool HasEvent(const EventName& event) const;
 
   // Asks the kernel whether `filter` is valid for `event`, without touching the global trace
-  // state: writes it to events/<s>/<e>/filter of a private instance (instances/<name>) and
-  // returns the kernel's parse error text (from reading the filter file back) when it is not.
+  // state: writes it to events/<s>/<e>/filter of a private instance
+  // (instances/tracepoint_exporter_check_<pid>_<n>, removed afterwards, so concurrent processes
+  // never share one) and returns the kernel's parse error text (from reading the filter file
+  // back) when it is not. Costs an instance (tens of ms): meant for explaining a rejection.
+  // Thread-safe.
   // Errors: InvalidArgument with the kernel's message; PermissionDenied; Internal.
   Status CheckFilter(const EventName& event, const std::string& filter) const;
 

@@ -93,15 +93,26 @@ PID=""
 check "SIGTERM: clean exit 0 (got $rc)" test "$rc" == 0
 
 # --security.drop-capabilities: no capabilities left, counting goes on, a reload fails cleanly.
-start_daemon "$BIN" "$WORK/config.before" "$WORK/log3" --security.drop-capabilities
+cp "$WORK/config.before" "$WORK/config.nocaps"
+start_daemon "$BIN" "$WORK/config.nocaps" "$WORK/log3" --security.drop-capabilities
 PID=$DAEMON_PID
 check "drop-capabilities: CapEff and CapPrm are empty" bash -c "grep -q '^CapEff:[[:space:]]*0*$' /proc/$PID/status && grep -q '^CapPrm:[[:space:]]*0*$' /proc/$PID/status"
 "$TRIGGER" tpe_nocaps 777
 sleep 0.5
 check "drop-capabilities: still counting exactly (777)" bash -c "curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^getppid_calls_total{comm=\"tpe_nocaps\"} 777$'"
+# A reload that needs no new perf event keeps the open ones and works without capabilities.
 kill -HUP "$PID"
 sleep 1
-check "drop-capabilities: reload fails with the reason, old config kept" bash -c "grep -q 'reload of .* failed, still running the previous config: .*Permission denied' '$WORK/log3' && curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^tracepoint_exporter_config_last_reload_successful 0'"
+check "drop-capabilities: reload of an unchanged config succeeds (its perf events are kept)" bash -c "curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^tracepoint_exporter_config_last_reload_successful 1'"
+# One that needs a new perf event fails with the reason and keeps the old config.
+cat >"$WORK/config.nocaps" <<'EOF2'
+{"metrics": [{"name": "getppid_calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+              "labels": [{"name": "comm", "source": "comm"}]},
+             {"name": "getpgid_total", "type": "counter", "event": "syscalls:sys_enter_getpgid"}]}
+EOF2
+kill -HUP "$PID"
+sleep 1
+check "drop-capabilities: a reload that opens a new event fails with the reason, old config kept" bash -c "grep -q 'reload of .* failed, still running the previous config: .*Permission denied' '$WORK/log3' && curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^tracepoint_exporter_config_last_reload_successful 0'"
 kill -TERM "$PID"; wait "$PID"; PID=""
 
 # Bad input through the real binary: one clear line, exit 1, never a crash.

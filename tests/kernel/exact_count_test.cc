@@ -151,8 +151,8 @@ TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
   // The same filter applied with PERF_EVENT_IOC_SET_FILTER at open time.
   auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false);
   ASSERT_TRUE(unchecked.ok());
-  Pipeline pipeline(std::move(*unchecked), &*tracefs);
-  Status st = pipeline.Open();
+  Pipeline pipeline(&*tracefs);
+  Status st = pipeline.Open(std::move(*unchecked));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("Field not found"), std::string::npos) << st.message();
 }

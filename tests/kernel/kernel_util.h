@@ -27,8 +27,8 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   if (!plan.ok()) return {};
-  Pipeline pipeline(std::move(*plan), &*tracefs);
-  Status st = pipeline.Open();
+  Pipeline pipeline(&*tracefs);
+  Status st = pipeline.Open(std::move(*plan));
   EXPECT_TRUE(st.ok()) << st.ToString();
   st = pipeline.Start();
   EXPECT_TRUE(st.ok()) << st.ToString();

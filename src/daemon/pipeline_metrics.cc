@@ -1,0 +1,160 @@
+// Pipeline::Snapshot: every metric of the current plan, then the self-metrics (per event,
+// per metric, per CPU ring, per CPU).
+#include <sys/utsname.h>
+
+#include <algorithm>
+
+#include "collectors/latency.h"
+#include "daemon/pipeline.h"
+
+#ifndef TPE_VERSION
+#define TPE_VERSION "0.0.0"
+#endif
+
+namespace tpe {
+
+namespace {
+
+MetricSnapshot Family(const std::string& name, const std::string& help, MetricKind kind) {
+  MetricSnapshot m;
+  m.name = name;
+  m.help = help;
+  m.kind = kind;
+  return m;
+}
+
+void Add(MetricSnapshot* m, LabelPairs labels, double v) {
+  SeriesSnapshot s;
+  s.labels = std::move(labels);
+  s.value = v;
+  m->series.push_back(std::move(s));
+}
+
+}  // namespace
+
+std::vector<MetricSnapshot> Pipeline::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MetricSnapshot> out;
+  if (!plan_) return out;
+  for (const auto& c : plan_->collectors) out.push_back(c->Snapshot());
+
+  auto hits = Family("tracepoint_exporter_event_hits_total",
+                     "Times the tracepoint fired (after its filter), counted by the kernel.", MetricKind::kCounter);
+  auto samples = Family("tracepoint_exporter_samples_total", "Samples decoded, per event.", MetricKind::kCounter);
+  auto lost = Family("tracepoint_exporter_samples_lost_total",
+                     "Samples the kernel dropped because the ring buffer was full, per event (PERF_FORMAT_LOST).",
+                     MetricKind::kCounter);
+  // One series per (event, filter): a counting-mode and a sampled perf event of the same pair
+  // count the same hits; samples and lost come from the sampled one.
+  for (size_t i = 0; i < plan_->events.size(); ++i) {
+    const EventPlan& ep = *plan_->events[i];
+    const EventPlan* sampled = ep.sampled ? &ep : nullptr;
+    bool seen = false;
+    for (size_t j = 0; j < plan_->events.size(); ++j) {
+      const EventPlan& o = *plan_->events[j];
+      if (j == i || o.event != ep.event || o.filter != ep.filter) continue;
+      if (j < i) seen = true;
+      if (o.sampled) sampled = &o;
+    }
+    if (seen) continue;
+    LabelPairs l = {{"event", ep.event.ToString()}, {"filter", ep.filter}};
+    Add(&hits, l, static_cast<double>((sampled ? sampled : &ep)->ReadCounts().count));
+    if (sampled == nullptr) continue;
+    Add(&samples, l, static_cast<double>(sampled->samples.Get()));
+    Add(&lost, l, static_cast<double>(sampled->ReadCounts().lost));
+  }
+  out.push_back(std::move(hits));
+  out.push_back(std::move(samples));
+  out.push_back(std::move(lost));
+
+  auto decode = Family("tracepoint_exporter_decode_errors_total",
+                       "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);
+  auto dropped =
+      Family("tracepoint_exporter_series_dropped_total",
+             "Samples not counted because the metric reached settings.max_series_per_metric.", MetricKind::kCounter);
+  for (const auto& c : plan_->collectors) {
+    Add(&decode, {{"metric", c->name()}}, static_cast<double>(c->decode_errors()));
+    Add(&dropped, {{"metric", c->name()}}, static_cast<double>(c->series_dropped()));
+  }
+  out.push_back(std::move(decode));
+  out.push_back(std::move(dropped));
+
+  auto unmatched = Family("tracepoint_exporter_latency_unmatched_total",
+                          "Latency starts or ends that made no observation, by reason (replaced, no_start, "
+                          "table_full, expired, series_limit).",
+                          MetricKind::kCounter);
+  auto inflight =
+      Family("tracepoint_exporter_latency_inflight",
+             "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
+  for (const auto& c : plan_->collectors) {
+    const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
+    if (l == nullptr) continue;
+    for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
+      auto reason = static_cast<LatencyCollector::Reason>(r);
+      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
+          static_cast<double>(l->unmatched(reason)));
+    }
+    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l->inflight()));
+  }
+  if (!unmatched.series.empty()) {
+    out.push_back(std::move(unmatched));
+    out.push_back(std::move(inflight));
+  }
+
+  auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
+                      "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);
+  auto ring_lost =
+      Family("tracepoint_exporter_ring_lost_samples_total",
+             "Samples reported lost by PERF_RECORD_LOST/PERF_RECORD_LOST_SAMPLES, per CPU ring.", MetricKind::kCounter);
+  auto ring_err = Family("tracepoint_exporter_ring_errors_total",
+                         "Garbled ring buffer batches that were skipped, per CPU ring.", MetricKind::kCounter);
+  for (const auto& r : rings_) {
+    LabelPairs l = {{"cpu", std::to_string(r.cpu)}};
+    Add(&bytes, l, static_cast<double>(r.bytes_read.Get()));
+    Add(&ring_lost, l, static_cast<double>(r.lost_samples.Get()));
+    Add(&ring_err, l, static_cast<double>(r.errors.Get()));
+  }
+  out.push_back(std::move(bytes));
+  out.push_back(std::move(ring_lost));
+  out.push_back(std::move(ring_err));
+
+  auto online = Family("tracepoint_exporter_cpu_online",
+                       "Whether the CPU's perf events are open and counting (0: offline, or its events are being "
+                       "reopened after it came back).",
+                       MetricKind::kGauge);
+  auto reopens =
+      Family("tracepoint_exporter_cpu_reopens_total",
+             "Times the CPU's ring and perf events were (re)opened after it came online.", MetricKind::kCounter);
+  auto untraced = Family("tracepoint_exporter_cpu_untraced_seconds_total",
+                         "Seconds the CPU's perf events were dead, from finding it offline to reopening them once "
+                         "it was back (events it ran in that time after coming back were not seen).",
+                         MetricKind::kCounter);
+  for (size_t c = 0; c < cpus_.size(); ++c) {
+    const CpuState& st = cpus_[c];
+    LabelPairs l = {{"cpu", std::to_string(c)}};
+    Add(&online, l, st.open ? 1 : 0);
+    Add(&reopens, l, static_cast<double>(st.reopens.Get()));
+    Add(&untraced, l, st.untraced_seconds.load());
+  }
+  out.push_back(std::move(online));
+  out.push_back(std::move(reopens));
+  out.push_back(std::move(untraced));
+
+  auto other = Family("tracepoint_exporter_ring_other_records_total",
+                      "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter);
+  Add(&other, {}, reader_ ? static_cast<double>(reader_->other_records() + reader_->sample_errors()) : 0.0);
+  out.push_back(std::move(other));
+  auto wake = Family("tracepoint_exporter_reader_wakeups_total", "Reader thread wakeups (watermark or 100 ms timeout).",
+                     MetricKind::kCounter);
+  Add(&wake, {}, static_cast<double>(wakeups_.Get()));
+  out.push_back(std::move(wake));
+
+  utsname u{};
+  ::uname(&u);
+  auto info = Family("tracepoint_exporter_build_info", "Build and kernel information; always 1.", MetricKind::kGauge);
+  Add(&info, {{"version", TPE_VERSION}, {"kernel", u.release}}, 1);
+  out.push_back(std::move(info));
+  return out;
+}
+
+}  // namespace tpe
