@@ -225,10 +225,14 @@ void Pipeline::CheckCpus() {
     if (st.open) {
       const int probe = ProbeFd(cpu);
       if (probe < 0) continue;  // nothing opened on it (an empty plan)
-      auto t = ReadEnabledTime(probe);
-      const bool alive = up && t.ok() && *t != st.enabled_ns;
+      // A live event's time_enabled advances between two reads (each read brings it up to
+      // date on its CPU); a dead one's is frozen since its CPU went offline — even if the CPU
+      // is back already.
+      auto t1 = ReadEnabledTime(probe);
+      auto t2 = ReadEnabledTime(probe);
+      const bool alive = up && t1.ok() && t2.ok() && *t2 != *t1;
       if (alive) {
-        st.enabled_ns = *t;
+        st.enabled_ns = *t2;
         continue;
       }
       // Offline, or offline and back already: its perf events are dead either way.

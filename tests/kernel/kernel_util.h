@@ -1,7 +1,13 @@
 // Shared by the kernel-tier tests: run a config through the real pipeline around an action.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <functional>
 #include <string>
@@ -14,6 +20,51 @@
 #include "tracefs/tracefs.h"
 
 namespace tpe::testing {
+
+// Forks a child that waits for RunToExit(), renames itself `name`, optionally pins itself to
+// `cpu`, makes `calls` getppid() and exits.
+class Child {
+ public:
+  Child(const char* name, int calls, int cpu = -1) {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(p[1]);
+      prctl(PR_SET_NAME, name);
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) _exit(3);
+      }
+      char c;
+      if (read(p[0], &c, 1) != 1) _exit(2);
+      for (int i = 0; i < calls; ++i) syscall(SYS_getppid);
+      _exit(0);
+    }
+    close(p[0]);
+    go_ = p[1];
+  }
+  pid_t pid() const { return pid_; }
+  // Lets the child run.
+  void Release() {
+    EXPECT_EQ(write(go_, "x", 1), 1);
+    close(go_);
+    go_ = -1;
+  }
+  // Waits for the child to exit (releasing it first if needed).
+  void RunToExit() {
+    if (go_ >= 0) Release();
+    int status = 0;
+    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+
+ private:
+  pid_t pid_;
+  int go_;
+};
 
 // Parses `config` (JSON text), opens and starts the pipeline on the live kernel, runs
 // `during`, stops (draining the rings) and returns the snapshot.

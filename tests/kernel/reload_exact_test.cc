@@ -1,0 +1,87 @@
+// Kernel tier: a reload never counts an event twice and never misses one. A child makes a known
+// number of getppid() calls while the daemon reloads again and again; the metrics that stay the
+// same across every reload (a sampled {comm} counter, a counting-mode counter, and an
+// enter→exit latency histogram whose pairs straddle the reloads) must say exactly that number.
+// Every other reload adds a metric on a new event, so new perf events are opened and closed
+// each time while the unchanged ones keep theirs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "daemon/daemon.h"
+#include "kernel/kernel_util.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+using testing::Child;
+using testing::FindSeries;
+
+constexpr int kCalls = 50000;
+constexpr int kReloads = 40;
+
+void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// The rings hold the whole run (50000 calls x 2 sampled events x <= 64 bytes < 8 MiB per CPU),
+// so the counts are exact whatever the scheduler does with the reader.
+std::string Config(bool with_extra) {
+  std::string c = R"({"settings": {"ring_buffer_pages": 2048}, "metrics": [
+    {"name": "calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "filter": "comm == \"tpe_rl_exact\"", "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "counted_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "filter": "comm == \"tpe_rl_exact\""},
+    {"name": "call_seconds", "type": "latency",
+     "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_rl_exact\""},
+     "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_rl_exact\""},
+     "buckets": {"type": "exp2", "min": 1e-9, "max": 1}})";
+  if (with_extra) {
+    c += R"(, {"name": "extra_total", "type": "counter", "event": "syscalls:sys_enter_getpgid",
+               "labels": [{"name": "pid", "source": "pid"}]})";
+  }
+  return c + "]}";
+}
+
+TEST(ReloadExactTest, ManyReloadsWhileCountingNeitherDoubleNorMiss) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/reload_exact_test.json";
+  Write(path, Config(false));
+  Daemon daemon(path, &*tracefs, &enums);
+  ASSERT_TRUE(daemon.Start().ok());
+  Child child("tpe_rl_exact", kCalls);
+  child.Release();
+  int reloads = 0;
+  for (; reloads < kReloads; ++reloads) {
+    Write(path, Config(reloads % 2 == 0));
+    Status st = daemon.Reload();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  child.RunToExit();
+  daemon.Stop();
+  auto snap = daemon.Snapshot();
+  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_reloads_total", {{"result", "success"}})->value, kReloads);
+  const SeriesSnapshot* sampled = FindSeries(snap, "calls_total", {{"comm", "tpe_rl_exact"}});
+  ASSERT_NE(sampled, nullptr);
+  EXPECT_EQ(sampled->value, kCalls);
+  EXPECT_EQ(FindSeries(snap, "counted_total")->value, kCalls);
+  const SeriesSnapshot* latency = FindSeries(snap, "call_seconds");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_EQ(latency->count, static_cast<uint64_t>(kCalls));
+  for (const char* reason : {"replaced", "no_start", "table_full", "expired", "series_limit"}) {
+    const SeriesSnapshot* u = FindSeries(snap, "tracepoint_exporter_latency_unmatched_total",
+                                         {{"metric", "call_seconds"}, {"reason", reason}});
+    ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->value, 0) << reason;
+  }
+  for (const auto& m : snap) {
+    if (m.name != "tracepoint_exporter_samples_lost_total" && m.name != "tracepoint_exporter_ring_lost_samples_total")
+      continue;
+    for (const auto& s : m.series) EXPECT_EQ(s.value, 0) << m.name;
+  }
+}
+
+}  // namespace
+}  // namespace tpe
