@@ -246,28 +246,31 @@ void Pipeline::CheckCpus() {
       }
       continue;
     }
-    // Online but not (or no longer) traced: reopen.
+    // Online but not (or no longer) traced: reopen. The self-metrics change with the reopen,
+    // under the lock, so a scrape never sees the CPU online without its reopen counted.
     Status s;
+    double gap = -1;
     {
       std::lock_guard<std::mutex> lock(mu_);
       s = ReopenCpu(cpu);
       reader_->SetPlan(plan_.get());
+      if (s.ok()) {
+        if (st.dead_since_ns != 0) {
+          gap = static_cast<double>(MonotonicNs() - st.dead_since_ns) * 1e-9;
+          st.untraced_seconds.store(st.untraced_seconds.load() + gap);
+        }
+        st.reopens.Add(1);
+        st.dead_since_ns = 0;
+      }
     }
-    const uint64_t back = MonotonicNs();
     if (!s.ok()) {
       TPE_LOG_ERROR("cpu {} is online but its perf events cannot be reopened: {}", cpu, s.message());
-      continue;
-    }
-    if (st.dead_since_ns != 0) {
-      const double gap = static_cast<double>(back - st.dead_since_ns) * 1e-9;
-      st.untraced_seconds.store(st.untraced_seconds.load() + gap);
+    } else if (gap >= 0) {
       TPE_LOG_WARN("cpu {} is online again: reopened its ring and perf events ({:.3f} s after it was found offline)",
                    cpu, gap);
     } else {
       TPE_LOG_INFO("cpu {} came online: opened its ring and perf events", cpu);
     }
-    st.reopens.Add(1);
-    st.dead_since_ns = 0;
   }
 }
 
