@@ -72,7 +72,7 @@ class Pipeline {
 
  private:
   struct CpuState {
-    bool open = false;  // its ring (if any) and events are open and enabled
+    std::atomic<bool> open{false};  // its ring (if any) and events are open and enabled
     bool logged_offline = false;
     uint64_t enabled_ns = 0;     // time_enabled of its probe event at the last check
     uint64_t dead_since_ns = 0;  // CLOCK_MONOTONIC when it was found offline or dead
