@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <unordered_set>
+#include <utility>
 
 #include "collectors/comm_table.h"
 #include "collectors/snapshot.h"
@@ -20,7 +22,11 @@ struct RelaxedCounter {
   std::atomic<uint64_t> v{0};
   void Add(uint64_t d) { v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
   uint64_t Get() const { return v.load(std::memory_order_relaxed); }
+  uint64_t Count() const { return Get(); }  // for SeriesTable
 };
+
+// Thread ids (as PERF_RECORD_EXIT reports them) of tasks that exited.
+using TaskSet = std::unordered_set<uint32_t>;
 
 class Collector {
  public:
@@ -35,6 +41,12 @@ class Collector {
   virtual bool NeedsOrdering() const { return NeedsComm(); }
   // Called by the reader after each round (e.g. to expire stale state).
   virtual void OnRoundEnd() {}
+  // Series lifetime (SeriesTable::Sweep), called by the reader about once a second: series
+  // unchanged for `idle_ns` (0 = never) are removed; series whose pid/tid label names a task in
+  // `exited` (tids whose PERF_RECORD_EXIT arrived since the last sweep) become removable.
+  virtual void Sweep(uint64_t /*now_ns*/, uint64_t /*idle_ns*/, const TaskSet& /*exited*/) {}
+  // Series removed so far: {idle, task exited}.
+  virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 
   // Self-metric inputs.
   uint64_t series_dropped() const { return series_dropped_.Get(); }

@@ -23,6 +23,11 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
   c->Add(1);
 }
 
+void CounterCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) {
+  if (kernel_count_) return;  // counting mode: one series, the kernel's count
+  series_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesTaskIn(key, exited); });
+}
+
 MetricSnapshot CounterCollector::Snapshot() const {
   MetricSnapshot m;
   m.name = name_;

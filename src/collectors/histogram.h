@@ -23,11 +23,14 @@ namespace tpe {
 struct HistogramSeries {
   std::unique_ptr<RelaxedCounter[]> buckets;
   std::atomic<double> sum{0};
+  RelaxedCounter observations;  // all buckets together: how SeriesTable sees a series change
   void Init(size_t n) { buckets.reset(new RelaxedCounter[n]); }
   void Observe(size_t index, double v) {
     buckets[index].Add(1);
+    observations.Add(1);
     sum.store(sum.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
   }
+  uint64_t Count() const { return observations.Get(); }
 };
 
 // A table of histogram series sharing one bucket layout.
@@ -59,6 +62,11 @@ class HistogramTable {
     return m;
   }
   const Buckets& buckets() const { return buckets_; }
+  template <typename IsExited>
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, IsExited&& is_exited) {
+    series_.Sweep(now_ns, idle_ns, is_exited);
+  }
+  std::pair<uint64_t, uint64_t> series_removed() const { return {series_.removed_idle(), series_.removed_exited()}; }
 
  private:
   Buckets buckets_;
@@ -75,6 +83,10 @@ class HistogramCollector : public Collector {
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override { return labels_.needs_comm(); }
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) override {
+    table_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesTaskIn(key, exited); });
+  }
+  std::pair<uint64_t, uint64_t> series_removed() const override { return table_.series_removed(); }
 
  private:
   std::string name_, help_;

@@ -68,6 +68,33 @@ size_t LabelSet::KeySize(std::string_view key) const {
   return std::min(pos, key.size());
 }
 
+bool LabelSet::NamesTaskIn(std::string_view key, const std::unordered_set<uint32_t>& tasks) const {
+  if (tasks.empty()) return false;
+  size_t pos = 0;
+  for (const auto& l : labels_) {
+    switch (l.source) {
+      case LabelSource::kField:
+        (void)l.extractor->Render(key, &pos);
+        break;
+      case LabelSource::kComm:
+        pos += 1 + (pos < key.size() ? static_cast<uint8_t>(key[pos]) : 0);
+        break;
+      case LabelSource::kPid:
+      case LabelSource::kTid: {
+        uint32_t v = 0;
+        if (pos + sizeof(v) <= key.size()) std::memcpy(&v, key.data() + pos, sizeof(v));
+        pos += sizeof(v);
+        if (tasks.count(v) != 0) return true;
+        break;
+      }
+      case LabelSource::kCpu:
+        pos += sizeof(uint32_t);
+        break;
+    }
+  }
+  return false;
+}
+
 LabelPairs LabelSet::Render(std::string_view key) const {
   LabelPairs out;
   out.reserve(labels_.size());

@@ -120,6 +120,13 @@ void LatencyCollector::OnRoundEnd() {
   inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
 }
 
+void LatencyCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) {
+  table_.Sweep(now_ns, idle_ns, [&](std::string_view key) {
+    if (starts_[0].labels.NamesTaskIn(key, exited)) return true;
+    return end_.labels.NamesTaskIn(key.substr(starts_[0].labels.KeySize(key)), exited);
+  });
+}
+
 MetricSnapshot LatencyCollector::Snapshot() const {
   return table_.Snapshot(name_, help_, [this](std::string_view key) {
     // The key is the start labels' segments then the end labels'.

@@ -68,8 +68,9 @@ struct MetricConfig {
 };
 
 struct Settings {
-  uint32_t ring_buffer_pages = 64;         // data pages per CPU ring; power of two, 1..4096
-  uint64_t max_series_per_metric = 10000;  // cardinality limit per metric
+  uint32_t ring_buffer_pages = 64;           // data pages per CPU ring; power of two, 1..4096
+  uint64_t max_series_per_metric = 10000;    // cardinality limit per metric
+  double series_idle_timeout_seconds = 600;  // a series unchanged this long is removed; 0 = never
 };
 
 struct Config {

@@ -72,12 +72,21 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   auto dropped =
       Family("tracepoint_exporter_series_dropped_total",
              "Samples not counted because the metric reached settings.max_series_per_metric.", MetricKind::kCounter);
+  auto removed = Family("tracepoint_exporter_series_removed_total",
+                        "Series removed, by reason: idle (unchanged for settings.series_idle_timeout_seconds) or "
+                        "task_exited (its pid/tid label names a task that exited; removed once its final value "
+                        "was scraped, or at once when the metric is full and a new series needs the room).",
+                        MetricKind::kCounter);
   for (const auto& c : plan_->collectors) {
     Add(&decode, {{"metric", c->name()}}, static_cast<double>(c->decode_errors()));
     Add(&dropped, {{"metric", c->name()}}, static_cast<double>(c->series_dropped()));
+    auto [idle, exited] = c->series_removed();
+    Add(&removed, {{"metric", c->name()}, {"reason", "idle"}}, static_cast<double>(idle));
+    Add(&removed, {{"metric", c->name()}, {"reason", "task_exited"}}, static_cast<double>(exited));
   }
   out.push_back(std::move(decode));
   out.push_back(std::move(dropped));
+  out.push_back(std::move(removed));
 
   auto unmatched = Family("tracepoint_exporter_latency_unmatched_total",
                           "Latency starts or ends that made no observation, by reason (replaced, no_start, "

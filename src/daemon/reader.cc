@@ -123,7 +123,10 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
     }
     case PERF_RECORD_EXIT: {
       TaskRecord t;
-      if (ParseTaskRecord(p.bytes, &t)) comms_.OnExit(t.tid);
+      if (ParseTaskRecord(p.bytes, &t)) {
+        comms_.OnExit(t.tid);
+        exited_.insert(t.tid);
+      }
       return;
     }
     case PERF_RECORD_LOST:
@@ -169,6 +172,15 @@ void Reader::Round(bool flush_all) {
   for (auto& r : *rings_) HoldAndRelease(&r);
   for (auto& c : plan_->collectors) {
     if (c) c->OnRoundEnd();  // null once a reload moved it to the next pipeline
+  }
+  if (now - last_sweep_ns_ >= 1'000'000'000ULL || flush_all) {
+    last_sweep_ns_ = now;
+    const double idle_s = plan_->settings.series_idle_timeout_seconds;
+    const uint64_t idle_ns = idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0;
+    for (auto& c : plan_->collectors) {
+      if (c) c->Sweep(now, idle_ns, exited_);
+    }
+    exited_.clear();
   }
 }
 

@@ -14,6 +14,8 @@
 //   3. copy the few records too young to dispatch out of the ring into a side buffer, and
 //      release-store data_tail = data_head once per ring. The ring is never held back.
 // Without ordering needs (no comm labels, no latency) every record is dispatched at once.
+// About once a second the collectors sweep their series (Collector::Sweep): idle ones go, and
+// those of tasks whose PERF_RECORD_EXIT arrived become removable.
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
 // COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
@@ -97,6 +99,8 @@ class Reader {
   std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
   size_t last_hit_ = 0;
   CommTable comms_;
+  TaskSet exited_;  // tids whose PERF_RECORD_EXIT arrived since the last sweep
+  uint64_t last_sweep_ns_ = 0;
   bool ordered_;
   RelaxedCounter held_records_;
   RelaxedCounter other_records_;
