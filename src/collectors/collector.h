@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#include <unordered_set>
+#include <functional>
 #include <utility>
 
 #include "collectors/comm_table.h"
@@ -25,8 +25,8 @@ struct RelaxedCounter {
   uint64_t Count() const { return Get(); }  // for SeriesTable
 };
 
-// Thread ids (as PERF_RECORD_EXIT reports them) of tasks that exited.
-using TaskSet = std::unordered_set<uint32_t>;
+// Whether the task with this thread id (as PERF_RECORD_EXIT reports it) has exited.
+using TaskExited = std::function<bool(uint32_t tid)>;
 
 class Collector {
  public:
@@ -42,9 +42,10 @@ class Collector {
   // Called by the reader after each round (e.g. to expire stale state).
   virtual void OnRoundEnd() {}
   // Series lifetime (SeriesTable::Sweep), called by the reader about once a second: series
-  // unchanged for `idle_ns` (0 = never) are removed; series whose pid/tid label names a task in
-  // `exited` (tids whose PERF_RECORD_EXIT arrived since the last sweep) become removable.
-  virtual void Sweep(uint64_t /*now_ns*/, uint64_t /*idle_ns*/, const TaskSet& /*exited*/) {}
+  // unchanged for `idle_ns` (0 = never) are removed; series whose pid/tid label names a task
+  // that `exited` become removable. A metric that is full also sweeps for exited tasks at once
+  // (at most every 100 ms) when a new label set arrives, so a new task's series gets in.
+  virtual void Sweep(uint64_t /*now_ns*/, uint64_t /*idle_ns*/, const TaskExited& /*exited*/) {}
   // Series removed so far: {idle, task exited}.
   virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 
@@ -53,6 +54,13 @@ class Collector {
   uint64_t decode_errors() const { return decode_errors_.Get(); }
 
  protected:
+  // For a full metric: true (sweep now) at most once per 100 ms of trace time.
+  bool RoomSweepDue(uint64_t now_ns) {
+    if (now_ns < last_room_sweep_ns_ + 100'000'000ULL && last_room_sweep_ns_ != 0) return false;
+    last_room_sweep_ns_ = now_ns;
+    return true;
+  }
+  uint64_t last_room_sweep_ns_ = 0;
   RelaxedCounter series_dropped_;
   RelaxedCounter decode_errors_;
 };

@@ -38,6 +38,13 @@ class CommTable {
   // table.
   std::string_view Lookup(uint32_t tid);
 
+  // True when `tid`'s PERF_RECORD_EXIT arrived (or it was gone from /proc when first looked
+  // up) and no task took the tid since; remembered for the last kExitGrace exits.
+  bool HasExited(uint32_t tid) const {
+    auto it = map_.find(tid);
+    return it != map_.end() && it->second.exited;
+  }
+
   size_t size() const { return map_.size(); }
 
  private:

@@ -16,6 +16,12 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     return;
   }
   RelaxedCounter* c = series_.FindOrInsert(key_);
+  if (c == nullptr && RoomSweepDue(s.time_ns)) {
+    series_.Sweep(s.time_ns, 0, [&](std::string_view key) {
+      return labels_.NamesExitedTask(key, [comms](uint32_t tid) { return comms->HasExited(tid); });
+    });
+    c = series_.FindOrInsert(key_);
+  }
   if (c == nullptr) {
     series_dropped_.Add(1);
     return;
@@ -23,9 +29,9 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
   c->Add(1);
 }
 
-void CounterCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) {
+void CounterCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
   if (kernel_count_) return;  // counting mode: one series, the kernel's count
-  series_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesTaskIn(key, exited); });
+  series_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesExitedTask(key, exited); });
 }
 
 MetricSnapshot CounterCollector::Snapshot() const {

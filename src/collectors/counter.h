@@ -29,7 +29,7 @@ class CounterCollector : public Collector {
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override { return labels_.needs_comm(); }
   bool counting_mode() const { return static_cast<bool>(kernel_count_); }
-  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) override;
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
   std::pair<uint64_t, uint64_t> series_removed() const override {
     return {series_.removed_idle(), series_.removed_exited()};
   }

@@ -29,7 +29,12 @@ void HistogramCollector::OnSample(size_t /*event_index*/, const Sample& s, CommT
   }
   const double v =
       (value_.field().is_signed ? static_cast<double>(raw) : static_cast<double>(static_cast<uint64_t>(raw))) * scale_;
-  if (!table_.Observe(key_, v)) series_dropped_.Add(1);
+  if (table_.Observe(key_, v)) return;
+  if (RoomSweepDue(s.time_ns)) {
+    Sweep(s.time_ns, 0, [comms](uint32_t tid) { return comms->HasExited(tid); });
+    if (table_.Observe(key_, v)) return;
+  }
+  series_dropped_.Add(1);
 }
 
 MetricSnapshot HistogramCollector::Snapshot() const {

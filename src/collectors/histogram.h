@@ -83,8 +83,8 @@ class HistogramCollector : public Collector {
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override { return labels_.needs_comm(); }
-  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) override {
-    table_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesTaskIn(key, exited); });
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override {
+    table_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels_.NamesExitedTask(key, exited); });
   }
   std::pair<uint64_t, uint64_t> series_removed() const override { return table_.series_removed(); }
 

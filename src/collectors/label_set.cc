@@ -68,8 +68,7 @@ size_t LabelSet::KeySize(std::string_view key) const {
   return std::min(pos, key.size());
 }
 
-bool LabelSet::NamesTaskIn(std::string_view key, const std::unordered_set<uint32_t>& tasks) const {
-  if (tasks.empty()) return false;
+bool LabelSet::NamesExitedTask(std::string_view key, const std::function<bool(uint32_t)>& exited) const {
   size_t pos = 0;
   for (const auto& l : labels_) {
     switch (l.source) {
@@ -84,7 +83,7 @@ bool LabelSet::NamesTaskIn(std::string_view key, const std::unordered_set<uint32
         uint32_t v = 0;
         if (pos + sizeof(v) <= key.size()) std::memcpy(&v, key.data() + pos, sizeof(v));
         pos += sizeof(v);
-        if (tasks.count(v) != 0) return true;
+        if (exited(v)) return true;
         break;
       }
       case LabelSource::kCpu:

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <functional>
 #include <vector>
 
 #include "collectors/comm_table.h"
@@ -42,8 +42,8 @@ class LabelSet {
 
   // Label name/value pairs of `key`; values are valid UTF-8 (ill-formed bytes as U+FFFD).
   LabelPairs Render(std::string_view key) const;
-  // True when a pid or tid label (source "pid"/"tid") of `key` is in `tasks`.
-  bool NamesTaskIn(std::string_view key, const std::unordered_set<uint32_t>& tasks) const;
+  // True when a pid or tid label (source "pid"/"tid") of `key` names a task that `exited`.
+  bool NamesExitedTask(std::string_view key, const std::function<bool(uint32_t)>& exited) const;
   // How many bytes at the front of `key` this set's segments occupy (keys may be concatenated).
   size_t KeySize(std::string_view key) const;
 

@@ -106,7 +106,13 @@ void LatencyCollector::OnSample(size_t event_index, const Sample& s, CommTable* 
   series_key_.assign(start_label_keys_[start.label_id]);
   series_key_.append(labels_);
   const uint64_t ns = s.time_ns >= start.time_ns ? s.time_ns - start.time_ns : 0;
-  if (!table_.Observe(series_key_, static_cast<double>(ns) * 1e-9)) {
+  const double seconds = static_cast<double>(ns) * 1e-9;
+  if (table_.Observe(series_key_, seconds)) return;
+  if (RoomSweepDue(s.time_ns)) {
+    Sweep(s.time_ns, 0, [comms](uint32_t tid) { return comms->HasExited(tid); });
+    if (table_.Observe(series_key_, seconds)) return;
+  }
+  {
     unmatched_[kSeriesLimit].Add(1);
     series_dropped_.Add(1);
   }
@@ -120,10 +126,10 @@ void LatencyCollector::OnRoundEnd() {
   inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
 }
 
-void LatencyCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) {
+void LatencyCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
   table_.Sweep(now_ns, idle_ns, [&](std::string_view key) {
-    if (starts_[0].labels.NamesTaskIn(key, exited)) return true;
-    return end_.labels.NamesTaskIn(key.substr(starts_[0].labels.KeySize(key)), exited);
+    if (starts_[0].labels.NamesExitedTask(key, exited)) return true;
+    return end_.labels.NamesExitedTask(key.substr(starts_[0].labels.KeySize(key)), exited);
   });
 }
 

@@ -50,7 +50,7 @@ class LatencyCollector : public Collector {
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override;
   bool NeedsOrdering() const override { return true; }
-  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskSet& exited) override;
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
   std::pair<uint64_t, uint64_t> series_removed() const override { return table_.series_removed(); }
 
   uint64_t unmatched(Reason r) const { return unmatched_[r].Get(); }

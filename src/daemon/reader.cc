@@ -125,7 +125,6 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       TaskRecord t;
       if (ParseTaskRecord(p.bytes, &t)) {
         comms_.OnExit(t.tid);
-        exited_.insert(t.tid);
       }
       return;
     }
@@ -177,10 +176,10 @@ void Reader::Round(bool flush_all) {
     last_sweep_ns_ = now;
     const double idle_s = plan_->settings.series_idle_timeout_seconds;
     const uint64_t idle_ns = idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0;
+    const TaskExited exited = [this](uint32_t tid) { return comms_.HasExited(tid); };
     for (auto& c : plan_->collectors) {
-      if (c) c->Sweep(now, idle_ns, exited_);
+      if (c) c->Sweep(now, idle_ns, exited);
     }
-    exited_.clear();
   }
 }
 

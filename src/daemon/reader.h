@@ -99,7 +99,6 @@ class Reader {
   std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
   size_t last_hit_ = 0;
   CommTable comms_;
-  TaskSet exited_;  // tids whose PERF_RECORD_EXIT arrived since the last sweep
   uint64_t last_sweep_ns_ = 0;
   bool ordered_;
   RelaxedCounter held_records_;
