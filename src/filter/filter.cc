@@ -351,25 +351,27 @@ class Parser {
     return e;
   }
 
-  Status ParseUnary(FilterExpr* out, int depth) {
+  // `after_not`: this term directly follows a '!', which already counted one level of depth
+  // for a parenthesis that follows it (so "!(a)", the canonical form of "!a", is no deeper).
+  Status ParseUnary(FilterExpr* out, int depth, bool after_not = false) {
     SkipSpace();
     // '!' negates unless it starts "!=" or "!~" (the kernel's is_not()).
     if (LookingAt("!") && !LookingAt("!=") && !LookingAt("!~")) {
       if (depth >= kMaxFilterDepth) return TooDeep();
       ++pos_;
       FilterExpr inner;
-      TPE_RETURN_IF_ERROR(ParseUnary(&inner, depth + 1));
+      TPE_RETURN_IF_ERROR(ParseUnary(&inner, depth + 1, /*after_not=*/true));
       out->kind = FilterExpr::Kind::kNot;
       out->children.clear();
       out->children.push_back(std::move(inner));
       return Status::Ok();
     }
     if (LookingAt("(")) {
-      if (depth >= kMaxFilterDepth) return TooDeep();
+      if (!after_not && depth >= kMaxFilterDepth) return TooDeep();
       size_t open = pos_++;
       SkipSpace();
       if (LookingAt(")")) return InvalidArgument("empty parentheses at " + Col(open));
-      TPE_RETURN_IF_ERROR(ParseOr(out, depth + 1));
+      TPE_RETURN_IF_ERROR(ParseOr(out, after_not ? depth : depth + 1));
       SkipSpace();
       if (AtEnd()) return InvalidArgument("missing ) for the ( at " + Col(open));
       if (t_[pos_] != ')') {

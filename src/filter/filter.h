@@ -70,7 +70,8 @@ namespace tpe {
 
 // The kernel takes filters of at most PAGE_SIZE - 1 bytes (tracefs write, PERF_EVENT_IOC_SET_FILTER).
 inline constexpr size_t kMaxFilterBytes = 4095;
-// Parentheses and '!' nested deeper than this are refused (the kernel has no limit of its own).
+// Parentheses and '!' nested deeper than this are refused (the kernel has no limit of its own);
+// "!(" counts once.
 inline constexpr int kMaxFilterDepth = 100;
 // MAX_FILTER_STR_VAL - 1: the longest quoted string.
 inline constexpr size_t kMaxFilterStringBytes = 255;

@@ -532,6 +532,13 @@ TEST_F(FilterTest, ErrorsNameTheColumnAndWhatIsValid) {
   EXPECT_EQ(Error("(" + deep + ")"), "parentheses and ! nested deeper than 100 at column 101");
   EXPECT_EQ(Error(std::string(kMaxFilterDepth + 1, '!') + "prev_pid == 1"),
             "parentheses and ! nested deeper than 100 at column 101");
+  // "!(" is one level, so the canonical form of a filter at the limit parses too.
+  std::string nots = std::string(kMaxFilterDepth, '!') + "prev_pid == 1";
+  EXPECT_EQ(Canon(nots), std::string(kMaxFilterDepth, '!') + "(prev_pid == 1)");
+  EXPECT_EQ(Error(Canon(nots)), "");
+  std::string mixed;
+  for (int i = 0; i < kMaxFilterDepth / 2; ++i) mixed += "!(";
+  EXPECT_EQ(Error(mixed + "prev_pid == 1" + std::string(kMaxFilterDepth / 2, ')')), "");
 }
 
 // What Linux 6.18 (this project's VM) said about each filter for sched:sched_switch when written
