@@ -902,7 +902,9 @@ bool EvalPredicate(const FilterPredicate& p, Bytes rec, const FilterContext& ctx
     }
     case FilterFieldKind::kComm: {
       uint8_t comm[kFilterCommBytes] = {};
-      std::memcpy(comm, ctx.comm.data(), std::min(ctx.comm.size(), kFilterCommBytes - 1));
+      // A default FilterContext has an empty comm whose data() is null: memcpy must not see it.
+      const size_t n = std::min(ctx.comm.size(), kFilterCommBytes - 1);
+      if (n != 0) std::memcpy(comm, ctx.comm.data(), n);
       return MatchString(p, CStr{comm, kFilterCommBytes}, kFilterCommBytes);
     }
     case FilterFieldKind::kDataLocString:

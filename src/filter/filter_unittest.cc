@@ -411,6 +411,14 @@ TEST_F(FilterTest, CommonFieldsCpuAndComm) {
   EXPECT_TRUE(EvaluateFilter(e, w.bytes(), ctx));
 }
 
+// Found by fuzz/filter_fuzzer (UBSan: memcpy from the null data() of an empty comm).
+TEST_F(FilterTest, DefaultContextHasAnEmptyComm) {
+  Record r = Switch("x", 1, 0, "y", 2);
+  EXPECT_FALSE(EvaluateFilter(Parse("comm ~ \"tp*\""), r.bytes(), FilterContext{}));
+  EXPECT_TRUE(EvaluateFilter(Parse("COMM == \"\""), r.bytes(), FilterContext{}));
+  EXPECT_TRUE(EvaluateFilter(Parse("comm ~ \"*\""), Bytes(), FilterContext{}));
+}
+
 TEST_F(FilterTest, Cpus) {
   Record r = Switch("x", 3, 0, "y", 9);
   FilterContext ctx;
