@@ -423,6 +423,10 @@ class Parser {
       r.field.kind = FilterFieldKind::kComm;
       r.field.size = kFilterCommBytes;
       r.type = "char[16]";
+    } else if (name == "STACKTRACE") {
+      // 6.18 accepts "STACKTRACE == 1" in a filter: a generic field meant for hist triggers.
+      return InvalidArgument("STACKTRACE at " + Col(name_pos) +
+                             " is the kernel's stack trace key for hist triggers; it cannot be compared in a filter");
     } else {
       std::string ev = format_.name.empty() ? "the event" : format_.name;
       return InvalidArgument("unknown field \"" + name + "\" at " + Col(name_pos) + "; fields of " + ev + ": " +

@@ -48,7 +48,8 @@
 // a trailing "&&"/"||" (the kernel ignores it), `cpu & N` (accepted by the kernel, never
 // matches: verified), numeric comparisons of fields the kernel cannot compare as numbers
 // (arrays of other sizes, opaque bytes, other __data_loc arrays), numbers against cpumask
-// fields, nesting deeper than kMaxFilterDepth, ".function" (needs the kernel's symbol table).
+// fields, nesting deeper than kMaxFilterDepth, ".function" (needs the kernel's symbol table),
+// STACKTRACE (a hist-trigger key), CPUS{all}, CPUS{N} and strided cpulists (machine-dependent).
 //
 // Pure; no exceptions. Thread-safety: values; EvaluateFilter may run concurrently on a shared
 // const FilterExpr.

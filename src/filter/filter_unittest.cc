@@ -598,7 +598,9 @@ TEST_F(FilterTest, AgreesWithTheKernel) {
                             "prev_pid.ustring == 1",
                             "prev_pid == 1 && ( next_pid == 2 || ! (prev_prio >= 3))",
                             "prev_pid==1||(next_pid==2)",
-                            "prev_pid == 00000000000000000000001"};
+                            "prev_pid == 00000000000000000000001",
+                            "CPU == -1",
+                            "cpu >= 0x1"};
   for (const char* f : accepted) EXPECT_EQ(Error(f), "") << f;
   const char* rejected[] = {"prev_pid == 1a",
                             "prev_comm == x",
@@ -661,10 +663,13 @@ TEST_F(FilterTest, AgreesWithTheKernel) {
                             "prev_pid == 1 (",
                             "prev_pid == 0x1g",
                             "prev_pid == 1abc",
-                            "prev_pid.function == x"};
+                            "prev_pid.function == x",
+                            "common_stacktrace == 1",
+                            "common_timestamp == 1"};
   for (const char* f : rejected) EXPECT_NE(Error(f), "") << f;
   // Accepted by the kernel, refused here on purpose (see filter.h).
-  for (const char* f : {"prev_pid == 1 &&", "prev_pid == 1 ||", "cpu & 1", "CPU & CPUS{all}", "CPU & CPUS{N}"}) {
+  for (const char* f :
+       {"prev_pid == 1 &&", "prev_pid == 1 ||", "cpu & 1", "CPU & CPUS{all}", "CPU & CPUS{N}", "STACKTRACE == 1"}) {
     EXPECT_NE(Error(f), "") << f;
   }
 }
