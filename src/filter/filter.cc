@@ -649,6 +649,9 @@ bool GlobMatch(std::string_view pat, const CStr& s) {
         back_i = --i;
         continue;
       case '[': {
+        // A class never matches the end of the string, not even a complemented one (checked on
+        // 6.18: "gam[!a]*" did not match a task named "gam").
+        if (c == 0) return false;
         bool inverted = pc(p) == '!';
         size_t k = p + (inverted ? 1 : 0);
         uint8_t a = pc(k++);

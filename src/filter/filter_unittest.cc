@@ -234,7 +234,9 @@ TEST_F(FilterTest, Globs) {
   EXPECT_TRUE(Eval("next_comm ~ \"*\"", r));
   EXPECT_TRUE(Eval("next_comm ~ \"**\"", r));
   EXPECT_FALSE(Eval("next_comm ~ \"\"", r));
-  EXPECT_FALSE(Eval("next_comm ~ \"[]\"", r));  // malformed class: a literal '['
+  EXPECT_FALSE(Eval("next_comm ~ \"[]\"", r));         // malformed class: a literal '['
+  EXPECT_FALSE(Eval("next_comm ~ \"beta[!a]\"", r));   // a class needs a character (6.18 agrees)
+  EXPECT_FALSE(Eval("next_comm ~ \"beta[!a]*\"", r));  //
   // A leading '!' inverts a ~ pattern (and only a ~ pattern).
   EXPECT_FALSE(Eval("next_comm ~ \"!beta\"", r));
   EXPECT_TRUE(Eval("next_comm ~ \"!alpha\"", r));
