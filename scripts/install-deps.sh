@@ -12,7 +12,7 @@ RUNTIME=(libspdlog1.10 libfmt9 libcivetweb1 libprometheus-cpp-core1.0 libprometh
 BUILD=(build-essential cmake ninja-build pkg-config git
        libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
        libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-       help2man dpkg-dev openssl curl prometheus clang-format clang-tidy)
+       help2man dpkg-dev openssl curl prometheus clang-format clang-tidy clang libclang-rt-14-dev)
 
 if [[ "${1:-}" == "--runtime" ]]; then PKGS=("${RUNTIME[@]}"); else PKGS=("${BUILD[@]}"); fi
 
