@@ -368,6 +368,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
           ne->retired = oe->retired;
           ne->base = oe->base;
           ne->samples.Add(oe->samples.Get());
+          ne->unaccounted.Add(oe->unaccounted.Get());
           continue;
         }
         // A new perf event for an (event, filter) that existed in the other mode: its

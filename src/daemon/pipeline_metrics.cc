@@ -41,6 +41,12 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   auto hits = Family("tracepoint_exporter_event_hits_total",
                      "Times the tracepoint fired (after its filter), counted by the kernel.", MetricKind::kCounter);
   auto samples = Family("tracepoint_exporter_samples_total", "Samples decoded, per event.", MetricKind::kCounter);
+  auto unaccounted = Family(
+      "tracepoint_exporter_samples_unaccounted_total",
+      "Hits the kernel counted that became neither a sample nor a lost sample (a lower bound, measured each second): "
+      "samples + lost + unaccounted == hits once the rings are drained. Nonzero when the kernel drops samples "
+      "without accounting for them.",
+      MetricKind::kCounter);
   auto lost = Family("tracepoint_exporter_samples_lost_total",
                      "Samples the kernel dropped because the ring buffer was full, per event (PERF_FORMAT_LOST).",
                      MetricKind::kCounter);
@@ -62,10 +68,12 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (sampled == nullptr) continue;
     Add(&samples, l, static_cast<double>(sampled->samples.Get()));
     Add(&lost, l, static_cast<double>(sampled->ReadCounts().lost));
+    Add(&unaccounted, l, static_cast<double>(sampled->unaccounted.Get()));
   }
   out.push_back(std::move(hits));
   out.push_back(std::move(samples));
   out.push_back(std::move(lost));
+  out.push_back(std::move(unaccounted));
 
   auto decode = Family("tracepoint_exporter_decode_errors_total",
                        "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);

@@ -49,6 +49,12 @@ struct EventPlan {
   EventCount retired;         // final counts of fds closed after their CPU went offline
   RelaxedCounter samples;     // samples decoded
   EventCount base;            // self-metric counts carried over from a replaced event
+  // Hits the kernel counted that became neither a sample nor a lost sample (see Reader): the
+  // largest lower bound measured so far.
+  RelaxedCounter unaccounted;
+  // The reader's pending measurement: counts read at check_time_ns, and samples stamped after it.
+  EventCount check_counts;
+  uint64_t samples_after_check = 0;
 
   // The kernel's count and lost-sample count (PERF_FORMAT_LOST) summed over CPUs, including
   // fds retired by CPU hotplug.

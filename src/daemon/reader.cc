@@ -22,6 +22,7 @@ Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : rings_(rings) { SetPlan
 
 void Reader::SetPlan(Plan* plan) {
   plan_ = plan;
+  check_time_ns_ = 0;  // a pending gap check belongs to the events it read
   ordered_ = plan->needs_ordering || plan->needs_comm;
   by_id_.clear();
   last_hit_ = 0;
@@ -46,6 +47,13 @@ EventPlan* Reader::FindEvent(uint64_t id) {
 void Reader::Index(CpuRing* r) {
   r->head = r->ring->LoadHead();
   r->delivered = false;
+  if (r->head - r->ring->tail() > r->ring->data_size()) {
+    // More unread bytes than the ring holds: a data_head that cannot be right. Nothing in it
+    // can be trusted; skip to it (counted).
+    r->errors.Add(1);
+    r->ring->StoreTail(r->head);
+    return;
+  }
   RingCursor cursor = r->ring->Cursor(r->head);
   RawRecord rec;
   for (;;) {
@@ -108,6 +116,7 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
         return;
       }
       ep->samples.Add(1);
+      if (check_time_ns_ != 0 && s.time_ns > check_time_ns_) ++ep->samples_after_check;
       for (auto& [collector, index] : ep->consumers) collector->OnSample(index, s, &comms_);
       return;
     }
@@ -143,8 +152,32 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
   }
 }
 
+void Reader::StartGapCheck() {
+  for (auto& ep : plan_->events) {
+    if (!ep->sampled) continue;
+    ep->check_counts = ep->ReadCounts();
+    ep->samples_after_check = 0;
+  }
+  check_time_ns_ = MonotonicNs();
+}
+
+void Reader::FinishGapCheck() {
+  for (auto& ep : plan_->events) {
+    if (!ep->sampled) continue;
+    const uint64_t seen = ep->samples.Get() - ep->samples_after_check + ep->check_counts.lost;
+    if (ep->check_counts.count > seen && ep->check_counts.count - seen > ep->unaccounted.Get()) {
+      ep->unaccounted.v.store(ep->check_counts.count - seen, std::memory_order_relaxed);
+    }
+  }
+  check_time_ns_ = 0;
+}
+
 void Reader::Round(bool flush_all) {
   const uint64_t now = MonotonicNs();
+  if (check_time_ns_ == 0 && now - last_check_ns_ >= 1'000'000'000ULL && !flush_all) {
+    last_check_ns_ = now;
+    StartGapCheck();
+  }
   for (auto& r : *rings_) Index(&r);
   uint64_t limit = std::numeric_limits<uint64_t>::max();
   if (ordered_ && !flush_all) {
@@ -167,6 +200,13 @@ void Reader::Round(bool flush_all) {
     if (best == nullptr) break;
     const auto& p = best->pending[best->next++];
     Dispatch(p, static_cast<uint32_t>(best->cpu));
+  }
+  // Every record stamped up to the check was dispatched once the limit passed it (a round that
+  // started a quiet-slack later indexed whatever was still being committed then).
+  if (check_time_ns_ != 0) {
+    const bool all_dispatched =
+        limit != std::numeric_limits<uint64_t>::max() ? limit >= check_time_ns_ : now >= check_time_ns_ + kQuietSlackNs;
+    if (all_dispatched) FinishGapCheck();
   }
   for (auto& r : *rings_) HoldAndRelease(&r);
   for (auto& c : plan_->collectors) {

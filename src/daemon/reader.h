@@ -15,7 +15,8 @@
 //      release-store data_tail = data_head once per ring. The ring is never held back.
 // Without ordering needs (no comm labels, no latency) every record is dispatched at once.
 // About once a second the collectors sweep their series (Collector::Sweep): idle ones go, and
-// those of tasks whose PERF_RECORD_EXIT arrived become removable.
+// those of tasks whose PERF_RECORD_EXIT arrived become removable; and each sampled event's hits
+// are checked against its samples and lost samples (EventPlan::unaccounted).
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
 // COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
@@ -100,6 +101,15 @@ class Reader {
   size_t last_hit_ = 0;
   CommTable comms_;
   uint64_t last_sweep_ns_ = 0;
+  // Unaccounted hits (EventPlan::unaccounted): the counts of every sampled event are read, then
+  // the clock (check_time_ns_); once every record stamped before that time has been dispatched,
+  // hits − lost − (samples stamped up to then) is a lower bound of the hits that never became a
+  // sample or a lost sample (a hit counted before the read is stamped before the clock; a few
+  // stamped before it may not be counted yet, which only lowers the bound).
+  void StartGapCheck();
+  void FinishGapCheck();
+  uint64_t check_time_ns_ = 0;  // 0: no check pending
+  uint64_t last_check_ns_ = 0;
   bool ordered_;
   RelaxedCounter held_records_;
   RelaxedCounter other_records_;
