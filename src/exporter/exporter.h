@@ -7,7 +7,8 @@
 //
 // Thread-safety: the snapshot source runs on the HTTP server's threads, possibly several
 // scrapes at once, concurrently with the reader thread. ProcessMetrics, LandingPageHtml and
-// SerializeText are reentrant.
+// SerializeText are reentrant. An HttpExporter is started and destroyed by one thread; ports()
+// may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -52,7 +53,8 @@ class HttpExporter {
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
                                                        const std::string& telemetry_path, SnapshotSource source,
                                                        const WebConfig& web = WebConfig());
-  // Stops serving: pending password checks are answered 503, the threads joined.
+  // Stops serving: waiting password checks are answered 503, the threads joined (this may wait
+  // for one bcrypt in progress).
   ~HttpExporter();
 
   // The TCP port actually bound (useful with port 0); one element.
