@@ -128,6 +128,7 @@ struct HttpServer::Impl {
   int port = -1;
   ScopedFd listen_fd;  // libmicrohttpd serves a duplicate of it
   MHD_Daemon* daemon = nullptr;
+  unsigned connection_limit = 0;    // what libmicrohttpd was given
   std::unique_ptr<BasicAuth> auth;  // null when no users are configured
 
   // The deadline watchdog.
@@ -150,8 +151,13 @@ struct HttpServer::Impl {
     while (!watchdog_stop) {
       watchdog_cv.wait_for(lock, std::chrono::milliseconds(200));
       const auto now = Clock::now();
+      // Under pressure (3/4 of the connection limit in use) headers get a much shorter deadline:
+      // real scrapers send theirs at once, so only slow clients are shed, freeing slots sooner.
+      const bool pressure = conns.size() * 4 >= size_t{connection_limit} * 3;
+      const auto header_deadline =
+          pressure ? std::min(opt.header_deadline, opt.pressure_header_deadline) : opt.header_deadline;
       for (ConnState* c : conns) {
-        if (c->shut || now - c->since <= (c->in_request ? opt.request_deadline : opt.header_deadline)) continue;
+        if (c->shut || now - c->since <= (c->in_request ? opt.request_deadline : header_deadline)) continue;
         // libmicrohttpd reads EOF (or fails its next send) and closes the connection; the fd
         // stays valid until then, as the CLOSED notification takes conns_mu first.
         deadline_closes.fetch_add(1);
@@ -363,6 +369,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
   impl->opt = std::move(options);
   impl->listen_fd = std::move(*fd);
   impl->port = BoundPort(impl->listen_fd.get());
+  const unsigned connection_limit = EffectiveConnectionLimit(impl->opt.connection_limit);
+  impl->connection_limit = connection_limit;
   try {
     if (!impl->opt.users.empty()) {
       impl->auth = std::make_unique<BasicAuth>(impl->opt.users, impl->opt.auth_cache);
@@ -377,7 +385,6 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
   // a duplicate so that ours is closed exactly once, by ScopedFd.
   const int mhd_fd = ::fcntl(impl->listen_fd.get(), F_DUPFD_CLOEXEC, 0);
   if (mhd_fd < 0) return ErrnoStatus(errno, "dup of the listening socket");
-  const unsigned connection_limit = EffectiveConnectionLimit(impl->opt.connection_limit);
   const auto seconds = [](std::chrono::milliseconds ms) {
     return static_cast<intptr_t>(std::max<int64_t>(1, (ms.count() + 999) / 1000));
   };

@@ -8,9 +8,11 @@
 //    request must be answered within `request_deadline`. libmicrohttpd's own timeout is an
 //    idle timeout that each received byte resets, so a deadline watchdog thread shuts down
 //    the sockets that overstay (shutdown(2) on the connection's fd; libmicrohttpd then sees
-//    EOF and frees it). Idle connections also close after `header_deadline`.
-//  - Limits: `connection_limit` in total (lowered to what RLIMIT_NOFILE leaves free),
-//    `per_ip_connection_limit` per client address.
+//    EOF and frees it). Idle connections also close after `header_deadline`. While 3/4 of the
+//    connection limit is in use, the header deadline is `pressure_header_deadline` instead.
+//  - Limits: `connection_limit` in total (lowered to what RLIMIT_NOFILE leaves free; beyond it
+//    new connections wait in the kernel's accept queue), `per_ip_connection_limit` per client
+//    address (beyond it a connection is closed at once).
 //  - Basic auth: bcrypt runs on a dedicated auth thread while the connection is suspended
 //    (MHD_suspend_connection), never on an event loop; answers are cached (BasicAuth). At most
 //    `auth_queue` checks wait; beyond that a request gets 503 at once.
@@ -48,6 +50,7 @@ struct HttpServerOptions {
   unsigned per_ip_connection_limit = 128;
   std::chrono::milliseconds header_deadline{10000};
   std::chrono::milliseconds request_deadline{30000};
+  std::chrono::milliseconds pressure_header_deadline{1000};
   size_t auth_queue = 32;
   size_t auth_cache = 1024;
 };

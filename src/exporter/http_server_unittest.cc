@@ -138,6 +138,30 @@ TEST(HttpServerTest, DeadlineClosesADrippingConnection) {
   EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
 }
 
+TEST(HttpServerTest, UnderPressureHeadersGetAShortDeadline) {
+  HttpServerOptions o = Options();
+  o.connection_limit = 8;
+  o.threads = 1;
+  o.header_deadline = milliseconds(60000);
+  o.pressure_header_deadline = milliseconds(300);
+  auto server = HttpServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<ScopedFd> slow;
+  for (int i = 0; i < 7; ++i) {  // 7 of 8 slots: above 3/4
+    slow.push_back(Connect((*server)->port()));
+    Send(slow.back().get(), "GET / HTTP/1.1\r\n");
+  }
+  const auto t0 = Clock::now();
+  for (auto& fd : slow) {
+    bool closed = false;
+    ReadAll(fd.get(), milliseconds(5000), &closed);
+    EXPECT_TRUE(closed);
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 4.0);
+  EXPECT_GE((*server)->deadline_closes(), 7u);
+  EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
+}
+
 TEST(HttpServerTest, BasicAuth) {
   HttpServerOptions o = Options();
   o.users = {{"alice", kHash}};
