@@ -8,11 +8,11 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-RUNTIME=(libspdlog1.10 libfmt9 libcivetweb1 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libtraceevent1 libbpf1 libseccomp2 libsystemd0 libyaml-cpp0.7 libcrypt1 libcap2 libcpp-httplib0.11 ca-certificates)
+RUNTIME=(libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libtraceevent1 libbpf1 libseccomp2 libsystemd0 libyaml-cpp0.7 libcrypt1 libcap2 libmicrohttpd12 libgnutls30 ca-certificates)
 BUILD=(build-essential cmake ninja-build pkg-config git
        libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
-       libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
-       help2man dpkg-dev openssl curl prometheus clang-format clang-tidy clang libclang-rt-14-dev)
+       libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libgtest-dev libgmock-dev libbenchmark-dev
+       help2man dpkg-dev openssl curl prometheus clang-format clang-tidy clang libclang-rt-14-dev stress-ng)
 
 if [[ "${1:-}" == "--runtime" ]]; then PKGS=("${RUNTIME[@]}"); else PKGS=("${BUILD[@]}"); fi
 

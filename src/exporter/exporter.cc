@@ -1,11 +1,7 @@
 #include "exporter/exporter.h"
 
-#include <CivetServer.h>
 #include <dirent.h>
-#include <httplib.h>
-#include <openssl/evp.h>
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <sys/resource.h>
@@ -17,9 +13,9 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
-#include <thread>
 
 #include "common/file_util.h"
+#include "exporter/http_server.h"
 
 namespace tpe {
 namespace {
@@ -102,32 +98,15 @@ MetricSnapshot Gauge(const std::string& name, const std::string& help, double v,
   return m;
 }
 
-std::string g_landing_path;  // the telemetry path, for the landing page's link
-
 }  // namespace
 
-// The page served at "/" by both servers.
+// The page served at "/".
 std::string LandingPageHtml(const std::string& telemetry_path) {
   return "<html><head><title>tracepoint_exporter</title></head><body>"
          "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
          "<p><a href=\"" +
          telemetry_path + "\">Metrics</a></p></body></html>\n";
 }
-
-namespace {
-
-int LandingPage(mg_connection* conn) {
-  const mg_request_info* ri = mg_get_request_info(conn);
-  if (ri == nullptr || ri->local_uri == nullptr || std::strcmp(ri->local_uri, "/") != 0) return 0;
-  const std::string body = LandingPageHtml(g_landing_path);
-  mg_printf(conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n%s",
-            body.size(), body.c_str());
-  return 200;
-}
-
-}  // namespace
 
 std::vector<MetricSnapshot> ProcessMetrics() {
   std::vector<MetricSnapshot> out;
@@ -176,141 +155,44 @@ std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
 }
 
 struct HttpExporter::Impl {
-  ~Impl() {
-    if (tls) {
-      tls->stop();
-      if (tls_thread.joinable()) tls_thread.join();
-    }
-  }
-  std::unique_ptr<httplib::SSLServer> tls;  // set iff serving TLS
-  std::thread tls_thread;
-  int tls_port = 0;
   std::atomic<double> last_scrape{0};
   std::shared_ptr<SnapshotCollectable> collectable;
-  std::unique_ptr<prometheus::Exposer> exposer;
-  CivetCallbacks callbacks{};
+  std::unique_ptr<HttpServer> server;
 };
 
 StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
                                                             const std::string& telemetry_path, SnapshotSource source,
                                                             const WebConfig& web) {
-  size_t colon = listen_address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen_address.size()) {
-    return InvalidArgument("--web.listen-address=" + listen_address +
-                           " is not [HOST]:PORT (e.g. :9478, 127.0.0.1:9478)");
-  }
-  std::string host = listen_address.substr(0, colon);
-  std::string port = listen_address.substr(colon + 1);
-  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) > 65535) {
-    return InvalidArgument("--web.listen-address=" + listen_address + ": port \"" + port + "\" is not 0-65535");
-  }
   if (telemetry_path.empty() || telemetry_path[0] != '/' || telemetry_path == "/") {
     return InvalidArgument("--web.telemetry-path=" + telemetry_path +
                            " must start with / and not be / (e.g. /metrics)");
   }
-  // civetweb syntax: "9478" (all interfaces), "127.0.0.1:9478", "[::1]:9478".
-  std::string civet = host.empty() ? port : host + ":" + port;
   std::unique_ptr<HttpExporter> e(new HttpExporter());
   e->impl_ = std::make_unique<Impl>();
-  g_landing_path = telemetry_path;
-  e->impl_->callbacks.begin_request = LandingPage;
-  std::vector<std::string> options = {"num_threads", "2"};
-  e->impl_->collectable = std::make_shared<SnapshotCollectable>(source, &e->impl_->last_scrape);
+  e->impl_->collectable = std::make_shared<SnapshotCollectable>(std::move(source), &e->impl_->last_scrape);
+  HttpServerOptions o;
+  o.listen_address = listen_address;
+  o.telemetry_path = telemetry_path;
+  o.landing_html = LandingPageHtml(telemetry_path);
+  o.metrics = [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); };
+  o.users = web.users;
   if (web.tls()) {
-    // civetweb (prometheus-cpp's server) crashes on TLS with Debian 12's OpenSSL 3, so TLS is
-    // served by cpp-httplib; collection and serialization stay prometheus-cpp's.
-    TPE_RETURN_IF_ERROR(e->StartTls(host, port, telemetry_path, web));
-    return e;
-  }
-  options.insert(options.end(), {"listening_ports", civet});
-  try {
-    e->impl_->exposer = std::make_unique<prometheus::Exposer>(options, &e->impl_->callbacks);
-  } catch (const std::exception& ex) {
-    return Unavailable("cannot listen on --web.listen-address=" + listen_address + " (" + ex.what() +
-                       "); is the port already in use? choose another with --web.listen-address");
-  }
-  if (!web.users.empty()) {
-    auto users = web.users;
-    e->impl_->exposer->RegisterAuth(
-        [users](const std::string& user, const std::string& password) {
-          auto it = users.find(user);
-          return it != users.end() && CheckPassword(it->second, password);
-        },
-        "tracepoint_exporter", telemetry_path);
-  }
-  e->impl_->exposer->RegisterCollectable(e->impl_->collectable, telemetry_path);
-  return e;
-}
-
-namespace {
-
-// "Basic <base64(user:password)>" → user, password (OpenSSL's base64 decoder).
-bool ParseBasicAuth(const std::string& header, std::string* user, std::string* password) {
-  if (!header.starts_with("Basic ")) return false;
-  const std::string b64 = header.substr(6);
-  if (b64.empty() || b64.size() > 4096 || b64.size() % 4 != 0) return false;
-  std::string out(b64.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
-  if (n < 0) return false;
-  size_t len = static_cast<size_t>(n);
-  for (size_t i = b64.size(); i > 0 && b64[i - 1] == '='; --i) --len;  // EVP_DecodeBlock keeps padding bytes
-  out.resize(len);
-  const size_t colon = out.find(':');
-  if (colon == std::string::npos) return false;
-  *user = out.substr(0, colon);
-  *password = out.substr(colon + 1);
-  return true;
-}
-
-}  // namespace
-
-Status HttpExporter::StartTls(const std::string& host, const std::string& port, const std::string& telemetry_path,
-                              const WebConfig& web) {
-  auto server = std::make_unique<httplib::SSLServer>(web.cert_file.c_str(), web.key_file.c_str());
-  if (!server->is_valid()) {
-    return InvalidArgument("TLS setup failed: OpenSSL rejects tls_server_config cert_file " + web.cert_file +
-                           " / key_file " + web.key_file + " (PEM certificate and its matching private key)");
-  }
-  Impl* impl = impl_.get();
-  const auto users = web.users;
-  server->Get(telemetry_path, [impl, users](const httplib::Request& req, httplib::Response& res) {
-    if (!users.empty()) {
-      std::string user, password;
-      auto it = users.end();
-      if (ParseBasicAuth(req.get_header_value("Authorization"), &user, &password)) it = users.find(user);
-      if (it == users.end() || !CheckPassword(it->second, password)) {
-        res.status = 401;
-        res.set_header("WWW-Authenticate", "Basic realm=\"tracepoint_exporter\"");
-        res.set_content("Unauthorized\n", "text/plain");
-        return;
-      }
+    o.cert_file = web.cert_file;
+    o.key_file = web.key_file;
+    for (auto [path, pem] : {std::pair{&web.cert_file, &o.cert_pem}, std::pair{&web.key_file, &o.key_pem}}) {
+      auto text = ReadFileToString(*path);
+      if (!text.ok()) return text.status().WithContext("TLS setup failed: tls_server_config");
+      *pem = std::move(*text);
     }
-    res.set_content(prometheus::TextSerializer().Serialize(impl->collectable->Collect()),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-  const std::string landing = LandingPageHtml(telemetry_path);
-  server->Get("/", [landing](const httplib::Request&, httplib::Response& res) {
-    res.set_content(landing, "text/html; charset=utf-8");
-  });
-  const std::string bind_host = host.empty() ? "0.0.0.0" : host;
-  const int want = std::stoi(port);
-  const int got = want == 0 ? server->bind_to_any_port(bind_host.c_str())
-                            : (server->bind_to_port(bind_host.c_str(), want) ? want : -1);
-  if (got < 0) {
-    return Unavailable("cannot listen on " + bind_host + ":" + port + "; is the port already in use?");
   }
-  impl_->tls_port = got;
-  impl_->tls = std::move(server);
-  impl_->tls_thread = std::thread([impl] { impl->tls->listen_after_bind(); });
-  return Status::Ok();
+  auto server = HttpServer::Start(std::move(o));
+  if (!server.ok()) return server.status();
+  e->impl_->server = std::move(*server);
+  return e;
 }
 
 HttpExporter::~HttpExporter() = default;
 
-std::vector<int> HttpExporter::ports() const {
-  if (impl_->tls) return {impl_->tls_port};
-  return impl_->exposer->GetListeningPorts();
-}
+std::vector<int> HttpExporter::ports() const { return {impl_->server->port()}; }
 
 }  // namespace tpe

@@ -1,12 +1,14 @@
 // The /metrics endpoint: a prometheus::Collectable that snapshots every collector at scrape
-// time (prometheus-cpp's extension point: no Prometheus object is touched per event), the
-// standard process_* metrics, and the HTTP server (prometheus-cpp's civetweb Exposer) with a
-// landing page at "/".
+// time (prometheus-cpp's extension point: no Prometheus object is touched per event), rendered
+// by prometheus-cpp's TextSerializer, the standard process_* metrics, and the HTTP(S) server
+// (HttpServer: libmicrohttpd, TLS by GnuTLS) with a landing page at "/".
 //
 // This folder is the only one that links prometheus-cpp.
 //
-// Thread-safety: Collect() runs on the exposer's HTTP threads; the snapshot source must be
-// callable from them concurrently with the reader thread.
+// Thread-safety: the snapshot source runs on the HTTP server's threads, possibly several
+// scrapes at once, concurrently with the reader thread. ProcessMetrics, LandingPageHtml and
+// SerializeText are reentrant. An HttpExporter is started and destroyed by one thread; ports()
+// may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -18,10 +20,6 @@
 #include "collectors/snapshot.h"
 #include "common/status.h"
 #include "exporter/web_config.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace tpe {
 
@@ -40,23 +38,30 @@ std::string SerializeText(const std::vector<MetricSnapshot>& metrics);
 
 class HttpExporter {
  public:
-  // Starts serving. `listen_address` is "[HOST]:PORT" (":9478" = every interface,
-  // "127.0.0.1:0" = a free port on loopback). `telemetry_path` e.g. "/metrics".
-  // Errors: InvalidArgument for a malformed address; Unavailable when the port is in use.
-  // `web` (default: none) turns on TLS (served by cpp-httplib over OpenSSL) and/or basic auth
-  // for the telemetry path. A certificate/key OpenSSL rejects is InvalidArgument.
+  // Binds and starts serving on background threads; returns once the socket listens.
+  // `listen_address` is "[HOST]:PORT": ":9478" = every interface (IPv6 dual-stack),
+  // "127.0.0.1:9478", "[::1]:9478", "localhost:9478", port 0 = a free port (see ports()).
+  // `telemetry_path` e.g. "/metrics" serves `source` (plus process_* metrics); "/" the landing
+  // page; GET and HEAD only. `web` (default: none) turns on TLS (cert_file/key_file; then HTTPS
+  // only) and/or bcrypt basic auth for the telemetry path. Slow clients cannot starve scrapes:
+  // see http_server.h for the deadlines, limits and the auth thread.
+  // Errors (never an exception, never an exit): InvalidArgument for a malformed address, a
+  // host that does not resolve or is not local (with the resolver/errno text), a bad telemetry
+  // path, or a certificate/key GnuTLS rejects (naming the file); Unavailable when the port is
+  // in use; PermissionDenied for a privileged port; NotFound/PermissionDenied for an unreadable
+  // certificate or key; Internal when libmicrohttpd cannot start.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
                                                        const std::string& telemetry_path, SnapshotSource source,
                                                        const WebConfig& web = WebConfig());
+  // Stops serving: waiting password checks are answered 503, the threads joined (this may wait
+  // for one bcrypt in progress).
   ~HttpExporter();
 
-  // The TCP ports actually bound (useful with port 0).
+  // The TCP port actually bound (useful with port 0); one element.
   std::vector<int> ports() const;
 
  private:
   HttpExporter() = default;
-  Status StartTls(const std::string& host, const std::string& port, const std::string& telemetry_path,
-                  const WebConfig& web);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

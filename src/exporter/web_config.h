@@ -8,7 +8,8 @@
 //     prometheus: $2y$10$...   # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
 //
 // Parsed with yaml-cpp; passwords are checked with crypt(3) (libxcrypt's bcrypt). With
-// tls_server_config, HttpExporter serves over TLS with cpp-httplib (OpenSSL).
+// tls_server_config, HttpExporter serves HTTPS only, with libmicrohttpd over GnuTLS (TLS 1.2+;
+// min_version is accepted but not applied yet). BasicAuth (basic_auth.h) caches verdicts.
 // Thread-safety: a loaded WebConfig is immutable; CheckPassword is reentrant (crypt_r).
 #pragma once
 

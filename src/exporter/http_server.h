@@ -1,0 +1,78 @@
+// The HTTP(S) server behind HttpExporter: GNU libmicrohttpd (TLS through GnuTLS) in event-loop
+// mode, built so that slow or hostile clients cannot starve scrapes.
+//
+//  - A few threads each run an epoll loop over many connections (MHD_USE_EPOLL_INTERNAL_THREAD
+//    with a thread pool): a slow client costs a socket and a small buffer, never a thread.
+//  - Deadlines: a request's headers (and, with TLS, the handshake) must arrive within
+//    `header_deadline` of the connection being accepted or of its previous response; a
+//    request must be answered within `request_deadline`. libmicrohttpd's own timeout is an
+//    idle timeout that each received byte resets, so a deadline watchdog thread shuts down
+//    the sockets that overstay (shutdown(2) on the connection's fd; libmicrohttpd then sees
+//    EOF and frees it). Idle connections also close after `header_deadline`. While 3/4 of the
+//    connection limit is in use, the header deadline is `pressure_header_deadline` instead.
+//  - Limits: `connection_limit` in total (lowered to what RLIMIT_NOFILE leaves free; beyond it
+//    new connections wait in the kernel's accept queue), `per_ip_connection_limit` per client
+//    address (beyond it a connection is closed at once).
+//  - Basic auth: bcrypt runs on a dedicated auth thread while the connection is suspended
+//    (MHD_suspend_connection), never on an event loop; answers are cached (BasicAuth). At most
+//    `auth_queue` checks wait; beyond that a request gets 503 at once.
+//  - HTTP/1.1 keep-alive, pipelining (answered in order), HEAD and "Connection: close" are
+//    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing_html`, `telemetry_path` is
+//    `metrics()`, anything else 404.
+//
+// Thread-safety: Start/~HttpServer from one thread. `metrics` is called on the server's threads,
+// possibly concurrently.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace tpe {
+
+struct HttpServerOptions {
+  std::string listen_address;            // "[HOST]:PORT", see listen_address.h
+  std::string telemetry_path;            // e.g. "/metrics"
+  std::function<std::string()> metrics;  // the body served at telemetry_path
+  std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
+  std::string landing_html;  // the body served at "/"
+  // TLS: both set = HTTPS only. Paths are for error messages; the PEM text is what is served.
+  std::string cert_file, key_file;
+  std::string cert_pem, key_pem;
+  std::map<std::string, std::string> users;  // basic auth for telemetry_path; empty = none
+
+  unsigned threads = 4;
+  unsigned connection_limit = 512;
+  unsigned per_ip_connection_limit = 128;
+  std::chrono::milliseconds header_deadline{10000};
+  std::chrono::milliseconds request_deadline{30000};
+  std::chrono::milliseconds pressure_header_deadline{1000};
+  size_t auth_queue = 32;
+  size_t auth_cache = 1024;
+};
+
+class HttpServer {
+ public:
+  // Binds, then serves until destroyed. Errors: those of ParseListenAddress/ListenTcp (naming
+  // the address and the errno text), InvalidArgument naming the file for a certificate or key
+  // GnuTLS cannot use, Internal when libmicrohttpd cannot start (with its message).
+  static StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options);
+  // Answers or cancels (503) pending password checks, then stops libmicrohttpd and the threads.
+  ~HttpServer();
+
+  int port() const;
+  // Connections closed by the deadline watchdog so far.
+  uint64_t deadline_closes() const;
+
+  struct Impl;
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpe
