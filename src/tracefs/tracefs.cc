@@ -57,6 +57,16 @@ StatusOr<Tracefs> Tracefs::Discover(const std::string& path) {
   for (const char* c : kCandidates) {
     if (IsDir(std::string(c) + "/events")) return Tracefs(c);
   }
+  // Mounted but not ours to read (tracefs is mode 0700, root's): say so, not "not mounted".
+  for (const char* c : kCandidates) {
+    struct stat st {};
+    if (::stat((std::string(c) + "/events").c_str(), &st) != 0 && errno == EACCES) {
+      return PermissionDenied(std::string("tracefs is mounted at ") + c +
+                              " but this user may not read it (mode 0700, root's): run as root, or grant "
+                              "read access to " +
+                              c + " (and CAP_PERFMON for the perf events)");
+    }
+  }
   // Neither is mounted: mount tracefs ourselves (what `mount -t tracefs nodev
   // /sys/kernel/tracing` does).
   if (IsDir("/sys/kernel/tracing") && ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&

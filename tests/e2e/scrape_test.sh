@@ -115,6 +115,17 @@ sleep 1
 check "drop-capabilities: a reload that opens a new event fails with the reason, old config kept" bash -c "grep -q 'reload of .* failed, still running the previous config: .*Permission denied' '$WORK/log3' && curl -sf http://127.0.0.1:$DAEMON_PORT/metrics | grep -q '^tracepoint_exporter_config_last_reload_successful 0'"
 kill -TERM "$PID"; wait "$PID"; PID=""
 
+# A hostile comm (not UTF-8) must not take the target down: the label value is sanitized
+# (U+FFFD per bad byte) and the page stays valid for promtool and Prometheus.
+start_daemon "$BIN" "$WORK/config.before" "$WORK/log4"
+PID=$DAEMON_PID
+"$TRIGGER" $'\xff\xfe' 7
+sleep 0.5
+curl -sf "http://127.0.0.1:$DAEMON_PORT/metrics" >"$WORK/scrape_utf8"
+check "non-UTF-8 comm: sanitized to U+FFFD, counted exactly (7)" grep -q $'^getppid_calls_total{comm="\xef\xbf\xbd\xef\xbf\xbd"} 7$' "$WORK/scrape_utf8"
+check "non-UTF-8 comm: promtool accepts the page" bash -c "promtool check metrics <'$WORK/scrape_utf8' >/dev/null 2>&1"
+kill -TERM "$PID"; wait "$PID"; PID=""
+
 # Bad input through the real binary: one clear line, exit 1, never a crash.
 bad() {  # bad NAME EXPECTED-SUBSTRING CONFIG-TEXT [ARGS...]
   local name=$1 want=$2 text=$3; shift 3
@@ -131,6 +142,13 @@ bad "rejected filter" 'Field not found' '{"metrics": [{"name": "a_total", "type"
 bad "bad metric name" 'is not a valid metric name' '{"metrics": [{"name": "a-b_total", "type": "counter", "event": "sched:sched_switch"}]}'
 bad "bad flag value" '--log.level=loud is not one of' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch"}]}' --log.level=loud
 bad "bad tracefs path" 'has no events/ directory' '{}' --tracefs.path=/nonexistent
+
+# A user who may not read tracefs is told so (not that tracefs is missing).
+if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
+  setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
+  rc=$?
+  check "non-root: exit 1 saying tracefs is mounted but not readable" bash -c "[[ $rc == 1 ]] && grep -q 'tracefs is mounted at .* but this user may not read it' '$WORK/out'" || cat "$WORK/out"
+fi
 
 # Missing privileges: the error says which (run with an empty capability bounding set).
 if command -v setpriv >/dev/null; then
