@@ -50,6 +50,7 @@ InflightTable::PutResult InflightTable::Put(std::string_view key, Start start) {
   key = key.substr(0, kMaxKeyBytes);
   const uint64_t h = Hash(key);
   size_t i = Find(key, h);
+  oldest_bound_ns_ = std::min(oldest_bound_ns_, start.time_ns);
   if (i != static_cast<size_t>(-1)) {
     slots_[i].start = start;
     return PutResult::kReplaced;
@@ -92,15 +93,22 @@ bool InflightTable::Take(std::string_view key, Start* out) {
 }
 
 size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) {
+  // Nothing can be older than the bound: no scan (an idle table, or starts that end quickly,
+  // cost nothing; a full scan happens about once per timeout, not once a call).
+  if (size_ == 0 || cutoff_ns <= oldest_bound_ns_) return 0;
+  ++scans_;
   size_t removed = 0;
+  uint64_t oldest = UINT64_MAX;
   for (size_t i = 0; slots_ != nullptr && i <= mask_;) {
     if (slots_[i].hash != 0 && slots_[i].start.time_ns < cutoff_ns) {
       EraseAt(i);  // may pull a later entry into i: look at i again
       ++removed;
     } else {
+      if (slots_[i].hash != 0) oldest = std::min(oldest, slots_[i].start.time_ns);
       ++i;
     }
   }
+  oldest_bound_ns_ = oldest;
   return removed;
 }
 

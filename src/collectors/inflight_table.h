@@ -35,8 +35,12 @@ class InflightTable {
   PutResult Put(std::string_view key, Start start);
   // Removes and returns the start for `key`; false when there is none.
   bool Take(std::string_view key, Start* out);
-  // Removes every start older than `cutoff_ns`; returns how many.
+  // Removes every start older than `cutoff_ns`; returns how many. Scans the table only when a
+  // start may be that old (a lower bound of the oldest start is kept), so calling it often on a
+  // large, idle or fast-moving table costs nothing.
   size_t ExpireBefore(uint64_t cutoff_ns);
+  // Full scans done by ExpireBefore (for tests).
+  size_t scans() const { return scans_; }
 
   size_t size() const { return size_; }
   size_t max_entries() const { return max_entries_; }
@@ -56,6 +60,8 @@ class InflightTable {
   size_t mask_;
   size_t size_ = 0;
   size_t max_entries_;
+  uint64_t oldest_bound_ns_ = UINT64_MAX;  // no start in the table is older
+  size_t scans_ = 0;
 };
 
 }  // namespace tpe
