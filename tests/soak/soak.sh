@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Soak: the real daemon under everything at once, for SOAK_SECONDS (default 600):
+#   - fork churn: short-lived processes making getppid() under a pid-labelled counter whose
+#     series cap (max_series_per_metric 500) they overflow many times over;
+#   - a known child (comm tpe_soak_exact) making a known number of getppid() calls, counted by a
+#     counting-mode counter, a sampled {comm} counter and an enter→exit latency histogram;
+#   - 50 concurrent scrapers;
+#   - a SIGHUP every second, alternating two configs (one adds a metric on another event, so
+#     perf events are opened and closed at every reload while the others are kept);
+#   - one CPU hotplug (cpu1 offline for 2 s) halfway.
+# At the end: exact counts for the known child, samples + lost + unaccounted == hits, a new
+# task's series present, and RSS and open fds at start and end, printed as a table. Exits 1 on
+# any mismatch or growth.
+#   tests/soak/soak.sh BINARY TRIGGER [SOAK_SECONDS]
+set -uo pipefail
+BIN=$1 TRIGGER=$2 DURATION=${3:-${SOAK_SECONDS:-600}}
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../testing/daemon.sh"
+if [[ $(id -u) != 0 ]]; then
+  echo "SKIP: the soak needs root (perf events, CPU hotplug)"
+  [[ "${TPE_REQUIRE_KERNEL:-0}" == 1 ]] && exit 1
+  exit 0
+fi
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [[ -w /sys/devices/system/cpu/cpu1/online ]] && echo 1 >/sys/devices/system/cpu/cpu1/online
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+config() {  # config EXTRA(0|1)
+  cat <<EOF
+{"settings": {"ring_buffer_pages": 1024, "max_series_per_metric": 500, "series_idle_timeout_seconds": 30},
+ "metrics": [
+  {"name": "getppid_by_pid_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+   "labels": [{"name": "pid", "source": "pid"}, {"name": "comm", "source": "comm"}]},
+  {"name": "exact_counted_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+   "filter": "comm == \"tpe_soak_exact\""},
+  {"name": "exact_sampled_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+   "filter": "comm == \"tpe_soak_exact\"", "labels": [{"name": "comm", "source": "comm"}]},
+  {"name": "exact_call_seconds", "type": "latency",
+   "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_soak_exact\""},
+   "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_soak_exact\""},
+   "buckets": {"type": "exp2", "min": 1e-7, "max": 1}}$(
+    [[ $1 == 1 ]] && echo ',
+  {"name": "getpgid_by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getpgid",
+   "labels": [{"name": "comm", "source": "comm"}]}')
+ ]}
+EOF
+}
+config 0 >"$WORK/config.json"
+start_daemon "$BIN" "$WORK/config.json" "$WORK/log" || { cat "$WORK/log"; exit 1; }
+DPID=$DAEMON_PID
+PIDS+=("$DPID")
+URL="http://127.0.0.1:$DAEMON_PORT/metrics"
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$DPID/status"; }
+fds() { ls "/proc/$DPID/fd" | wc -l; }
+END=$((SECONDS + DURATION))
+
+# The known child: runs of 10000 calls, back to back, counted.
+(
+  runs=0
+  while ((SECONDS < END)); do
+    "$TRIGGER" tpe_soak_exact 10000 >/dev/null || exit 1
+    runs=$((runs + 1))
+    echo "$runs" >"$WORK/runs"
+  done
+) &
+EXACT=$!
+PIDS+=("$EXACT")
+# Fork churn: a new process (a new pid) per call, as fast as bash can spawn them.
+for _ in 1 2; do
+  (while ((SECONDS < END)); do "$TRIGGER" tpe_churn 3 >/dev/null; done) &
+  PIDS+=($!)
+done
+# 50 scrapers.
+for i in $(seq 1 50); do
+  (while ((SECONDS < END)); do curl -sf --max-time 5 -o /dev/null "$URL" || echo x >>"$WORK/scrape_fail.$i"; sleep 0.2; done) &
+  PIDS+=($!)
+done
+# A SIGHUP every second, alternating the configs; one CPU hotplug halfway.
+sleep 10
+RSS0=$(rss) FDS0=$(fds)
+reloads=0
+hotplugged=no
+while ((SECONDS < END)); do
+  config $((reloads % 2 == 0 ? 1 : 0)) >"$WORK/config.json"
+  kill -HUP "$DPID"
+  reloads=$((reloads + 1))
+  if [[ $hotplugged == no ]] && ((SECONDS > END - DURATION / 2)) && [[ -w /sys/devices/system/cpu/cpu1/online ]]; then
+    echo 0 >/sys/devices/system/cpu/cpu1/online
+    sleep 2
+    echo 1 >/sys/devices/system/cpu/cpu1/online
+    hotplugged=yes
+  fi
+  sleep 1
+done
+wait "$EXACT"
+exact_rc=$?
+# Let the last churners and scrapers finish (they stop at END), then a final config and scrape.
+sleep 3
+config 0 >"$WORK/config.json"
+kill -HUP "$DPID"
+sleep 2
+RSS1=$(rss) FDS1=$(fds)
+curl -sf "$URL" >"$WORK/final"
+runs=$(cat "$WORK/runs" 2>/dev/null || echo 0)
+expected=$((runs * 10000))
+metric() { awk -v m="$1" '$1 == m {print $2}' "$WORK/final" | head -1; }
+counted=$(metric exact_counted_total)
+sampled=$(metric 'exact_sampled_total{comm="tpe_soak_exact"}')
+latency=$(metric 'exact_call_seconds_count')
+ev='{event="syscalls:sys_enter_getppid",filter="comm == \"tpe_soak_exact\""}'
+hits=$(metric "tracepoint_exporter_event_hits_total$ev")
+samples=$(metric "tracepoint_exporter_samples_total$ev")
+lost=$(metric "tracepoint_exporter_samples_lost_total$ev")
+unacc=$(metric "tracepoint_exporter_samples_unaccounted_total$ev")
+removed=$(awk '$1 ~ /^tracepoint_exporter_series_removed_total\{metric="getppid_by_pid_total",reason="task_exited"\}/ {print $2}' "$WORK/final")
+dropped=$(metric 'tracepoint_exporter_series_dropped_total{metric="getppid_by_pid_total"}')
+reopens=$(metric 'tracepoint_exporter_cpu_reopens_total{cpu="1"}')
+scrape_fails=$(cat "$WORK"/scrape_fail.* 2>/dev/null | wc -l)
+# A new task's series appears at once although the metric is full of dead tasks' series.
+"$TRIGGER" tpe_soak_last 5 >/dev/null
+sleep 1.5
+last=$(curl -sf "$URL" | grep -c '^getppid_by_pid_total{.*comm="tpe_soak_last"} 5$')
+
+printf '\n%-44s %14s %14s\n' "soak: ${DURATION}s, $reloads reloads, hotplug $hotplugged" start end
+printf '%-44s %14s %14s\n' "daemon RSS (KiB)" "$RSS0" "$RSS1"
+printf '%-44s %14s %14s\n' "daemon open fds" "$FDS0" "$FDS1"
+printf '%-44s %14s\n' "known child calls (runs x 10000)" "$expected"
+printf '%-44s %14s\n' "  counting-mode counter" "$counted"
+printf '%-44s %14s\n' "  sampled {comm} counter" "$sampled"
+printf '%-44s %14s\n' "  latency observations" "$latency"
+printf '%-44s %14s\n' "  hits / samples / lost / unaccounted" "$hits / $samples / $lost / ${unacc:-0}"
+printf '%-44s %14s\n' "pid series removed (task exited)" "${removed:-0}"
+printf '%-44s %14s\n' "pid series dropped (cap reached)" "${dropped:-0}"
+printf '%-44s %14s\n' "cpu1 reopens" "${reopens:-0}"
+printf '%-44s %14s\n' "failed scrapes (of 50 scrapers)" "$scrape_fails"
+printf '%-44s %14s\n' "new task's series after the soak" "$last"
+
+ok=1
+fail() { echo "FAIL: $*"; ok=0; }
+[[ $exact_rc == 0 && $runs -gt 0 ]] || fail "the known child did not run"
+[[ "$counted" == "$expected" ]] || fail "counting mode $counted != $expected"
+[[ "$hits" == "$expected" ]] || fail "hits $hits != $expected"
+[[ $((sampled + lost)) == "$expected" ]] || fail "sampled $sampled + lost $lost != $expected"
+[[ $((samples + lost + ${unacc:-0})) == "$hits" ]] || fail "samples + lost + unaccounted != hits"
+[[ "$latency" -ge $((expected - lost)) ]] 2>/dev/null || fail "latency observations $latency < $expected - $lost"
+[[ "${removed:-0}" -gt 0 ]] || fail "no dead task's series was removed"
+[[ "$last" == 1 ]] || fail "a new task's series did not appear"
+[[ $scrape_fails == 0 ]] || fail "$scrape_fails scrapes failed"
+[[ $hotplugged == no || "${reopens:-0}" -ge 1 ]] || fail "cpu1 was not reopened"
+[[ $FDS1 -le $FDS0 ]] || fail "open fds grew: $FDS0 -> $FDS1"
+[[ $RSS1 -le $((RSS0 * 3 / 2 + 4096)) ]] || fail "RSS grew: $RSS0 -> $RSS1 KiB"
+grep -E '\[(error|critical)\]' "$WORK/log" | head -5
+[[ $ok == 1 ]] && echo "1 passed, 0 failed" || { echo "0 passed, 1 failed"; tail -20 "$WORK/log"; exit 1; }
