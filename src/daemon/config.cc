@@ -1,15 +1,112 @@
 #include "daemon/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
-#include "common/file_util.h"
+#include "common/scoped_fd.h"
 
 namespace tpe {
 namespace {
 
 using json = nlohmann::json;
+
+// A number as short as reads back the same: whole numbers in full ("100000000"), others in %g
+// style ("0.5", "1e-07", "1.7e+308").
+std::string Num(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return std::to_string(static_cast<int64_t>(v));
+  }
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+// Decodes one UTF-8 code point of `s` at `*i` (advancing it); false for anything that is not
+// well-formed UTF-8 (overlong forms, surrogates, beyond U+10FFFF, truncated sequences).
+bool NextCodePoint(std::string_view s, size_t* i, uint32_t* cp) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(*i);
+  size_t n = 0;
+  uint32_t c = 0, min = 0;
+  if (b0 < 0x80) {
+    *cp = b0;
+    ++*i;
+    return true;
+  } else if ((b0 & 0xe0) == 0xc0) {
+    n = 1, c = b0 & 0x1f, min = 0x80;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    n = 2, c = b0 & 0x0f, min = 0x800;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    n = 3, c = b0 & 0x07, min = 0x10000;
+  } else {
+    return false;
+  }
+  if (*i + n >= s.size()) return false;
+  for (size_t k = 1; k <= n; ++k) {
+    if ((byte(*i + k) & 0xc0) != 0x80) return false;
+    c = (c << 6) | (byte(*i + k) & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return false;
+  *cp = c;
+  *i += n + 1;
+  return true;
+}
+
+bool IsControl(uint32_t cp) { return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f); }
+
+std::string Hex(uint32_t v, int digits) {
+  static const char kDigits[] = "0123456789ABCDEF";
+  std::string out(static_cast<size_t>(digits), '0');
+  for (int k = digits - 1; k >= 0; --k, v >>= 4) out[static_cast<size_t>(k)] = kDigits[v & 0xf];
+  return out;
+}
+
+// `s` in double quotes, with quotes, backslashes and control characters escaped JSON-style and
+// bytes that are not UTF-8 as \xNN: safe to print whatever the config held.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const size_t at = i;
+    uint32_t cp = 0;
+    if (!NextCodePoint(s, &i, &cp)) {
+      out += "\\x" + Hex(static_cast<unsigned char>(s[at]), 2);
+      i = at + 1;
+    } else if (cp == '"' || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (IsControl(cp)) {
+      out += "\\u" + Hex(cp, 4);
+    } else {
+      out.append(s.substr(at, i - at));
+    }
+  }
+  return out + "\"";
+}
+
+// Text from a library (an exception's what()) made printable: bytes outside printable ASCII as
+// \xNN, at most `max` bytes.
+std::string Printable(std::string_view s, size_t max = 200) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (out.size() >= max) return out + "...";
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += static_cast<char>(ch);
+    } else {
+      out += "\\x" + Hex(ch, 2);
+    }
+  }
+  return out;
+}
 
 class Checker {
  public:
@@ -24,7 +121,7 @@ class Checker {
       if (!allowed.count(k)) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Error(json_path, "unknown key \"" + k + "\" (valid keys: " + list + ")");
+        return Error(json_path, "unknown key " + Quote(k) + " (valid keys: " + list + ")");
       }
     }
     return Status::Ok();
@@ -69,13 +166,150 @@ class Checker {
   std::string path_;
 };
 
+// A JSON path segment for an object key: .key, or ["key"] when it is not an identifier.
+std::string KeySegment(const std::string& key, bool first) {
+  bool ident = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
+  for (char ch : key) ident = ident && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+  if (!ident) return (first ? "$[" : "[") + Quote(key) + "]";
+  return first ? key : "." + key;
+}
+
+// Builds the json tree as nlohmann's own parser does, and besides: refuses a key repeated within
+// one object (nlohmann would keep the last silently), and knows the JSON path of the value being
+// parsed, so that a syntax error or a number too large for a double (nlohmann's out_of_range
+// 406, which its own parse() throws) is reported where it is. Never throws: errors are kept.
+class TreeBuilder {
+ public:
+  json& root() { return root_; }
+
+  bool null() { return Add(nullptr) != nullptr; }
+  bool boolean(bool v) { return Add(v) != nullptr; }
+  bool number_integer(json::number_integer_t v) { return Add(v) != nullptr; }
+  bool number_unsigned(json::number_unsigned_t v) { return Add(v) != nullptr; }
+  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return Add(v) != nullptr; }
+  bool string(json::string_t& v) { return Add(std::move(v)) != nullptr; }
+  bool binary(json::binary_t& v) { return Add(json::binary(std::move(v))) != nullptr; }  // not in JSON text
+  bool start_object(std::size_t /*size*/) { return Open(json::object()); }
+  bool start_array(std::size_t /*size*/) { return Open(json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(json::string_t& k) {
+    Frame& f = frames_.back();
+    if (f.node->contains(k)) {
+      duplicate_ = true;
+      error_path_ = Path(frames_.size() - 1);
+      error_key_ = k;
+      return false;
+    }
+    f.key = k;
+    f.has_key = true;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& last_token, const json::exception& ex) {
+    failed_ = true;
+    error_position_ = position;
+    error_token_ = last_token;
+    error_id_ = ex.id;
+    error_what_ = ex.what();
+    error_path_ = Path(frames_.size());
+    return false;
+  }
+
+  // The error, once sax_parse returned false.
+  Status Error(const std::string& file, const std::string& text) const {
+    if (duplicate_) {
+      return InvalidArgument(file + ": " + error_path_ + ": duplicate key " + Quote(error_key_) +
+                             "; a key may appear once in an object");
+    }
+    if (!failed_) return InvalidArgument(file + ": malformed JSON");  // not expected: sax_parse reports every error
+    // nlohmann's position counts the characters read, the offending one included.
+    const size_t end = std::min(error_position_, text.size());
+    size_t offset = end > 0 ? end - 1 : 0;
+    if (error_id_ == 406 && error_token_.size() <= end) offset = end - error_token_.size();  // the number's start
+    const size_t line_start = offset == 0 ? 0 : text.rfind('\n', offset - 1) + 1;            // npos + 1 == 0
+    size_t line = 1;
+    for (size_t k = 0; k < offset; ++k) line += text[k] == '\n';
+    const std::string where = "line " + std::to_string(line) + ", column " + std::to_string(offset - line_start + 1);
+    if (error_id_ == 406) {
+      return InvalidArgument(file + ": " + error_path_ + ": the number " + Printable(error_token_, 40) + " (" + where +
+                             ") is too large; numbers must be within " + Num(-std::numeric_limits<double>::max()) +
+                             ".." + Num(std::numeric_limits<double>::max()));
+    }
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." ->
+    // "syntax error ..."; the position is ours.
+    std::string_view what = error_what_;
+    if (size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    if (what.starts_with("parse error")) {
+      if (size_t p = what.find(": "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    }
+    std::string detail = Printable(what);
+    if (detail.find("UTF-8") != std::string::npos) detail += " (the config must be UTF-8 text)";
+    return InvalidArgument(file + ": malformed JSON at " + where + " (at " + error_path_ + "): " + detail);
+  }
+
+ private:
+  struct Frame {
+    json* node;  // an object or array inside root_; stable while it is open
+    std::string key;
+    bool has_key = false;
+  };
+
+  // The path of the value being parsed within the first n open containers.
+  std::string Path(size_t n) const {
+    std::string out;
+    for (size_t j = 0; j < n; ++j) {
+      const Frame& f = frames_[j];
+      if (f.node->is_array()) {
+        // An open child is already the last element; a value being parsed is the next one.
+        size_t index = f.node->size();
+        if (j + 1 < frames_.size() && index > 0) --index;
+        out += (out.empty() ? "$[" : "[") + std::to_string(index) + "]";
+      } else if (f.has_key) {
+        out += KeySegment(f.key, out.empty());
+      }
+    }
+    return out.empty() ? "$" : out;
+  }
+
+  json* Add(json v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& top = *frames_.back().node;
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    auto [it, inserted] = top.get_ref<json::object_t&>().emplace(frames_.back().key, std::move(v));
+    return &it->second;
+  }
+  bool Open(json v) {
+    json* node = Add(std::move(v));
+    if (node == nullptr) return false;
+    frames_.push_back({node, "", false});
+    return true;
+  }
+  bool Close() {
+    frames_.pop_back();
+    return true;
+  }
+
+  json root_;
+  std::vector<Frame> frames_;
+  bool duplicate_ = false, failed_ = false;
+  size_t error_position_ = 0;
+  int error_id_ = 0;
+  std::string error_token_, error_what_, error_path_, error_key_;
+};
+
 Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool latency, LabelConfig* l) {
   if (!j.is_object()) return c.Error(jp, "a label must be an object like {\"name\": \"comm\", \"source\": \"comm\"}");
   if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode", "from"}));
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", false, &l->from));
     if (l->from != "start" && l->from != "end") {
-      return c.Error(jp + ".from", "\"" + l->from + "\" is not one of start, end");
+      return c.Error(jp + ".from", Quote(l->from) + " is not one of start, end");
     }
   } else {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode"}));
@@ -87,21 +321,21 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   l->json_path = jp;
   if (!IsValidLabelName(l->name)) {
     return c.Error(jp + ".name",
-                   "\"" + l->name + "\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
+                   Quote(l->name) + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
   if (l->field.empty() == l->source.empty()) {
     return c.Error(jp,
                    "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
   }
   if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu") {
-    return c.Error(jp + ".source", "\"" + l->source + "\" is not one of comm, pid, tid, cpu");
+    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu");
   }
   if (l->decode != "auto" && l->decode != "hex" && l->decode != "inet" && l->decode != "symbolic" &&
       l->decode != "syscall") {
-    return c.Error(jp + ".decode", "\"" + l->decode + "\" is not one of auto, hex, inet, symbolic, syscall");
+    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of auto, hex, inet, symbolic, syscall");
   }
   if (!l->source.empty() && l->decode != "auto") {
-    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source \"" + l->source + "\" has none");
+    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(l->source) + " has none");
   }
   return Status::Ok();
 }
@@ -109,7 +343,7 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
 Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event) {
   size_t colon = event.find(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == event.size() || event.find('/') != std::string::npos) {
-    return c.Error(jp, "\"" + event + "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+    return c.Error(jp, Quote(event) + " is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   }
   return Status::Ok();
 }
@@ -199,7 +433,7 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       b->bounds.push_back((*bounds)[i].get<double>());
     }
   } else {
-    return c.Error(bp + ".type", "\"" + b->type + "\" is not one of exp2, linear, explicit");
+    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit");
   }
   return Status::Ok();
 }
@@ -216,7 +450,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp, {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight", "timeout_seconds"}));
   } else {
-    return c.Error(jp + ".type", "\"" + m->type + "\" is not one of counter, histogram, latency");
+    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help));
@@ -226,7 +460,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   m->json_path = jp;
   if (!IsValidMetricName(m->name)) {
-    return c.Error(jp + ".name", "\"" + m->name + "\" is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+    return c.Error(jp + ".name", Quote(m->name) + " is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
   }
   if (m->name.starts_with("tracepoint_exporter_") || m->name.starts_with("process_")) {
     return c.Error(jp + ".name",
@@ -298,14 +532,19 @@ bool IsValidLabelName(const std::string& s) {
   return true;
 }
 
-StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
+namespace {
+
+StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string& path) {
   Checker c(path);
-  json root;
-  try {
-    root = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument(path + ": malformed JSON: " + e.what());
+  if (text.size() > kMaxConfigBytes) {
+    return InvalidArgument(path + ": " + std::to_string(text.size()) + " bytes; a config may have at most " +
+                           std::to_string(kMaxConfigBytes) + " bytes (4 MiB)");
   }
+  TreeBuilder builder;
+  if (!json::sax_parse(text, &builder, json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/true)) {
+    return builder.Error(path, text);
+  }
+  const json& root = builder.root();
   if (!root.is_object())
     return c.Error("$", "the config must be a JSON object with \"metrics\" (and optional \"settings\")");
   TPE_RETURN_IF_ERROR(c.OnlyKeys(root, "$", {"settings", "metrics"}));
@@ -341,10 +580,79 @@ StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
   return cfg;
 }
 
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "of an unknown file type";
+}
+
+// The file's bytes: only a regular file, at most kMaxConfigBytes. O_NONBLOCK so that opening a
+// FIFO does not wait for a writer (it is refused by the fstat that follows).
+StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  const std::string context = "--config.file";
+  const std::string too_large =
+      "; a config file may have at most " + std::to_string(kMaxConfigBytes) + " bytes (4 MiB)";
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return ErrnoStatus(errno, "cannot open " + path).WithContext(context);
+  struct stat st = {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path).WithContext(context);
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument(context + ": " + path + ": " + FileKind(st.st_mode) +
+                           ", not a regular file; the config must be a regular file of at most " +
+                           std::to_string(kMaxConfigBytes) + " bytes");
+  }
+  if (st.st_size > static_cast<off_t>(kMaxConfigBytes)) {
+    return InvalidArgument(context + ": " + path + ": " + std::to_string(st.st_size) + " bytes" + too_large);
+  }
+  // Read at most one byte more than the limit: the file may grow, or report size 0 (procfs).
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxConfigBytes) {
+    const size_t want = std::min(sizeof(buf), kMaxConfigBytes + 1 - text.size());
+    const ssize_t n = ::read(fd.get(), buf, want);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read " + path).WithContext(context);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  if (text.size() > kMaxConfigBytes) {
+    return InvalidArgument(context + ": " + path + ": more than " + std::to_string(kMaxConfigBytes) + " bytes" +
+                           too_large);
+  }
+  return text;
+}
+
+// The backstop at the load boundary: nothing above is meant to throw (nlohmann is called only
+// where it cannot), but whatever does becomes an error naming the file.
+template <typename F>
+StatusOr<Config> NoExceptions(const std::string& path, F f) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    return InvalidArgument(path + ": invalid config: " + Printable(e.what()));
+  } catch (const std::exception& e) {
+    return InvalidArgument(path + ": cannot read the config: " + Printable(e.what()));
+  } catch (...) {
+    return InvalidArgument(path + ": cannot read the config: unknown error");
+  }
+}
+
+}  // namespace
+
+StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
+  return NoExceptions(path, [&] { return ParseConfigUnchecked(text, path); });
+}
+
 StatusOr<Config> LoadConfig(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status().WithContext("--config.file");
-  return ParseConfig(*text, path);
+  return NoExceptions(path, [&]() -> StatusOr<Config> {
+    TPE_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+    return ParseConfigUnchecked(text, path);
+  });
 }
 
 }  // namespace tpe

@@ -1,15 +1,21 @@
 // The JSON config: the user-facing contract (../shared/DESIGN.md "Configuration"), parsed into
 // typed structs. This is the only file in the project that links nlohmann/json.
 //
-// ParseConfig checks everything that needs no kernel: JSON syntax, unknown keys, types, metric
-// and label names, counters ending in _total, duplicate names, one of field/source per label,
-// decode/source values, settings ranges. Checks against the running kernel (events, fields,
-// filters) happen when the pipeline is planned (daemon/pipeline.h). Every error names the file,
-// the JSON path (e.g. metrics[2].labels[0].decode) and what would be valid.
+// ParseConfig checks everything that needs no kernel, and every error names the file, the JSON
+// path (e.g. metrics[2].labels[0].decode) and what would be valid:
+// - JSON syntax (with line and column), unknown and repeated keys, types;
+// - numbers: settings ranges;
+// - names: metric and label names, counters ending in _total, reserved prefixes, duplicates;
+// - labels: one of field/source, decode/source values.
+// Checks against the running kernel (events, fields, filters) happen when the pipeline is
+// planned (daemon/pipeline.h).
+//
+// No exception leaves ParseConfig or LoadConfig: whatever the input, they return a Status.
 //
 // Thread-safety: values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +23,9 @@
 #include "common/status.h"
 
 namespace tpe {
+
+// Limits of the config (README "Configuration" documents them).
+inline constexpr size_t kMaxConfigBytes = 4 << 20;  // a larger file is refused unread
 
 struct LabelConfig {
   std::string name;
@@ -78,9 +87,10 @@ struct Config {
   std::vector<MetricConfig> metrics;
 };
 
-// Parses config text. `path` names the file in errors.
+// Parses config text (at most kMaxConfigBytes). `path` names the file in errors.
 StatusOr<Config> ParseConfig(const std::string& text, const std::string& path);
-// Reads and parses a config file.
+// Reads and parses a config file. Only a regular file of at most kMaxConfigBytes is read (a
+// FIFO, device or directory is refused at once, without blocking; symlinks are followed).
 StatusOr<Config> LoadConfig(const std::string& path);
 
 // True for [a-zA-Z_:][a-zA-Z0-9_:]* (Prometheus metric names).

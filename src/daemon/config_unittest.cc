@@ -1,6 +1,16 @@
 #include "daemon/config.h"
 
+#include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 #include "common/file_util.h"
 
@@ -170,6 +180,170 @@ TEST(ConfigTest, MissingFileNamesIt) {
   auto c = LoadConfig("/nonexistent/cfg.json");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(), "--config.file: cannot open /nonexistent/cfg.json: No such file or directory");
+}
+
+// ---- Input that must be an error, never an exception, a hang or unbounded memory ----------
+
+using ::testing::HasSubstr;
+
+// A one-histogram config with `buckets`, `value` and `labels` spliced in.
+std::string Hist(const std::string& buckets, const std::string& value = R"({"field": "len"})",
+                 const std::string& extra = "") {
+  return R"({"metrics": [{"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": )" + value +
+         R"(, "buckets": )" + buckets + extra + "}]}";
+}
+const std::string kCounter = R"({"name": "c_total", "type": "counter", "event": "s:e"})";
+
+TEST(ConfigInputTest, NumberTooLargeForADoubleIsAnErrorWithItsPath) {
+  EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": 1e400}, "metrics": []})"),
+            "cfg.json: settings.ring_buffer_pages: the number 1e400 (line 1, column 36) is too large; numbers must "
+            "be within -1.7976931348623157e+308..1.7976931348623157e+308");
+  EXPECT_THAT(Err(Hist(R"({"type": "exp2", "min": 1e400, "max": 2})")),
+              HasSubstr("cfg.json: metrics[0].buckets.min: the number 1e400 "));
+  EXPECT_THAT(Err(Hist(R"({"type": "exp2", "min": 1, "max": 2})", R"({"field": "len", "scale": -1e400})")),
+              HasSubstr("cfg.json: metrics[0].value.scale: the number -1e400 "));
+  EXPECT_THAT(Err(Hist(R"({"type": "explicit", "bounds": [1, 2, 1e400]})")),
+              HasSubstr("cfg.json: metrics[0].buckets.bounds[2]: the number 1e400 "));
+  EXPECT_THAT(Err("[[1], [2, 1E+999]]"), HasSubstr("cfg.json: $[1][1]: the number 1E+999 "));
+  EXPECT_THAT(Err("1e400"), HasSubstr("cfg.json: $: the number 1e400 "));
+  // A huge token is cut in the message.
+  EXPECT_LT(Err("{\"x\": 1" + std::string(100000, '0') + "}").size(), 400u);
+}
+
+TEST(ConfigInputTest, MalformedJsonNamesLineColumnAndPath) {
+  EXPECT_EQ(Err("{\"metrics\": [\n  {\"name\": }]}"),
+            "cfg.json: malformed JSON at line 2, column 12 (at metrics[0].name): syntax error while parsing value - "
+            "unexpected '}'; expected '[', '{', or a literal");
+  EXPECT_THAT(Err("{\"metrics\": [1, 2,"), HasSubstr("(at metrics[2])"));
+  EXPECT_THAT(Err(""), HasSubstr("cfg.json: malformed JSON at line 1, column 1 (at $)"));
+}
+
+TEST(ConfigInputTest, InvalidUtf8IsRejectedWithItsPathAndNeverEchoedRaw) {
+  std::string e = Err("{\"metrics\": [{\"name\": \"a_total\", \"help\": \"caf\xc3\xa9 \xff\xfe\"}]}");
+  EXPECT_THAT(e, HasSubstr("cfg.json: malformed JSON at line 1, column "));
+  EXPECT_THAT(e, HasSubstr("(at metrics[0].help)"));
+  EXPECT_THAT(e, HasSubstr("UTF-8"));
+  for (unsigned char ch : e) EXPECT_LT(ch, 0x80) << e;  // the raw bytes are shown escaped
+  // Overlong encodings and lone surrogates are not UTF-8 either.
+  EXPECT_THAT(Err("{\"metrics\": [{\"help\": \"\xc0\xaf\"}]}"), HasSubstr("(at metrics[0].help)"));
+  EXPECT_THAT(Err(R"({"metrics": [{"help": "\ud800"}]})"), HasSubstr("(at metrics[0].help)"));
+  // Valid UTF-8 is kept as is.
+  auto c = ParseConfig(
+      R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "caf\u00e9 \u2192 ok"}]})",
+      "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].help, "caf\xc3\xa9 \xe2\x86\x92 ok");
+}
+
+TEST(ConfigInputTest, DuplicateKeysAreRejected) {
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "name": "b_total"}]})"),
+            "cfg.json: metrics[0]: duplicate key \"name\"; a key may appear once in an object");
+}
+
+TEST(ConfigInputTest, DeepNestingIsAnErrorNotACrash) {
+  EXPECT_THAT(Err(std::string(1000000, '[') + std::string(1000000, ']')), HasSubstr("must be a JSON object"));
+  EXPECT_THAT(Err("{\"metrics\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}"),
+              HasSubstr("cfg.json: metrics[0]: a metric must be an object"));
+  EXPECT_THAT(Err(std::string(1000000, '[')), HasSubstr("malformed JSON"));
+}
+
+// ---- LoadConfig: only a regular file, of bounded size, and never blocking ------------------
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/config_file_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { (void)std::system(("rm -rf '" + dir_ + "'").c_str()); }
+
+  // Runs LoadConfig(path) in a child process with a deadline (and, outside sanitizer builds, an
+  // address-space cap), so that a hang or unbounded growth fails the test instead of the machine.
+  // Returns "ok", the error message, or how the child died.
+  static std::string LoadInChild(const std::string& path) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return "pipe failed";
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      alarm(5);
+#if !defined(__SANITIZE_ADDRESS__)
+      long pages = 0;
+      if (std::ifstream statm("/proc/self/statm"); statm >> pages) {
+        rlim_t cap = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (512u << 20);
+        struct rlimit rl = {cap, cap};
+        setrlimit(RLIMIT_AS, &rl);
+      }
+#endif
+      std::string out;
+      try {  // an exception must not unwind into gtest, which would run the other tests in the child
+        auto c = LoadConfig(path);
+        out = c.ok() ? "ok" : c.status().message();
+      } catch (const std::exception& e) {
+        out = std::string("exception: ") + e.what();
+      } catch (...) {
+        out = "exception";
+      }
+      (void)!write(fds[1], out.data(), out.size());
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) return std::string("child killed by ") + strsignal(WTERMSIG(status));
+    return out;
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string p = dir_ + "/" + name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ConfigFileTest, RefusesWhatIsNotARegularFile) {
+  EXPECT_EQ(LoadInChild("/dev/zero"),
+            "--config.file: /dev/zero: a character device, not a regular file; the config must be a regular file of "
+            "at most 4194304 bytes");
+  const std::string fifo = dir_ + "/fifo.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(LoadInChild(fifo), "--config.file: " + fifo +
+                                   ": a FIFO (named pipe), not a regular file; the config must be a regular file of "
+                                   "at most 4194304 bytes");
+  EXPECT_EQ(LoadInChild(dir_), "--config.file: " + dir_ +
+                                   ": a directory, not a regular file; the config must be a regular file of at most "
+                                   "4194304 bytes");
+}
+
+TEST_F(ConfigFileTest, RefusesATooLargeFile) {
+  const std::string big = Write("big.json", std::string(5000000, ' '));
+  EXPECT_EQ(LoadInChild(big),
+            "--config.file: " + big + ": 5000000 bytes; a config file may have at most 4194304 bytes (4 MiB)");
+  // The limit itself is fine.
+  const std::string body = R"({"metrics": [)" + kCounter + "]}";
+  const std::string max = Write("max.json", body + std::string(4194304 - body.size(), ' '));
+  EXPECT_EQ(LoadInChild(max), "ok");
+  // So is a symlink to a regular file (Kubernetes ConfigMaps are symlinks).
+  ASSERT_EQ(symlink(max.c_str(), (dir_ + "/link.json").c_str()), 0);
+  EXPECT_EQ(LoadInChild(dir_ + "/link.json"), "ok");
+  // ParseConfig applies the same limit to text.
+  EXPECT_EQ(Err(std::string(4194305, ' ')), "cfg.json: 4194305 bytes; a config may have at most 4194304 bytes (4 MiB)");
+}
+
+TEST_F(ConfigFileTest, NumberTooLargeInAFileIsAnError) {
+  const std::string p = Write("c.json", R"({"settings": {"ring_buffer_pages": 1e400}, "metrics": [])");
+  EXPECT_THAT(LoadInChild(p), HasSubstr(p + ": settings.ring_buffer_pages: the number 1e400 "));
 }
 
 }  // namespace
