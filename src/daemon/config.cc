@@ -13,12 +13,15 @@
 #include <set>
 #include <string_view>
 
+#include "collectors/buckets.h"
 #include "common/scoped_fd.h"
 
 namespace tpe {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr size_t kMaxBuckets = Buckets::kMaxBuckets;
 
 // A number as short as reads back the same: whole numbers in full ("100000000"), others in %g
 // style ("0.5", "1e-07", "1.7e+308").
@@ -136,28 +139,41 @@ class Checker {
     return Status::Ok();
   }
 
+  // Any number (the parser refuses those beyond a double; see TreeBuilder).
   Status GetNumber(const json& obj, const std::string& json_path, const std::string& key, bool required,
                    double* out) const {
     auto it = obj.find(key);
     if (it == obj.end()) return required ? Error(json_path, "missing required key \"" + key + "\"") : Status::Ok();
     if (!it->is_number()) return Error(json_path + "." + key, "must be a number, not " + std::string(it->type_name()));
-    *out = it->get<double>();
+    const double v = it->get<double>();
+    if (!std::isfinite(v)) return Error(json_path + "." + key, "must be a finite number");
+    *out = v;
     return Status::Ok();
   }
 
-  Status GetUint(const json& obj, const std::string& json_path, const std::string& key, uint64_t lo, uint64_t hi,
-                 uint64_t* out) const {
+  // A whole number in lo..hi. A float that is whole (64.0, 1e6) is that number; a fraction, a
+  // negative number or anything else is an error, never truncated or wrapped.
+  Status GetWhole(const json& obj, const std::string& json_path, const std::string& key, uint64_t lo, uint64_t hi,
+                  uint64_t* out) const {
     auto it = obj.find(key);
     if (it == obj.end()) return Status::Ok();
-    if (!it->is_number_unsigned()) {
-      return Error(json_path + "." + key,
-                   "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    const std::string kp = json_path + "." + key;
+    const std::string want = "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+    const std::string range = " is out of range " + std::to_string(lo) + ".." + std::to_string(hi);
+    uint64_t v = 0;
+    if (it->is_number_unsigned()) {
+      v = it->get<uint64_t>();
+    } else if (it->is_number_integer()) {  // negative: nlohmann stores non-negative integers as unsigned
+      return Error(kp, want + ", not " + std::to_string(it->get<int64_t>()));
+    } else if (it->is_number_float()) {
+      const double d = it->get<double>();
+      if (!std::isfinite(d) || !(d >= 0) || d != std::floor(d)) return Error(kp, want + ", not " + Num(d));
+      if (d >= 18446744073709551616.0) return Error(kp, Num(d) + range);  // 2^64: would not convert
+      v = static_cast<uint64_t>(d);
+    } else {
+      return Error(kp, want + ", not " + std::string(it->type_name()));
     }
-    uint64_t v = it->get<uint64_t>();
-    if (v < lo || v > hi) {
-      return Error(json_path + "." + key,
-                   std::to_string(v) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
-    }
+    if (v < lo || v > hi) return Error(kp, std::to_string(v) + range);
     *out = v;
     return Status::Ok();
   }
@@ -397,10 +413,11 @@ Status ParseLatency(const Checker& c, const json& j, const std::string& jp, Metr
                                                std::to_string(m->end.key.size()) + "; start and end keys must match");
     }
   }
-  TPE_RETURN_IF_ERROR(c.GetUint(j, jp, "max_inflight", 1, 100000000, &m->max_inflight));
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
   TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
-  if (!(m->timeout_seconds > 0) || !std::isfinite(m->timeout_seconds)) {
-    return c.Error(jp + ".timeout_seconds", "must be a positive number of seconds");
+  if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
+    return c.Error(jp + ".timeout_seconds",
+                   "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
   }
   return Status::Ok();
 }
@@ -413,28 +430,77 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
   if (!it->is_object()) return c.Error(bp, "must be an object");
   b->json_path = bp;
   TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &b->type));
+  StatusOr<Buckets> built = InvalidArgument("");
   if (b->type == "exp2") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "min", "max"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "min", true, &b->min));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "max", true, &b->max));
+    if (!(b->min > 0)) return c.Error(bp + ".min", "must be greater than 0, not " + Num(b->min));
+    if (!(b->max > b->min)) {
+      return c.Error(bp + ".max", "must be greater than min (" + Num(b->min) + "), not " + Num(b->max));
+    }
+    // The bounds min, 2·min, ... up to the first >= max, as Buckets::Exp2 makes them.
+    size_t n = 0;
+    for (double v = b->min;; v *= 2) {
+      if (++n > kMaxBuckets) {
+        return c.Error(bp, "exp2 from " + Num(b->min) + " to " + Num(b->max) + " makes more than " +
+                               std::to_string(kMaxBuckets) + " buckets; max/min must be at most 2^" +
+                               std::to_string(kMaxBuckets - 1));
+      }
+      if (!std::isfinite(v)) {
+        return c.Error(bp + ".max",
+                       "the bounds min*2^k overflow before reaching " + Num(b->max) + "; use a smaller max");
+      }
+      if (v >= b->max) break;
+    }
+    built = Buckets::Exp2(b->min, b->max);
   } else if (b->type == "linear") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "start", "width", "count"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "start", true, &b->start));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "width", true, &b->width));
     if (!it->contains("count")) return c.Error(bp, "missing required key \"count\"");
-    TPE_RETURN_IF_ERROR(c.GetUint(*it, bp, "count", 1, 256, &b->count));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*it, bp, "count", 1, kMaxBuckets, &b->count));
+    if (!(b->width > 0)) return c.Error(bp + ".width", "must be greater than 0, not " + Num(b->width));
+    // The bounds start + width·i, as Buckets::Linear makes them: finite and strictly increasing.
+    double prev = 0;
+    for (uint64_t i = 0; i < b->count; ++i) {
+      const double v = b->start + b->width * static_cast<double>(i);
+      const std::string name = "start + width*" + std::to_string(i);
+      if (!std::isfinite(v)) return c.Error(bp, name + " is not a finite number; use a smaller start, width or count");
+      if (i > 0 && !(v > prev)) {
+        return c.Error(bp, name + " is not greater than start + width*" + std::to_string(i - 1) + " (both " + Num(v) +
+                               ") in double precision; bounds must be strictly increasing: use a larger width or a "
+                               "smaller start");
+      }
+      prev = v;
+    }
+    built = Buckets::Linear(b->start, b->width, b->count);
   } else if (b->type == "explicit") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "bounds"}));
     auto bounds = it->find("bounds");
     if (bounds == it->end() || !bounds->is_array())
       return c.Error(bp + ".bounds", "must be an array of increasing numbers");
-    for (size_t i = 0; i < bounds->size(); ++i) {
-      if (!(*bounds)[i].is_number()) return c.Error(bp + ".bounds[" + std::to_string(i) + "]", "must be a number");
-      b->bounds.push_back((*bounds)[i].get<double>());
+    if (bounds->empty()) {
+      return c.Error(bp + ".bounds",
+                     "must not be empty (1 to " + std::to_string(kMaxBuckets) + " strictly increasing numbers)");
     }
+    if (bounds->size() > kMaxBuckets) {
+      return c.Error(bp + ".bounds",
+                     "has " + std::to_string(bounds->size()) + " bounds; at most " + std::to_string(kMaxBuckets));
+    }
+    for (size_t i = 0; i < bounds->size(); ++i) {
+      const json& v = (*bounds)[i];
+      if (!v.is_number() || !std::isfinite(v.get<double>()))
+        return c.Error(bp + ".bounds[" + std::to_string(i) + "]", "must be a number");
+      b->bounds.push_back(v.get<double>());
+    }
+    // Strictly increasing is checked when the plan builds the buckets (Buckets::Explicit).
+    return Status::Ok();
   } else {
     return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit");
   }
+  // The collectors' own check, so that what passes here is what the plan accepts.
+  if (!built.ok()) return c.Error(bp, built.status().message());
   return Status::Ok();
 }
 
@@ -555,14 +621,14 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     if (!settings->is_object()) return c.Error("settings", "must be an object");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings", {"ring_buffer_pages", "max_series_per_metric"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
-    TPE_RETURN_IF_ERROR(c.GetUint(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
       return c.Error("settings.ring_buffer_pages",
                      std::to_string(pages) + " is not a power of two (1, 2, 4, ..., 4096)");
     }
     cfg.settings.ring_buffer_pages = static_cast<uint32_t>(pages);
-    TPE_RETURN_IF_ERROR(
-        c.GetUint(*settings, "settings", "max_series_per_metric", 1, 10000000, &cfg.settings.max_series_per_metric));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_series_per_metric", 1, kMaxSeriesPerMetric,
+                                   &cfg.settings.max_series_per_metric));
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");

@@ -4,7 +4,8 @@
 // ParseConfig checks everything that needs no kernel, and every error names the file, the JSON
 // path (e.g. metrics[2].labels[0].decode) and what would be valid:
 // - JSON syntax (with line and column), unknown and repeated keys, types;
-// - numbers: settings ranges;
+// - numbers: ranges; whole numbers where a count is meant (a fraction is an error, never
+//   truncated); bucket layouts the collectors accept;
 // - names: metric and label names, counters ending in _total, reserved prefixes, duplicates;
 // - labels: one of field/source, decode/source values.
 // Checks against the running kernel (events, fields, filters) happen when the pipeline is
@@ -26,7 +27,20 @@ namespace tpe {
 
 // Limits of the config (README "Configuration" documents them).
 inline constexpr size_t kMaxConfigBytes = 4 << 20;  // a larger file is refused unread
-
+// settings.max_series_per_metric: at this many series one metric's scrape is already ~100 MB of
+// text and a 256-bucket histogram's series ~2 GB of counters (the former cap, 1e7, ten times
+// that); no per-host metric needs more.
+inline constexpr uint64_t kMaxSeriesPerMetric = 1000000;
+// latency max_inflight: the in-flight table has a power-of-two capacity of at least twice this,
+// 64 bytes a slot, and the periodic expiry scan walks all of it. At 1e8 that was 17 GB of
+// address space and 0.6 CPU-seconds per second scanning an idle table; at 1e6 it is 128 MiB of
+// (untouched until used) address space and a scan 100 times cheaper, and still more starts than
+// a host has tasks waiting for anything.
+inline constexpr uint64_t kMaxInflight = 1000000;
+// latency timeout_seconds: converted to whole nanoseconds by the collector, so at least 1 µs
+// (never 0 ns, which would expire every start at once); at most a day.
+inline constexpr double kMinTimeoutSeconds = 1e-6;
+inline constexpr double kMaxTimeoutSeconds = 86400;
 struct LabelConfig {
   std::string name;
   std::string field;            // a tracepoint field, or
@@ -78,7 +92,7 @@ struct MetricConfig {
 
 struct Settings {
   uint32_t ring_buffer_pages = 64;         // data pages per CPU ring; power of two, 1..4096
-  uint64_t max_series_per_metric = 10000;  // cardinality limit per metric
+  uint64_t max_series_per_metric = 10000;  // cardinality limit per metric; 1..kMaxSeriesPerMetric
 };
 
 struct Config {

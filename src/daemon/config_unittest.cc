@@ -62,7 +62,7 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": 3}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: 3 is not a power of two (1, 2, 4, ..., 4096)");
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": -1}, "metrics": [{}]})"),
-            "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096");
+            "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
             "cfg.json: settings: unknown key \"ring_pages\" (valid keys: max_series_per_metric, ring_buffer_pages)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
@@ -192,6 +192,12 @@ std::string Hist(const std::string& buckets, const std::string& value = R"({"fie
   return R"({"metrics": [{"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": )" + value +
          R"(, "buckets": )" + buckets + extra + "}]}";
 }
+// A one-latency config with `extra` keys spliced in.
+std::string Lat(const std::string& extra) {
+  return R"({"metrics": [{"name": "l_seconds", "type": "latency", "start": {"event": "a:b", "key": ["x"]},
+             "end": {"event": "a:c", "key": ["x"]}, "buckets": {"type": "exp2", "min": 1, "max": 2})" +
+         extra + "}]}";
+}
 const std::string kCounter = R"({"name": "c_total", "type": "counter", "event": "s:e"})";
 
 TEST(ConfigInputTest, NumberTooLargeForADoubleIsAnErrorWithItsPath) {
@@ -245,6 +251,127 @@ TEST(ConfigInputTest, DeepNestingIsAnErrorNotACrash) {
   EXPECT_THAT(Err("{\"metrics\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}"),
               HasSubstr("cfg.json: metrics[0]: a metric must be an object"));
   EXPECT_THAT(Err(std::string(1000000, '[')), HasSubstr("malformed JSON"));
+}
+
+// ---- Numbers: ranges, whole numbers --------------------------------------------------------
+
+TEST(ConfigRangeTest, WholeNumbers) {
+  auto settings = [](const std::string& kv) {
+    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
+  };
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 64.5)")),
+            "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not 64.5");
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 0)")),
+            "cfg.json: settings.ring_buffer_pages: 0 is out of range 1..4096");
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 8192)")),
+            "cfg.json: settings.ring_buffer_pages: 8192 is out of range 1..4096");
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 1e20)")),
+            "cfg.json: settings.ring_buffer_pages: 1e+20 is out of range 1..4096");
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 18446744073709551616)")),
+            "cfg.json: settings.ring_buffer_pages: 1.8446744073709552e+19 is out of range 1..4096");
+  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": "64")")),
+            "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not string");
+  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 0)")),
+            "cfg.json: settings.max_series_per_metric: 0 is out of range 1..1000000");
+  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 1000001)")),
+            "cfg.json: settings.max_series_per_metric: 1000001 is out of range 1..1000000");
+  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 99.9)")),
+            "cfg.json: settings.max_series_per_metric: must be a whole number from 1 to 1000000, not 99.9");
+  EXPECT_EQ(Err(settings(R"("max_series_per_metric": -5)")),
+            "cfg.json: settings.max_series_per_metric: must be a whole number from 1 to 1000000, not -5");
+  // A whole number written as a float is that number, not truncated and not an error.
+  auto c = ParseConfig(settings(R"("ring_buffer_pages": 64.0, "max_series_per_metric": 1e6)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->settings.ring_buffer_pages, 64u);
+  EXPECT_EQ(c->settings.max_series_per_metric, 1000000u);
+  c = ParseConfig(settings(R"("ring_buffer_pages": 4096, "max_series_per_metric": 1)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->settings.ring_buffer_pages, 4096u);
+}
+
+TEST(ConfigRangeTest, LatencyMaxInflightAndTimeout) {
+  EXPECT_EQ(Err(Lat(R"(, "max_inflight": 0)")), "cfg.json: metrics[0].max_inflight: 0 is out of range 1..1000000");
+  EXPECT_EQ(Err(Lat(R"(, "max_inflight": 100000000)")),
+            "cfg.json: metrics[0].max_inflight: 100000000 is out of range 1..1000000");
+  EXPECT_EQ(Err(Lat(R"(, "max_inflight": 1e8)")),
+            "cfg.json: metrics[0].max_inflight: 100000000 is out of range 1..1000000");
+  EXPECT_EQ(Err(Lat(R"(, "max_inflight": 10.5)")),
+            "cfg.json: metrics[0].max_inflight: must be a whole number from 1 to 1000000, not 10.5");
+  EXPECT_EQ(Err(Lat(R"(, "max_inflight": -1)")),
+            "cfg.json: metrics[0].max_inflight: must be a whole number from 1 to 1000000, not -1");
+  for (const char* bad : {"0", "-1", "1e11", "86400.5", "1e-7"}) {
+    EXPECT_THAT(Err(Lat(R"(, "timeout_seconds": )" + std::string(bad))),
+                HasSubstr("cfg.json: metrics[0].timeout_seconds: must be a number of seconds from 0.000001 to 86400 "
+                          "(1 day), not "))
+        << bad;
+  }
+  auto c = ParseConfig(Lat(R"(, "max_inflight": 1e6, "timeout_seconds": 86400)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].max_inflight, 1000000u);
+  EXPECT_EQ(c->metrics[0].timeout_seconds, 86400);
+  c = ParseConfig(Lat(R"(, "timeout_seconds": 0.000001)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(ConfigRangeTest, Exp2Buckets) {
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": 0, "max": 2})")),
+            "cfg.json: metrics[0].buckets.min: must be greater than 0, not 0");
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": -1, "max": 2})")),
+            "cfg.json: metrics[0].buckets.min: must be greater than 0, not -1");
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": 4, "max": 4})")),
+            "cfg.json: metrics[0].buckets.max: must be greater than min (4), not 4");
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": 1e-300, "max": 1e300})")),
+            "cfg.json: metrics[0].buckets: exp2 from 1e-300 to 1e+300 makes more than 256 buckets; max/min must be at "
+            "most 2^255");
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": 1e300, "max": 1.7e308})")),
+            "cfg.json: metrics[0].buckets.max: the bounds min*2^k overflow before reaching 1.7e+308; use a smaller "
+            "max");
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": "1", "max": 2})")),
+            "cfg.json: metrics[0].buckets.min: must be a number, not string");
+  // 256 bounds exactly (2^255) is the largest layout.
+  auto c = ParseConfig(Hist(R"({"type": "exp2", "min": 1, "max": 5.7896044618658097e76})"), "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(ConfigRangeTest, LinearBuckets) {
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 0, "width": 0, "count": 5})")),
+            "cfg.json: metrics[0].buckets.width: must be greater than 0, not 0");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 0, "width": -1, "count": 5})")),
+            "cfg.json: metrics[0].buckets.width: must be greater than 0, not -1");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 0, "width": 1, "count": 0})")),
+            "cfg.json: metrics[0].buckets.count: 0 is out of range 1..256");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 0, "width": 1, "count": 257})")),
+            "cfg.json: metrics[0].buckets.count: 257 is out of range 1..256");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 0, "width": 1, "count": 2.5})")),
+            "cfg.json: metrics[0].buckets.count: must be a whole number from 1 to 256, not 2.5");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 1e17, "width": 1, "count": 3})")),
+            "cfg.json: metrics[0].buckets: start + width*1 is not greater than start + width*0 (both 1e+17) in double "
+            "precision; bounds must be strictly increasing: use a larger width or a smaller start");
+  EXPECT_EQ(Err(Hist(R"({"type": "linear", "start": 1e308, "width": 1e308, "count": 3})")),
+            "cfg.json: metrics[0].buckets: start + width*1 is not a finite number; use a smaller start, width or "
+            "count");
+  auto c = ParseConfig(Hist(R"({"type": "linear", "start": -10, "width": 0.5, "count": 256})"), "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(ConfigRangeTest, ExplicitBuckets) {
+  EXPECT_EQ(Err(Hist(R"({"type": "explicit", "bounds": []})")),
+            "cfg.json: metrics[0].buckets.bounds: must not be empty (1 to 256 strictly increasing numbers)");
+  std::string many;
+  for (int i = 0; i < 257; ++i) many += (i ? "," : "") + std::to_string(i);
+  EXPECT_EQ(Err(Hist(R"({"type": "explicit", "bounds": [)" + many + "]}")),
+            "cfg.json: metrics[0].buckets.bounds: has 257 bounds; at most 256");
+  EXPECT_EQ(Err(Hist(R"({"type": "explicit", "bounds": [1, "2"]})")),
+            "cfg.json: metrics[0].buckets.bounds[1]: must be a number");
+}
+
+TEST(ConfigRangeTest, ValueScale) {
+  for (const char* bad : {"0", "-0", "0.0"}) {
+    EXPECT_EQ(
+        Err(Hist(R"({"type": "exp2", "min": 1, "max": 2})", std::string(R"({"field": "len", "scale": )") + bad + "}")),
+        "cfg.json: metrics[0].value.scale: must be a finite non-zero number")
+        << bad;
+  }
 }
 
 // ---- LoadConfig: only a regular file, of bounded size, and never blocking ------------------
