@@ -357,8 +357,16 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
 }
 
 Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event) {
-  size_t colon = event.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == event.size() || event.find('/') != std::string::npos) {
+  // tracefs names: events/<system>/<event>, each a plain file name (no '/', '.', '..', spaces).
+  const size_t colon = event.find(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < event.size() &&
+            event.find(':', colon + 1) == std::string::npos;
+  for (unsigned char ch : event) ok = ok && ch > ' ' && ch < 0x7f && ch != '/';
+  if (ok) {
+    const std::string system = event.substr(0, colon), name = event.substr(colon + 1);
+    ok = system != "." && system != ".." && name != "." && name != "..";
+  }
+  if (!ok) {
     return c.Error(jp, Quote(event) + " is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   }
   return Status::Ok();
@@ -568,6 +576,13 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
       TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency, &l));
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
+      // Histogram and latency series carry le="<bound>"; a second le would make
+      // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
+      // an ordinary label, as client_golang allows. quantile is only reserved for summaries.)
+      if (m->type != "counter" && l.name == "le") {
+        return c.Error(lp + ".name",
+                       "\"le\" is reserved for the bucket bound of histogram and latency series; choose another name");
+      }
       m->labels.push_back(std::move(l));
     }
   }
@@ -599,6 +614,19 @@ bool IsValidLabelName(const std::string& s) {
 }
 
 namespace {
+
+// The metric names a metric puts in the exposition: its own, and for a histogram or latency
+// metric the series prometheus-cpp writes for it (name_bucket, name_sum, name_count). A counter
+// is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
+// as client_golang's registry.
+std::vector<std::string> ExportedNames(const MetricConfig& m) {
+  if (m.type == "counter") return {m.name};
+  return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
+}
+
+std::string SeriesList(const MetricConfig& m) {
+  return m.name + "_bucket, " + m.name + "_sum and " + m.name + "_count";
+}
 
 StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string& path) {
   Checker c(path);
@@ -634,13 +662,34 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");
   if (!metrics->is_array() || metrics->empty())
     return c.Error("metrics", "must be a non-empty array of metric objects");
-  std::set<std::string> names;
+  struct Owner {
+    size_t metric;   // index into cfg.metrics
+    bool generated;  // a series of a histogram/latency metric, not a metric's own name
+  };
+  std::map<std::string, Owner> exported;
   for (size_t i = 0; i < metrics->size(); ++i) {
     MetricConfig m;
     std::string jp = "metrics[" + std::to_string(i) + "]";
     TPE_RETURN_IF_ERROR(ParseMetric(c, (*metrics)[i], jp, &m));
+    const std::vector<std::string> names = ExportedNames(m);
+    for (size_t k = 0; k < names.size(); ++k) {
+      auto found = exported.find(names[k]);
+      if (found == exported.end()) continue;
+      const MetricConfig& other = cfg.metrics[found->second.metric];
+      if (k == 0 && !found->second.generated) {
+        return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
+      }
+      if (k == 0) {
+        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + other.type + " \"" + other.name +
+                                         "\" at " + other.json_path + ".name (it exports " + SeriesList(other) +
+                                         "); rename one of them");
+      }
+      return c.Error(jp + ".name", m.type + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
+                                       "\" collides with the " + other.type + " at " + other.json_path +
+                                       ".name; rename one of them");
+    }
+    for (size_t k = 0; k < names.size(); ++k) exported.emplace(names[k], Owner{cfg.metrics.size(), k > 0});
     m.canonical = (*metrics)[i].dump() + "|max_series=" + std::to_string(cfg.settings.max_series_per_metric);
-    if (!names.insert(m.name).second) return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
     cfg.metrics.push_back(std::move(m));
   }
   return cfg;

@@ -6,7 +6,9 @@
 // - JSON syntax (with line and column), unknown and repeated keys, types;
 // - numbers: ranges; whole numbers where a count is meant (a fraction is an error, never
 //   truncated); bucket layouts the collectors accept;
-// - names: metric and label names, counters ending in _total, reserved prefixes, duplicates;
+// - names: metric and label names, counters ending in _total, reserved prefixes, le reserved on
+//   histogram and latency metrics, names that collide in the exposition (a histogram "h" also
+//   exports h_bucket, h_sum and h_count);
 // - labels: one of field/source, decode/source values.
 // Checks against the running kernel (events, fields, filters) happen when the pipeline is
 // planned (daemon/pipeline.h).

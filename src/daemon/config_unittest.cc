@@ -241,6 +241,14 @@ TEST(ConfigInputTest, InvalidUtf8IsRejectedWithItsPathAndNeverEchoedRaw) {
   EXPECT_EQ(c->metrics[0].help, "caf\xc3\xa9 \xe2\x86\x92 ok");
 }
 
+TEST(ConfigInputTest, EventNamesAreSystemColonEvent) {
+  for (const char* bad : {"a b:c", "..:x", "x:..", ".:x", "a:b:c"}) {
+    EXPECT_THAT(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": ")" + std::string(bad) + "\"}]}"),
+                HasSubstr("is not of the form \"system:event\""))
+        << bad;
+  }
+}
+
 TEST(ConfigInputTest, DuplicateKeysAreRejected) {
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "name": "b_total"}]})"),
             "cfg.json: metrics[0]: duplicate key \"name\"; a key may appear once in an object");
@@ -372,6 +380,54 @@ TEST(ConfigRangeTest, ValueScale) {
         "cfg.json: metrics[0].value.scale: must be a finite non-zero number")
         << bad;
   }
+}
+
+// ---- Names that would make invalid or ambiguous output -------------------------------------
+
+TEST(ConfigNamesTest, LeIsReservedOnHistogramAndLatency) {
+  EXPECT_EQ(Err(Hist(R"({"type": "exp2", "min": 1, "max": 2})", R"({"field": "len"})",
+                     R"(, "labels": [{"name": "le", "field": "len"}])")),
+            "cfg.json: metrics[0].labels[0].name: \"le\" is reserved for the bucket bound of histogram and latency "
+            "series; choose another name");
+  EXPECT_EQ(Err(Lat(R"(, "labels": [{"name": "comm", "source": "comm"}, {"name": "le", "source": "pid"}])")),
+            "cfg.json: metrics[0].labels[1].name: \"le\" is reserved for the bucket bound of histogram and latency "
+            "series; choose another name");
+  // A counter has no buckets: le is an ordinary label there (as in client_golang).
+  auto c = ParseConfig(
+      R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "labels": [{"name": "le", "field": "x"}]}]})",
+      "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(ConfigNamesTest, SeriesOfAHistogramCollideWithOtherMetricNames) {
+  const std::string b = R"("value": {"field": "len"}, "buckets": {"type": "exp2", "min": 1, "max": 2}})";
+  auto h = [&](const std::string& name) {
+    return R"({"name": ")" + name + R"(", "type": "histogram", "event": "net:net_dev_xmit", )" + b;
+  };
+  EXPECT_EQ(Err(R"({"metrics": [)" + h("h") + "," + h("h_bucket") + "]}"),
+            "cfg.json: metrics[1].name: \"h_bucket\" collides with a series of histogram \"h\" at metrics[0].name "
+            "(it exports h_bucket, h_sum and h_count); rename one of them");
+  EXPECT_EQ(Err(R"({"metrics": [)" + h("h_count") + "," + h("h") + "]}"),
+            "cfg.json: metrics[1].name: histogram \"h\" exports h_bucket, h_sum and h_count; \"h_count\" collides "
+            "with the histogram at metrics[0].name; rename one of them");
+  EXPECT_EQ(
+      Err(R"({"metrics": [)" + h("x_seconds_sum") + "," +
+          R"({"name": "x_seconds", "type": "latency", "start": {"event": "a:b", "key": ["x"]}, "end": {"event": "a:c", "key": ["x"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}}]})"),
+      "cfg.json: metrics[1].name: latency \"x_seconds\" exports x_seconds_bucket, x_seconds_sum and "
+      "x_seconds_count; \"x_seconds_sum\" collides with the histogram at metrics[0].name; rename one of them");
+  // Distinct names that only share a prefix are fine.
+  auto c = ParseConfig(R"({"metrics": [)" + h("h") + "," + h("h_buckets") + "," + h("hh") + "]}", "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
+TEST(ConfigNamesTest, ReservedPrefixesForEveryType) {
+  std::string h = Hist(R"({"type": "exp2", "min": 1, "max": 2})");
+  h.replace(h.find("\"h\""), 3, "\"process_h\"");
+  EXPECT_THAT(Err(h), HasSubstr("the prefixes tracepoint_exporter_ and process_ are reserved"));
+  EXPECT_THAT(Err(R"({"metrics": [{"name": "tracepoint_exporter_x_seconds", "type": "latency"}]})"),
+              HasSubstr("the prefixes tracepoint_exporter_ and process_ are reserved"));
+  EXPECT_THAT(Err(R"({"metrics": [{"name": "tracepoint_exporter_samples_total", "type": "counter", "event": "s:e"}]})"),
+              HasSubstr("the prefixes tracepoint_exporter_ and process_ are reserved"));
 }
 
 // ---- LoadConfig: only a regular file, of bounded size, and never blocking ------------------
