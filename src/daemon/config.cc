@@ -111,6 +111,12 @@ std::string Printable(std::string_view s, size_t max = 200) {
   return out;
 }
 
+// How a string value may look.
+enum class Text {
+  kName,   // names, events, fields, keywords: no control characters at all
+  kProse,  // help and filter: tab and newline allowed
+};
+
 class Checker {
  public:
   explicit Checker(std::string path) : path_(std::move(path)) {}
@@ -130,12 +136,34 @@ class Checker {
     return Status::Ok();
   }
 
+  // Valid UTF-8 (the JSON parser already insists) and no control characters but, for kProse,
+  // tab and newline. A NUL would cut the string short where it reaches C (the kernel filter, a
+  // label value); others garble terminals, logs and the exposition.
+  Status CheckText(const std::string& json_path, std::string_view s, Text kind) const {
+    for (size_t i = 0; i < s.size();) {
+      const size_t at = i;
+      uint32_t cp = 0;
+      if (!NextCodePoint(s, &i, &cp)) {
+        return Error(json_path, "is not valid UTF-8 (byte 0x" + Hex(static_cast<unsigned char>(s[at]), 2) +
+                                    " at byte " + std::to_string(at) + ")");
+      }
+      if (IsControl(cp) && !(kind == Text::kProse && (cp == '\t' || cp == '\n'))) {
+        return Error(json_path, "contains the control character U+" + Hex(cp, 4) + " at byte " + std::to_string(at) +
+                                    (kind == Text::kProse ? "; only tab and newline are allowed here"
+                                                          : "; control characters are not allowed here"));
+      }
+    }
+    return Status::Ok();
+  }
+
   Status GetString(const json& obj, const std::string& json_path, const std::string& key, bool required,
-                   std::string* out) const {
+                   std::string* out, Text kind = Text::kName) const {
     auto it = obj.find(key);
     if (it == obj.end()) return required ? Error(json_path, "missing required key \"" + key + "\"") : Status::Ok();
     if (!it->is_string()) return Error(json_path + "." + key, "must be a string, not " + std::string(it->type_name()));
-    *out = it->get<std::string>();
+    const std::string& s = it->get_ref<const std::string&>();
+    TPE_RETURN_IF_ERROR(CheckText(json_path + "." + key, s, kind));
+    *out = s;
     return Status::Ok();
   }
 
@@ -378,7 +406,7 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
   TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &e->filter));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &e->filter, Text::kProse));
   e->json_path = jp;
   auto key = j.find("key");
   if (key == j.end())
@@ -387,9 +415,11 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
     return c.Error(jp + ".key", "must be an array of 1 to 4 field names");
   }
   for (size_t i = 0; i < key->size(); ++i) {
-    if (!(*key)[i].is_string())
-      return c.Error(jp + ".key[" + std::to_string(i) + "]", "must be a field name (a string)");
-    e->key.push_back((*key)[i].get<std::string>());
+    const std::string kp = jp + ".key[" + std::to_string(i) + "]";
+    if (!(*key)[i].is_string()) return c.Error(kp, "must be a field name (a string)");
+    const std::string& field = (*key)[i].get_ref<const std::string&>();
+    TPE_RETURN_IF_ERROR(c.CheckText(kp, field, Text::kName));
+    e->key.push_back(field);
   }
   return Status::Ok();
 }
@@ -527,10 +557,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
   if (!latency) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &m->event));
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter));
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter, Text::kProse));
   }
   m->json_path = jp;
   if (!IsValidMetricName(m->name)) {

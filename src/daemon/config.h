@@ -6,6 +6,7 @@
 // - JSON syntax (with line and column), unknown and repeated keys, types;
 // - numbers: ranges; whole numbers where a count is meant (a fraction is an error, never
 //   truncated); bucket layouts the collectors accept;
+// - strings: no control characters (tab and newline allowed in help and filter);
 // - names: metric and label names, counters ending in _total, reserved prefixes, le reserved on
 //   histogram and latency metrics, names that collide in the exposition (a histogram "h" also
 //   exports h_bucket, h_sum and h_count);

@@ -241,6 +241,41 @@ TEST(ConfigInputTest, InvalidUtf8IsRejectedWithItsPathAndNeverEchoedRaw) {
   EXPECT_EQ(c->metrics[0].help, "caf\xc3\xa9 \xe2\x86\x92 ok");
 }
 
+TEST(ConfigInputTest, ControlCharactersAreRejected) {
+  EXPECT_EQ(
+      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": "pid == 1\u0000 || 1"}]})"),
+      "cfg.json: metrics[0].filter: contains the control character U+0000 at byte 8; only tab and newline are "
+      "allowed here");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e\u0000"}]})"),
+            "cfg.json: metrics[0].event: contains the control character U+0000 at byte 3; control characters are "
+            "not allowed here");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "x\u001b[31m"}]})"),
+            "cfg.json: metrics[0].help: contains the control character U+001B at byte 1; only tab and newline are "
+            "allowed here");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "x\u007f"}]})"),
+            "cfg.json: metrics[0].help: contains the control character U+007F at byte 1; only tab and newline are "
+            "allowed here");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "x\u0085"}]})"),
+            "cfg.json: metrics[0].help: contains the control character U+0085 at byte 1; only tab and newline are "
+            "allowed here");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e",
+                                  "labels": [{"name": "x", "field": "a\nb"}]}]})"),
+            "cfg.json: metrics[0].labels[0].field: contains the control character U+000A at byte 1; control "
+            "characters are not allowed here");
+  EXPECT_EQ(Err(Lat("").replace(Lat("").find("[\"x\"]"), 5, "[\"x\\u0000\"]")),
+            "cfg.json: metrics[0].start.key[0]: contains the control character U+0000 at byte 1; control characters "
+            "are not allowed here");
+  // Unknown keys are quoted with escapes in the message, not echoed raw.
+  EXPECT_EQ(Err(R"({"metrics": [], "\u0007x": 1})"),
+            "cfg.json: $: unknown key \"\\u0007x\" (valid keys: metrics, settings)");
+  // Tab and newline are fine in help and filter.
+  auto c = ParseConfig(
+      R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "a\tb\nc", "filter": "a == 1\n\t&& b == 2"}]})",
+      "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].filter, "a == 1\n\t&& b == 2");
+}
+
 TEST(ConfigInputTest, EventNamesAreSystemColonEvent) {
   for (const char* bad : {"a b:c", "..:x", "x:..", ".:x", "a:b:c"}) {
     EXPECT_THAT(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": ")" + std::string(bad) + "\"}]}"),
