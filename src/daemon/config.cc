@@ -677,7 +677,8 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings", {"ring_buffer_pages", "max_series_per_metric"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings",
+                                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -687,6 +688,14 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     cfg.settings.ring_buffer_pages = static_cast<uint32_t>(pages);
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_series_per_metric", 1, kMaxSeriesPerMetric,
                                    &cfg.settings.max_series_per_metric));
+    double& idle = cfg.settings.series_idle_timeout_seconds;
+    TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "series_idle_timeout_seconds", false, &idle));
+    if (!(idle == 0 || (idle >= kMinSeriesIdleTimeoutSeconds && idle <= kMaxSeriesIdleTimeoutSeconds))) {
+      return c.Error(
+          "settings.series_idle_timeout_seconds",
+          "must be 0 (series never expire) or a number of seconds from 0.001 to 31536000 (365 days), not " + Num(idle));
+    }
+    idle = idle == 0 ? 0 : idle;  // -0 is 0
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");

@@ -44,6 +44,10 @@ inline constexpr uint64_t kMaxInflight = 1000000;
 // (never 0 ns, which would expire every start at once); at most a day.
 inline constexpr double kMinTimeoutSeconds = 1e-6;
 inline constexpr double kMaxTimeoutSeconds = 86400;
+// settings.series_idle_timeout_seconds: 0 (never), or 1 ms up to a year.
+inline constexpr double kMinSeriesIdleTimeoutSeconds = 0.001;
+inline constexpr double kMaxSeriesIdleTimeoutSeconds = 31536000;
+
 struct LabelConfig {
   std::string name;
   std::string field;            // a tracepoint field, or
@@ -96,6 +100,10 @@ struct MetricConfig {
 struct Settings {
   uint32_t ring_buffer_pages = 64;         // data pages per CPU ring; power of two, 1..4096
   uint64_t max_series_per_metric = 10000;  // cardinality limit per metric; 1..kMaxSeriesPerMetric
+  // A series (label set) of a metric that has seen no sample for this many seconds is removed,
+  // so that dead tasks' series do not hold the cardinality limit forever. 0 = never. Seconds,
+  // possibly fractional: 0, or kMinSeriesIdleTimeoutSeconds..kMaxSeriesIdleTimeoutSeconds.
+  double series_idle_timeout_seconds = 600;
 };
 
 struct Config {

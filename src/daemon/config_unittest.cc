@@ -64,7 +64,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": -1}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
-            "cfg.json: settings: unknown key \"ring_pages\" (valid keys: max_series_per_metric, ring_buffer_pages)");
+            "cfg.json: settings: unknown key \"ring_pages\" (valid keys: max_series_per_metric, ring_buffer_pages, "
+            "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
@@ -330,6 +331,29 @@ TEST(ConfigRangeTest, WholeNumbers) {
   c = ParseConfig(settings(R"("ring_buffer_pages": 4096, "max_series_per_metric": 1)"), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.ring_buffer_pages, 4096u);
+}
+
+TEST(ConfigRangeTest, SeriesIdleTimeout) {
+  auto settings = [](const std::string& kv) {
+    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
+  };
+  auto c = ParseConfig(settings(""), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->settings.series_idle_timeout_seconds, 600);
+  for (auto [text, want] :
+       std::vector<std::pair<std::string, double>>{{"0", 0}, {"0.001", 0.001}, {"2.5", 2.5}, {"31536000", 31536000}}) {
+    c = ParseConfig(settings(R"("series_idle_timeout_seconds": )" + text), "cfg.json");
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status().ToString();
+    EXPECT_EQ(c->settings.series_idle_timeout_seconds, want) << text;
+  }
+  for (const char* bad : {"-1", "0.0001", "31536001", "1e300"}) {
+    EXPECT_EQ(Err(settings(R"("series_idle_timeout_seconds": )" + std::string(bad))),
+              "cfg.json: settings.series_idle_timeout_seconds: must be 0 (series never expire) or a number of "
+              "seconds from 0.001 to 31536000 (365 days), not " +
+                  std::string(bad == std::string("1e300") ? "1e+300" : bad));
+  }
+  EXPECT_EQ(Err(settings(R"("series_idle_timeout_seconds": "10m")")),
+            "cfg.json: settings.series_idle_timeout_seconds: must be a number, not string");
 }
 
 TEST(ConfigRangeTest, LatencyMaxInflightAndTimeout) {
