@@ -645,6 +645,50 @@ bool IsValidLabelName(const std::string& s) {
 
 namespace {
 
+// MetricConfig::canonical: every field that changes what the metric counts or exports, defaults
+// filled in (absent "scale" is 1, a single start is an array of one, ...) and numbers as doubles
+// (64, 64.0 and 6.4e1 are the same), object keys sorted by nlohmann; json_path is left out (moving
+// a metric in the list does not change it). Of the settings, those a collector is built with:
+// ring_buffer_pages is not (rings belong to the pipeline, rebuilt on every reload).
+std::string Canonical(const MetricConfig& m, const Settings& s) {
+  json labels = json::array();
+  for (const LabelConfig& l : m.labels) {
+    labels.push_back(
+        {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
+  }
+  auto endpoint = [](const EndpointConfig& e) {
+    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}};
+  };
+  json starts = json::array();
+  for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
+  const BucketsConfig& b = m.buckets;
+  const json j = {
+      {"name", m.name},
+      {"help", m.help},
+      {"type", m.type},
+      {"event", m.event},
+      {"filter", m.filter},
+      {"labels", labels},
+      {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},
+      {"buckets",
+       {{"type", b.type},
+        {"min", b.min},
+        {"max", b.max},
+        {"start", b.start},
+        {"width", b.width},
+        {"count", b.count},
+        {"bounds", b.bounds}}},
+      {"start", starts},
+      {"end", endpoint(m.end)},
+      {"max_inflight", m.max_inflight},
+      {"timeout_seconds", m.timeout_seconds},
+      {"settings",
+       {{"max_series_per_metric", s.max_series_per_metric},
+        {"series_idle_timeout_seconds", s.series_idle_timeout_seconds}}},
+  };
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // The metric names a metric puts in the exposition: its own, and for a histogram or latency
 // metric the series prometheus-cpp writes for it (name_bucket, name_sum, name_count). A counter
 // is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
@@ -728,7 +772,7 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
                                        ".name; rename one of them");
     }
     for (size_t k = 0; k < names.size(); ++k) exported.emplace(names[k], Owner{cfg.metrics.size(), k > 0});
-    m.canonical = (*metrics)[i].dump() + "|max_series=" + std::to_string(cfg.settings.max_series_per_metric);
+    m.canonical = Canonical(m, cfg.settings);
     cfg.metrics.push_back(std::move(m));
   }
   return cfg;

@@ -94,7 +94,12 @@ struct MetricConfig {
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
   std::string json_path;               // "metrics[0]"
-  std::string canonical;               // the metric's JSON, normalized: equal iff unchanged
+  // Every field above that changes what the metric counts or exports (all but json_path), with
+  // defaults filled in and numbers normalized, plus the settings a collector uses
+  // (max_series_per_metric, series_idle_timeout_seconds), as one string: equal across a reload
+  // iff the metric is unchanged and may keep its values. A field added here must be added to
+  // Canonical() in config.cc.
+  std::string canonical;
 };
 
 struct Settings {

@@ -489,6 +489,79 @@ TEST(ConfigNamesTest, ReservedPrefixesForEveryType) {
               HasSubstr("the prefixes tracepoint_exporter_ and process_ are reserved"));
 }
 
+// ---- Canonical form: equal iff the metric counts and exports the same ----------------------
+
+std::string Canonical(const std::string& metric, const std::string& settings = "{}") {
+  auto c = ParseConfig(R"({"settings": )" + settings + R"(, "metrics": [)" + metric + "]}", "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? c->metrics[0].canonical : "";
+}
+
+TEST(ConfigCanonicalTest, EquivalentSpellingsAreEqual) {
+  const std::string hist =
+      R"({"name": "h", "type": "histogram", "event": "a:b", "value": {"field": "len"}, "buckets": {"type": "exp2", "min": 1, "max": 64}})";
+  EXPECT_EQ(Canonical(hist),
+            Canonical(R"({"buckets": {"max": 64.0, "min": 1e0, "type": "exp2"}, "value": {"scale": 1, "field": "len"},
+                         "event": "a:b", "type": "histogram", "name": "h", "help": "a:b histogram", "labels": []})"));
+  EXPECT_EQ(
+      Canonical(R"({"name": "c_total", "type": "counter", "event": "a:b", "labels": [{"name": "x", "field": "f"}]})"),
+      Canonical(R"({"name": "c_total", "type": "counter", "event": "a:b", "filter": "",
+                         "labels": [{"name": "x", "field": "f", "decode": "auto"}]})"));
+  const std::string lat = R"({"name": "l_seconds", "type": "latency", "end": {"event": "a:c", "key": ["x"]},
+                              "buckets": {"type": "exp2", "min": 1, "max": 2}, )";
+  EXPECT_EQ(Canonical(lat + R"("start": {"event": "a:b", "key": ["x"]}})"),
+            Canonical(lat + R"("start": [{"event": "a:b", "key": ["x"], "filter": ""}], "max_inflight": 100000,
+                                "timeout_seconds": 10})"));
+  // Settings that no collector uses do not make a metric different.
+  EXPECT_EQ(Canonical(hist), Canonical(hist, R"({"ring_buffer_pages": 128})"));
+  EXPECT_EQ(Canonical(hist, R"({"max_series_per_metric": 10000, "series_idle_timeout_seconds": 600})"),
+            Canonical(hist));
+}
+
+TEST(ConfigCanonicalTest, EveryFieldThatChangesCountingOrOutputMakesItDifferent) {
+  const std::string base = R"({"name": "h", "type": "histogram", "event": "a:b", "filter": "x == 1",
+      "value": {"field": "len", "scale": 2}, "buckets": {"type": "linear", "start": 0, "width": 10, "count": 5},
+      "labels": [{"name": "c", "source": "comm"}, {"name": "d", "field": "dev", "decode": "hex"}]})";
+  const std::string c0 = Canonical(base);
+  auto differs = [&](const std::string& from, const std::string& to) {
+    std::string m = base;
+    size_t at = m.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    m.replace(at, from.size(), to);
+    EXPECT_NE(Canonical(m), c0) << from << " -> " << to;
+  };
+  differs(R"("name": "h")", R"("name": "h2")");
+  differs(R"("event": "a:b")", R"("event": "a:b", "help": "other help")");
+  differs(R"("event": "a:b")", R"("event": "a:c")");
+  differs(R"("x == 1")", R"("x == 2")");
+  differs(R"("scale": 2)", R"("scale": 3)");
+  differs(R"("field": "len")", R"("field": "size")");
+  differs(R"("start": 0)", R"("start": 1)");
+  differs(R"("width": 10)", R"("width": 20)");
+  differs(R"("count": 5)", R"("count": 6)");
+  differs(R"("name": "c")", R"("name": "cc")");
+  differs(R"("decode": "hex")", R"("decode": "auto")");
+  differs(R"({"name": "c", "source": "comm"}, {"name": "d", "field": "dev", "decode": "hex"})",
+          R"({"name": "d", "field": "dev", "decode": "hex"}, {"name": "c", "source": "comm"})");
+  EXPECT_NE(Canonical(base, R"({"max_series_per_metric": 5})"), c0);
+  EXPECT_NE(Canonical(base, R"({"series_idle_timeout_seconds": 0})"), c0);
+
+  const std::string lat = R"({"name": "l_seconds", "type": "latency", "start": {"event": "a:b", "key": ["x"]},
+      "end": {"event": "a:c", "key": ["y"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})";
+  const std::string l0 = Canonical(lat);
+  auto lat_differs = [&](const std::string& from, const std::string& to) {
+    std::string m = lat;
+    m.replace(m.find(from), from.size(), to);
+    EXPECT_NE(Canonical(m), l0) << from << " -> " << to;
+  };
+  lat_differs(R"("max": 2})", R"("max": 2}, "max_inflight": 5)");
+  lat_differs(R"("max": 2})", R"("max": 2}, "timeout_seconds": 5)");
+  lat_differs(R"("max": 2})", R"("max": 4})");
+  lat_differs(R"("key": ["x"])", R"("key": ["x"], "filter": "x > 0")");
+  lat_differs(R"("key": ["y"])", R"("key": ["z"])");
+  lat_differs(R"("max": 2})", R"("max": 2}, "labels": [{"name": "c", "source": "comm", "from": "end"}])");
+}
+
 // ---- LoadConfig: only a regular file, of bounded size, and never blocking ------------------
 
 class ConfigFileTest : public ::testing::Test {
