@@ -528,12 +528,15 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
     }
     for (size_t i = 0; i < bounds->size(); ++i) {
       const json& v = (*bounds)[i];
-      if (!v.is_number() || !std::isfinite(v.get<double>()))
-        return c.Error(bp + ".bounds[" + std::to_string(i) + "]", "must be a number");
+      const std::string ip = bp + ".bounds[" + std::to_string(i) + "]";
+      if (!v.is_number() || !std::isfinite(v.get<double>())) return c.Error(ip, "must be a number");
       b->bounds.push_back(v.get<double>());
+      if (i > 0 && !(b->bounds[i] > b->bounds[i - 1])) {
+        return c.Error(ip, Num(b->bounds[i]) + " is not greater than bounds[" + std::to_string(i - 1) + "] (" +
+                               Num(b->bounds[i - 1]) + "); bounds must be strictly increasing");
+      }
     }
-    // Strictly increasing is checked when the plan builds the buckets (Buckets::Explicit).
-    return Status::Ok();
+    built = Buckets::Explicit(b->bounds);
   } else {
     return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit");
   }

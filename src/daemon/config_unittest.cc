@@ -432,6 +432,18 @@ TEST(ConfigRangeTest, ExplicitBuckets) {
             "cfg.json: metrics[0].buckets.bounds[1]: must be a number");
 }
 
+TEST(ConfigRangeTest, ExplicitBoundsStrictlyIncreasing) {
+  EXPECT_EQ(Err(Hist(R"({"type": "explicit", "bounds": [2, 1]})")),
+            "cfg.json: metrics[0].buckets.bounds[1]: 1 is not greater than bounds[0] (2); bounds must be strictly "
+            "increasing");
+  EXPECT_EQ(Err(Hist(R"({"type": "explicit", "bounds": [0.5, 1, 1]})")),
+            "cfg.json: metrics[0].buckets.bounds[2]: 1 is not greater than bounds[1] (1); bounds must be strictly "
+            "increasing");
+  auto c = ParseConfig(Hist(R"({"type": "explicit", "bounds": [-1, 0, 0.001, 1e300]})"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].buckets.bounds, (std::vector<double>{-1, 0, 0.001, 1e300}));
+}
+
 TEST(ConfigRangeTest, ValueScale) {
   for (const char* bad : {"0", "-0", "0.0"}) {
     EXPECT_EQ(
