@@ -1,15 +1,121 @@
 #include "daemon/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
-#include "common/file_util.h"
+#include "collectors/buckets.h"
+#include "common/scoped_fd.h"
 
 namespace tpe {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr size_t kMaxBuckets = Buckets::kMaxBuckets;
+
+// A number as short as reads back the same: whole numbers in full ("100000000"), others in %g
+// style ("0.5", "1e-07", "1.7e+308").
+std::string Num(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return std::to_string(static_cast<int64_t>(v));
+  }
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+// Decodes one UTF-8 code point of `s` at `*i` (advancing it); false for anything that is not
+// well-formed UTF-8 (overlong forms, surrogates, beyond U+10FFFF, truncated sequences).
+bool NextCodePoint(std::string_view s, size_t* i, uint32_t* cp) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(*i);
+  size_t n = 0;
+  uint32_t c = 0, min = 0;
+  if (b0 < 0x80) {
+    *cp = b0;
+    ++*i;
+    return true;
+  } else if ((b0 & 0xe0) == 0xc0) {
+    n = 1, c = b0 & 0x1f, min = 0x80;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    n = 2, c = b0 & 0x0f, min = 0x800;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    n = 3, c = b0 & 0x07, min = 0x10000;
+  } else {
+    return false;
+  }
+  if (*i + n >= s.size()) return false;
+  for (size_t k = 1; k <= n; ++k) {
+    if ((byte(*i + k) & 0xc0) != 0x80) return false;
+    c = (c << 6) | (byte(*i + k) & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return false;
+  *cp = c;
+  *i += n + 1;
+  return true;
+}
+
+bool IsControl(uint32_t cp) { return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f); }
+
+std::string Hex(uint32_t v, int digits) {
+  static const char kDigits[] = "0123456789ABCDEF";
+  std::string out(static_cast<size_t>(digits), '0');
+  for (int k = digits - 1; k >= 0; --k, v >>= 4) out[static_cast<size_t>(k)] = kDigits[v & 0xf];
+  return out;
+}
+
+// `s` in double quotes, with quotes, backslashes and control characters escaped JSON-style and
+// bytes that are not UTF-8 as \xNN: safe to print whatever the config held.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const size_t at = i;
+    uint32_t cp = 0;
+    if (!NextCodePoint(s, &i, &cp)) {
+      out += "\\x" + Hex(static_cast<unsigned char>(s[at]), 2);
+      i = at + 1;
+    } else if (cp == '"' || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (IsControl(cp)) {
+      out += "\\u" + Hex(cp, 4);
+    } else {
+      out.append(s.substr(at, i - at));
+    }
+  }
+  return out + "\"";
+}
+
+// Text from a library (an exception's what()) made printable: bytes outside printable ASCII as
+// \xNN, at most `max` bytes.
+std::string Printable(std::string_view s, size_t max = 200) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (out.size() >= max) return out + "...";
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += static_cast<char>(ch);
+    } else {
+      out += "\\x" + Hex(ch, 2);
+    }
+  }
+  return out;
+}
+
+// How a string value may look.
+enum class Text {
+  kName,   // names, events, fields, keywords: no control characters at all
+  kProse,  // help and filter: tab and newline allowed
+};
 
 class Checker {
  public:
@@ -24,43 +130,78 @@ class Checker {
       if (!allowed.count(k)) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        return Error(json_path, "unknown key \"" + k + "\" (valid keys: " + list + ")");
+        return Error(json_path, "unknown key " + Quote(k) + " (valid keys: " + list + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Valid UTF-8 (the JSON parser already insists) and no control characters but, for kProse,
+  // tab and newline. A NUL would cut the string short where it reaches C (the kernel filter, a
+  // label value); others garble terminals, logs and the exposition.
+  Status CheckText(const std::string& json_path, std::string_view s, Text kind) const {
+    for (size_t i = 0; i < s.size();) {
+      const size_t at = i;
+      uint32_t cp = 0;
+      if (!NextCodePoint(s, &i, &cp)) {
+        return Error(json_path, "is not valid UTF-8 (byte 0x" + Hex(static_cast<unsigned char>(s[at]), 2) +
+                                    " at byte " + std::to_string(at) + ")");
+      }
+      if (IsControl(cp) && !(kind == Text::kProse && (cp == '\t' || cp == '\n'))) {
+        return Error(json_path, "contains the control character U+" + Hex(cp, 4) + " at byte " + std::to_string(at) +
+                                    (kind == Text::kProse ? "; only tab and newline are allowed here"
+                                                          : "; control characters are not allowed here"));
       }
     }
     return Status::Ok();
   }
 
   Status GetString(const json& obj, const std::string& json_path, const std::string& key, bool required,
-                   std::string* out) const {
+                   std::string* out, Text kind = Text::kName) const {
     auto it = obj.find(key);
     if (it == obj.end()) return required ? Error(json_path, "missing required key \"" + key + "\"") : Status::Ok();
     if (!it->is_string()) return Error(json_path + "." + key, "must be a string, not " + std::string(it->type_name()));
-    *out = it->get<std::string>();
+    const std::string& s = it->get_ref<const std::string&>();
+    TPE_RETURN_IF_ERROR(CheckText(json_path + "." + key, s, kind));
+    *out = s;
     return Status::Ok();
   }
 
+  // Any number (the parser refuses those beyond a double; see TreeBuilder).
   Status GetNumber(const json& obj, const std::string& json_path, const std::string& key, bool required,
                    double* out) const {
     auto it = obj.find(key);
     if (it == obj.end()) return required ? Error(json_path, "missing required key \"" + key + "\"") : Status::Ok();
     if (!it->is_number()) return Error(json_path + "." + key, "must be a number, not " + std::string(it->type_name()));
-    *out = it->get<double>();
+    const double v = it->get<double>();
+    if (!std::isfinite(v)) return Error(json_path + "." + key, "must be a finite number");
+    *out = v;
     return Status::Ok();
   }
 
-  Status GetUint(const json& obj, const std::string& json_path, const std::string& key, uint64_t lo, uint64_t hi,
-                 uint64_t* out) const {
+  // A whole number in lo..hi. A float that is whole (64.0, 1e6) is that number; a fraction, a
+  // negative number or anything else is an error, never truncated or wrapped.
+  Status GetWhole(const json& obj, const std::string& json_path, const std::string& key, uint64_t lo, uint64_t hi,
+                  uint64_t* out) const {
     auto it = obj.find(key);
     if (it == obj.end()) return Status::Ok();
-    if (!it->is_number_unsigned()) {
-      return Error(json_path + "." + key,
-                   "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    const std::string kp = json_path + "." + key;
+    const std::string want = "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+    const std::string range = " is out of range " + std::to_string(lo) + ".." + std::to_string(hi);
+    uint64_t v = 0;
+    if (it->is_number_unsigned()) {
+      v = it->get<uint64_t>();
+    } else if (it->is_number_integer()) {  // negative: nlohmann stores non-negative integers as unsigned
+      return Error(kp, want + ", not " + std::to_string(it->get<int64_t>()));
+    } else if (it->is_number_float()) {
+      const double d = it->get<double>();
+      if (!std::isfinite(d) || !(d >= 0) || d != std::floor(d)) return Error(kp, want + ", not " + Num(d));
+      if (d >= 18446744073709551616.0) return Error(kp, Num(d) + range);  // 2^64: would not convert
+      v = static_cast<uint64_t>(d);
+    } else {
+      return Error(kp, want + ", not " + std::string(it->type_name()));
     }
-    uint64_t v = it->get<uint64_t>();
-    if (v < lo || v > hi) {
-      return Error(json_path + "." + key,
-                   std::to_string(v) + " is out of range " + std::to_string(lo) + ".." + std::to_string(hi));
-    }
+    if (v < lo || v > hi) return Error(kp, std::to_string(v) + range);
     *out = v;
     return Status::Ok();
   }
@@ -69,13 +210,150 @@ class Checker {
   std::string path_;
 };
 
+// A JSON path segment for an object key: .key, or ["key"] when it is not an identifier.
+std::string KeySegment(const std::string& key, bool first) {
+  bool ident = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
+  for (char ch : key) ident = ident && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+  if (!ident) return (first ? "$[" : "[") + Quote(key) + "]";
+  return first ? key : "." + key;
+}
+
+// Builds the json tree as nlohmann's own parser does, and besides: refuses a key repeated within
+// one object (nlohmann would keep the last silently), and knows the JSON path of the value being
+// parsed, so that a syntax error or a number too large for a double (nlohmann's out_of_range
+// 406, which its own parse() throws) is reported where it is. Never throws: errors are kept.
+class TreeBuilder {
+ public:
+  json& root() { return root_; }
+
+  bool null() { return Add(nullptr) != nullptr; }
+  bool boolean(bool v) { return Add(v) != nullptr; }
+  bool number_integer(json::number_integer_t v) { return Add(v) != nullptr; }
+  bool number_unsigned(json::number_unsigned_t v) { return Add(v) != nullptr; }
+  bool number_float(json::number_float_t v, const json::string_t& /*text*/) { return Add(v) != nullptr; }
+  bool string(json::string_t& v) { return Add(std::move(v)) != nullptr; }
+  bool binary(json::binary_t& v) { return Add(json::binary(std::move(v))) != nullptr; }  // not in JSON text
+  bool start_object(std::size_t /*size*/) { return Open(json::object()); }
+  bool start_array(std::size_t /*size*/) { return Open(json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(json::string_t& k) {
+    Frame& f = frames_.back();
+    if (f.node->contains(k)) {
+      duplicate_ = true;
+      error_path_ = Path(frames_.size() - 1);
+      error_key_ = k;
+      return false;
+    }
+    f.key = k;
+    f.has_key = true;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& last_token, const json::exception& ex) {
+    failed_ = true;
+    error_position_ = position;
+    error_token_ = last_token;
+    error_id_ = ex.id;
+    error_what_ = ex.what();
+    error_path_ = Path(frames_.size());
+    return false;
+  }
+
+  // The error, once sax_parse returned false.
+  Status Error(const std::string& file, const std::string& text) const {
+    if (duplicate_) {
+      return InvalidArgument(file + ": " + error_path_ + ": duplicate key " + Quote(error_key_) +
+                             "; a key may appear once in an object");
+    }
+    if (!failed_) return InvalidArgument(file + ": malformed JSON");  // not expected: sax_parse reports every error
+    // nlohmann's position counts the characters read, the offending one included.
+    const size_t end = std::min(error_position_, text.size());
+    size_t offset = end > 0 ? end - 1 : 0;
+    if (error_id_ == 406 && error_token_.size() <= end) offset = end - error_token_.size();  // the number's start
+    const size_t line_start = offset == 0 ? 0 : text.rfind('\n', offset - 1) + 1;            // npos + 1 == 0
+    size_t line = 1;
+    for (size_t k = 0; k < offset; ++k) line += text[k] == '\n';
+    const std::string where = "line " + std::to_string(line) + ", column " + std::to_string(offset - line_start + 1);
+    if (error_id_ == 406) {
+      return InvalidArgument(file + ": " + error_path_ + ": the number " + Printable(error_token_, 40) + " (" + where +
+                             ") is too large; numbers must be within " + Num(-std::numeric_limits<double>::max()) +
+                             ".." + Num(std::numeric_limits<double>::max()));
+    }
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: syntax error ..." ->
+    // "syntax error ..."; the position is ours.
+    std::string_view what = error_what_;
+    if (size_t p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    if (what.starts_with("parse error")) {
+      if (size_t p = what.find(": "); p != std::string_view::npos) what.remove_prefix(p + 2);
+    }
+    std::string detail = Printable(what);
+    if (detail.find("UTF-8") != std::string::npos) detail += " (the config must be UTF-8 text)";
+    return InvalidArgument(file + ": malformed JSON at " + where + " (at " + error_path_ + "): " + detail);
+  }
+
+ private:
+  struct Frame {
+    json* node;  // an object or array inside root_; stable while it is open
+    std::string key;
+    bool has_key = false;
+  };
+
+  // The path of the value being parsed within the first n open containers.
+  std::string Path(size_t n) const {
+    std::string out;
+    for (size_t j = 0; j < n; ++j) {
+      const Frame& f = frames_[j];
+      if (f.node->is_array()) {
+        // An open child is already the last element; a value being parsed is the next one.
+        size_t index = f.node->size();
+        if (j + 1 < frames_.size() && index > 0) --index;
+        out += (out.empty() ? "$[" : "[") + std::to_string(index) + "]";
+      } else if (f.has_key) {
+        out += KeySegment(f.key, out.empty());
+      }
+    }
+    return out.empty() ? "$" : out;
+  }
+
+  json* Add(json v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& top = *frames_.back().node;
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    auto [it, inserted] = top.get_ref<json::object_t&>().emplace(frames_.back().key, std::move(v));
+    return &it->second;
+  }
+  bool Open(json v) {
+    json* node = Add(std::move(v));
+    if (node == nullptr) return false;
+    frames_.push_back({node, "", false});
+    return true;
+  }
+  bool Close() {
+    frames_.pop_back();
+    return true;
+  }
+
+  json root_;
+  std::vector<Frame> frames_;
+  bool duplicate_ = false, failed_ = false;
+  size_t error_position_ = 0;
+  int error_id_ = 0;
+  std::string error_token_, error_what_, error_path_, error_key_;
+};
+
 Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool latency, LabelConfig* l) {
   if (!j.is_object()) return c.Error(jp, "a label must be an object like {\"name\": \"comm\", \"source\": \"comm\"}");
   if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode", "from"}));
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", false, &l->from));
     if (l->from != "start" && l->from != "end") {
-      return c.Error(jp + ".from", "\"" + l->from + "\" is not one of start, end");
+      return c.Error(jp + ".from", Quote(l->from) + " is not one of start, end");
     }
   } else {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode"}));
@@ -87,29 +365,37 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   l->json_path = jp;
   if (!IsValidLabelName(l->name)) {
     return c.Error(jp + ".name",
-                   "\"" + l->name + "\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
+                   Quote(l->name) + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
   if (l->field.empty() == l->source.empty()) {
     return c.Error(jp,
                    "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
   }
   if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu") {
-    return c.Error(jp + ".source", "\"" + l->source + "\" is not one of comm, pid, tid, cpu");
+    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu");
   }
   if (l->decode != "auto" && l->decode != "hex" && l->decode != "inet" && l->decode != "symbolic" &&
       l->decode != "syscall") {
-    return c.Error(jp + ".decode", "\"" + l->decode + "\" is not one of auto, hex, inet, symbolic, syscall");
+    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of auto, hex, inet, symbolic, syscall");
   }
   if (!l->source.empty() && l->decode != "auto") {
-    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source \"" + l->source + "\" has none");
+    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(l->source) + " has none");
   }
   return Status::Ok();
 }
 
 Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event) {
-  size_t colon = event.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == event.size() || event.find('/') != std::string::npos) {
-    return c.Error(jp, "\"" + event + "\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+  // tracefs names: events/<system>/<event>, each a plain file name (no '/', '.', '..', spaces).
+  const size_t colon = event.find(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < event.size() &&
+            event.find(':', colon + 1) == std::string::npos;
+  for (unsigned char ch : event) ok = ok && ch > ' ' && ch < 0x7f && ch != '/';
+  if (ok) {
+    const std::string system = event.substr(0, colon), name = event.substr(colon + 1);
+    ok = system != "." && system != ".." && name != "." && name != "..";
+  }
+  if (!ok) {
+    return c.Error(jp, Quote(event) + " is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   }
   return Status::Ok();
 }
@@ -120,7 +406,7 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
   TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &e->filter));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &e->filter, Text::kProse));
   e->json_path = jp;
   auto key = j.find("key");
   if (key == j.end())
@@ -129,9 +415,11 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
     return c.Error(jp + ".key", "must be an array of 1 to 4 field names");
   }
   for (size_t i = 0; i < key->size(); ++i) {
-    if (!(*key)[i].is_string())
-      return c.Error(jp + ".key[" + std::to_string(i) + "]", "must be a field name (a string)");
-    e->key.push_back((*key)[i].get<std::string>());
+    const std::string kp = jp + ".key[" + std::to_string(i) + "]";
+    if (!(*key)[i].is_string()) return c.Error(kp, "must be a field name (a string)");
+    const std::string& field = (*key)[i].get_ref<const std::string&>();
+    TPE_RETURN_IF_ERROR(c.CheckText(kp, field, Text::kName));
+    e->key.push_back(field);
   }
   return Status::Ok();
 }
@@ -163,10 +451,11 @@ Status ParseLatency(const Checker& c, const json& j, const std::string& jp, Metr
                                                std::to_string(m->end.key.size()) + "; start and end keys must match");
     }
   }
-  TPE_RETURN_IF_ERROR(c.GetUint(j, jp, "max_inflight", 1, 100000000, &m->max_inflight));
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
   TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
-  if (!(m->timeout_seconds > 0) || !std::isfinite(m->timeout_seconds)) {
-    return c.Error(jp + ".timeout_seconds", "must be a positive number of seconds");
+  if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
+    return c.Error(jp + ".timeout_seconds",
+                   "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
   }
   return Status::Ok();
 }
@@ -179,28 +468,80 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
   if (!it->is_object()) return c.Error(bp, "must be an object");
   b->json_path = bp;
   TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &b->type));
+  StatusOr<Buckets> built = InvalidArgument("");
   if (b->type == "exp2") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "min", "max"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "min", true, &b->min));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "max", true, &b->max));
+    if (!(b->min > 0)) return c.Error(bp + ".min", "must be greater than 0, not " + Num(b->min));
+    if (!(b->max > b->min)) {
+      return c.Error(bp + ".max", "must be greater than min (" + Num(b->min) + "), not " + Num(b->max));
+    }
+    // The bounds min, 2·min, ... up to the first >= max, as Buckets::Exp2 makes them.
+    size_t n = 0;
+    for (double v = b->min;; v *= 2) {
+      if (++n > kMaxBuckets) {
+        return c.Error(bp, "exp2 from " + Num(b->min) + " to " + Num(b->max) + " makes more than " +
+                               std::to_string(kMaxBuckets) + " buckets; max/min must be at most 2^" +
+                               std::to_string(kMaxBuckets - 1));
+      }
+      if (!std::isfinite(v)) {
+        return c.Error(bp + ".max",
+                       "the bounds min*2^k overflow before reaching " + Num(b->max) + "; use a smaller max");
+      }
+      if (v >= b->max) break;
+    }
+    built = Buckets::Exp2(b->min, b->max);
   } else if (b->type == "linear") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "start", "width", "count"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "start", true, &b->start));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "width", true, &b->width));
     if (!it->contains("count")) return c.Error(bp, "missing required key \"count\"");
-    TPE_RETURN_IF_ERROR(c.GetUint(*it, bp, "count", 1, 256, &b->count));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*it, bp, "count", 1, kMaxBuckets, &b->count));
+    if (!(b->width > 0)) return c.Error(bp + ".width", "must be greater than 0, not " + Num(b->width));
+    // The bounds start + width·i, as Buckets::Linear makes them: finite and strictly increasing.
+    double prev = 0;
+    for (uint64_t i = 0; i < b->count; ++i) {
+      const double v = b->start + b->width * static_cast<double>(i);
+      const std::string name = "start + width*" + std::to_string(i);
+      if (!std::isfinite(v)) return c.Error(bp, name + " is not a finite number; use a smaller start, width or count");
+      if (i > 0 && !(v > prev)) {
+        return c.Error(bp, name + " is not greater than start + width*" + std::to_string(i - 1) + " (both " + Num(v) +
+                               ") in double precision; bounds must be strictly increasing: use a larger width or a "
+                               "smaller start");
+      }
+      prev = v;
+    }
+    built = Buckets::Linear(b->start, b->width, b->count);
   } else if (b->type == "explicit") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "bounds"}));
     auto bounds = it->find("bounds");
     if (bounds == it->end() || !bounds->is_array())
       return c.Error(bp + ".bounds", "must be an array of increasing numbers");
-    for (size_t i = 0; i < bounds->size(); ++i) {
-      if (!(*bounds)[i].is_number()) return c.Error(bp + ".bounds[" + std::to_string(i) + "]", "must be a number");
-      b->bounds.push_back((*bounds)[i].get<double>());
+    if (bounds->empty()) {
+      return c.Error(bp + ".bounds",
+                     "must not be empty (1 to " + std::to_string(kMaxBuckets) + " strictly increasing numbers)");
     }
+    if (bounds->size() > kMaxBuckets) {
+      return c.Error(bp + ".bounds",
+                     "has " + std::to_string(bounds->size()) + " bounds; at most " + std::to_string(kMaxBuckets));
+    }
+    for (size_t i = 0; i < bounds->size(); ++i) {
+      const json& v = (*bounds)[i];
+      const std::string ip = bp + ".bounds[" + std::to_string(i) + "]";
+      if (!v.is_number() || !std::isfinite(v.get<double>())) return c.Error(ip, "must be a number");
+      b->bounds.push_back(v.get<double>());
+      if (i > 0 && !(b->bounds[i] > b->bounds[i - 1])) {
+        return c.Error(ip, Num(b->bounds[i]) + " is not greater than bounds[" + std::to_string(i - 1) + "] (" +
+                               Num(b->bounds[i - 1]) + "); bounds must be strictly increasing");
+      }
+    }
+    built = Buckets::Explicit(b->bounds);
   } else {
-    return c.Error(bp + ".type", "\"" + b->type + "\" is not one of exp2, linear, explicit");
+    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit");
   }
+  // The collectors' own check, so that what passes here is what the plan accepts.
+  if (!built.ok()) return c.Error(bp, built.status().message());
   return Status::Ok();
 }
 
@@ -216,17 +557,17 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp, {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight", "timeout_seconds"}));
   } else {
-    return c.Error(jp + ".type", "\"" + m->type + "\" is not one of counter, histogram, latency");
+    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
   if (!latency) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &m->event));
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter));
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter, Text::kProse));
   }
   m->json_path = jp;
   if (!IsValidMetricName(m->name)) {
-    return c.Error(jp + ".name", "\"" + m->name + "\" is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+    return c.Error(jp + ".name", Quote(m->name) + " is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
   }
   if (m->name.starts_with("tracepoint_exporter_") || m->name.starts_with("process_")) {
     return c.Error(jp + ".name",
@@ -268,6 +609,13 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
       TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency, &l));
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
+      // Histogram and latency series carry le="<bound>"; a second le would make
+      // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
+      // an ordinary label, as client_golang allows. quantile is only reserved for summaries.)
+      if (m->type != "counter" && l.name == "le") {
+        return c.Error(lp + ".name",
+                       "\"le\" is reserved for the bucket bound of histogram and latency series; choose another name");
+      }
       m->labels.push_back(std::move(l));
     }
   }
@@ -298,14 +646,76 @@ bool IsValidLabelName(const std::string& s) {
   return true;
 }
 
-StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
-  Checker c(path);
-  json root;
-  try {
-    root = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument(path + ": malformed JSON: " + e.what());
+namespace {
+
+// MetricConfig::canonical: every field that changes what the metric counts or exports, defaults
+// filled in (absent "scale" is 1, a single start is an array of one, ...) and numbers as doubles
+// (64, 64.0 and 6.4e1 are the same), object keys sorted by nlohmann; json_path is left out (moving
+// a metric in the list does not change it). Of the settings, those a collector is built with:
+// ring_buffer_pages is not (rings belong to the pipeline, rebuilt on every reload).
+std::string Canonical(const MetricConfig& m, const Settings& s) {
+  json labels = json::array();
+  for (const LabelConfig& l : m.labels) {
+    labels.push_back(
+        {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
   }
+  auto endpoint = [](const EndpointConfig& e) {
+    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}};
+  };
+  json starts = json::array();
+  for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
+  const BucketsConfig& b = m.buckets;
+  const json j = {
+      {"name", m.name},
+      {"help", m.help},
+      {"type", m.type},
+      {"event", m.event},
+      {"filter", m.filter},
+      {"labels", labels},
+      {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},
+      {"buckets",
+       {{"type", b.type},
+        {"min", b.min},
+        {"max", b.max},
+        {"start", b.start},
+        {"width", b.width},
+        {"count", b.count},
+        {"bounds", b.bounds}}},
+      {"start", starts},
+      {"end", endpoint(m.end)},
+      {"max_inflight", m.max_inflight},
+      {"timeout_seconds", m.timeout_seconds},
+      {"settings",
+       {{"max_series_per_metric", s.max_series_per_metric},
+        {"series_idle_timeout_seconds", s.series_idle_timeout_seconds}}},
+  };
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The metric names a metric puts in the exposition: its own, and for a histogram or latency
+// metric the series prometheus-cpp writes for it (name_bucket, name_sum, name_count). A counter
+// is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
+// as client_golang's registry.
+std::vector<std::string> ExportedNames(const MetricConfig& m) {
+  if (m.type == "counter") return {m.name};
+  return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
+}
+
+std::string SeriesList(const MetricConfig& m) {
+  return m.name + "_bucket, " + m.name + "_sum and " + m.name + "_count";
+}
+
+StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string& path) {
+  Checker c(path);
+  if (text.size() > kMaxConfigBytes) {
+    return InvalidArgument(path + ": " + std::to_string(text.size()) + " bytes; a config may have at most " +
+                           std::to_string(kMaxConfigBytes) + " bytes (4 MiB)");
+  }
+  TreeBuilder builder;
+  if (!json::sax_parse(text, &builder, json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/true)) {
+    return builder.Error(path, text);
+  }
+  const json& root = builder.root();
   if (!root.is_object())
     return c.Error("$", "the config must be a JSON object with \"metrics\" (and optional \"settings\")");
   TPE_RETURN_IF_ERROR(c.OnlyKeys(root, "$", {"settings", "metrics"}));
@@ -314,37 +724,136 @@ StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings", {"ring_buffer_pages", "max_series_per_metric"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings",
+                                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
-    TPE_RETURN_IF_ERROR(c.GetUint(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
       return c.Error("settings.ring_buffer_pages",
                      std::to_string(pages) + " is not a power of two (1, 2, 4, ..., 4096)");
     }
     cfg.settings.ring_buffer_pages = static_cast<uint32_t>(pages);
-    TPE_RETURN_IF_ERROR(
-        c.GetUint(*settings, "settings", "max_series_per_metric", 1, 10000000, &cfg.settings.max_series_per_metric));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_series_per_metric", 1, kMaxSeriesPerMetric,
+                                   &cfg.settings.max_series_per_metric));
+    double& idle = cfg.settings.series_idle_timeout_seconds;
+    TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "series_idle_timeout_seconds", false, &idle));
+    if (!(idle == 0 || (idle >= kMinSeriesIdleTimeoutSeconds && idle <= kMaxSeriesIdleTimeoutSeconds))) {
+      return c.Error(
+          "settings.series_idle_timeout_seconds",
+          "must be 0 (series never expire) or a number of seconds from 0.001 to 31536000 (365 days), not " + Num(idle));
+    }
+    idle = idle == 0 ? 0 : idle;  // -0 is 0
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");
   if (!metrics->is_array() || metrics->empty())
     return c.Error("metrics", "must be a non-empty array of metric objects");
-  std::set<std::string> names;
+  struct Owner {
+    size_t metric;   // index into cfg.metrics
+    bool generated;  // a series of a histogram/latency metric, not a metric's own name
+  };
+  std::map<std::string, Owner> exported;
   for (size_t i = 0; i < metrics->size(); ++i) {
     MetricConfig m;
     std::string jp = "metrics[" + std::to_string(i) + "]";
     TPE_RETURN_IF_ERROR(ParseMetric(c, (*metrics)[i], jp, &m));
-    m.canonical = (*metrics)[i].dump() + "|max_series=" + std::to_string(cfg.settings.max_series_per_metric);
-    if (!names.insert(m.name).second) return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
+    const std::vector<std::string> names = ExportedNames(m);
+    for (size_t k = 0; k < names.size(); ++k) {
+      auto found = exported.find(names[k]);
+      if (found == exported.end()) continue;
+      const MetricConfig& other = cfg.metrics[found->second.metric];
+      if (k == 0 && !found->second.generated) {
+        return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
+      }
+      if (k == 0) {
+        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + other.type + " \"" + other.name +
+                                         "\" at " + other.json_path + ".name (it exports " + SeriesList(other) +
+                                         "); rename one of them");
+      }
+      return c.Error(jp + ".name", m.type + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
+                                       "\" collides with the " + other.type + " at " + other.json_path +
+                                       ".name; rename one of them");
+    }
+    for (size_t k = 0; k < names.size(); ++k) exported.emplace(names[k], Owner{cfg.metrics.size(), k > 0});
+    m.canonical = Canonical(m, cfg.settings);
     cfg.metrics.push_back(std::move(m));
   }
   return cfg;
 }
 
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "of an unknown file type";
+}
+
+// The file's bytes: only a regular file, at most kMaxConfigBytes. O_NONBLOCK so that opening a
+// FIFO does not wait for a writer (it is refused by the fstat that follows).
+StatusOr<std::string> ReadConfigFile(const std::string& path) {
+  const std::string context = "--config.file";
+  const std::string too_large =
+      "; a config file may have at most " + std::to_string(kMaxConfigBytes) + " bytes (4 MiB)";
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return ErrnoStatus(errno, "cannot open " + path).WithContext(context);
+  struct stat st = {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path).WithContext(context);
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument(context + ": " + path + ": " + FileKind(st.st_mode) +
+                           ", not a regular file; the config must be a regular file of at most " +
+                           std::to_string(kMaxConfigBytes) + " bytes");
+  }
+  if (st.st_size > static_cast<off_t>(kMaxConfigBytes)) {
+    return InvalidArgument(context + ": " + path + ": " + std::to_string(st.st_size) + " bytes" + too_large);
+  }
+  // Read at most one byte more than the limit: the file may grow, or report size 0 (procfs).
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxConfigBytes) {
+    const size_t want = std::min(sizeof(buf), kMaxConfigBytes + 1 - text.size());
+    const ssize_t n = ::read(fd.get(), buf, want);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read " + path).WithContext(context);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  if (text.size() > kMaxConfigBytes) {
+    return InvalidArgument(context + ": " + path + ": more than " + std::to_string(kMaxConfigBytes) + " bytes" +
+                           too_large);
+  }
+  return text;
+}
+
+// The backstop at the load boundary: nothing above is meant to throw (nlohmann is called only
+// where it cannot), but whatever does becomes an error naming the file.
+template <typename F>
+StatusOr<Config> NoExceptions(const std::string& path, F f) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    return InvalidArgument(path + ": invalid config: " + Printable(e.what()));
+  } catch (const std::exception& e) {
+    return InvalidArgument(path + ": cannot read the config: " + Printable(e.what()));
+  } catch (...) {
+    return InvalidArgument(path + ": cannot read the config: unknown error");
+  }
+}
+
+}  // namespace
+
+StatusOr<Config> ParseConfig(const std::string& text, const std::string& path) {
+  return NoExceptions(path, [&] { return ParseConfigUnchecked(text, path); });
+}
+
 StatusOr<Config> LoadConfig(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status().WithContext("--config.file");
-  return ParseConfig(*text, path);
+  return NoExceptions(path, [&]() -> StatusOr<Config> {
+    TPE_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path));
+    return ParseConfigUnchecked(text, path);
+  });
 }
 
 }  // namespace tpe

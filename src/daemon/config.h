@@ -1,15 +1,25 @@
 // The JSON config: the user-facing contract (../shared/DESIGN.md "Configuration"), parsed into
 // typed structs. This is the only file in the project that links nlohmann/json.
 //
-// ParseConfig checks everything that needs no kernel: JSON syntax, unknown keys, types, metric
-// and label names, counters ending in _total, duplicate names, one of field/source per label,
-// decode/source values, settings ranges. Checks against the running kernel (events, fields,
-// filters) happen when the pipeline is planned (daemon/pipeline.h). Every error names the file,
-// the JSON path (e.g. metrics[2].labels[0].decode) and what would be valid.
+// ParseConfig checks everything that needs no kernel, and every error names the file, the JSON
+// path (e.g. metrics[2].labels[0].decode) and what would be valid:
+// - JSON syntax (with line and column), unknown and repeated keys, types;
+// - numbers: ranges; whole numbers where a count is meant (a fraction is an error, never
+//   truncated); bucket layouts the collectors accept;
+// - strings: no control characters (tab and newline allowed in help and filter);
+// - names: metric and label names, counters ending in _total, reserved prefixes, le reserved on
+//   histogram and latency metrics, names that collide in the exposition (a histogram "h" also
+//   exports h_bucket, h_sum and h_count);
+// - labels: one of field/source, decode/source values.
+// Checks against the running kernel (events, fields, filters) happen when the pipeline is
+// planned (daemon/pipeline.h).
+//
+// No exception leaves ParseConfig or LoadConfig: whatever the input, they return a Status.
 //
 // Thread-safety: values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +27,26 @@
 #include "common/status.h"
 
 namespace tpe {
+
+// Limits of the config (README "Configuration" documents them).
+inline constexpr size_t kMaxConfigBytes = 4 << 20;  // a larger file is refused unread
+// settings.max_series_per_metric: at this many series one metric's scrape is already ~100 MB of
+// text and a 256-bucket histogram's series ~2 GB of counters (the former cap, 1e7, ten times
+// that); no per-host metric needs more.
+inline constexpr uint64_t kMaxSeriesPerMetric = 1000000;
+// latency max_inflight: the in-flight table has a power-of-two capacity of at least twice this,
+// 64 bytes a slot, and the periodic expiry scan walks all of it. At 1e8 that was 17 GB of
+// address space and 0.6 CPU-seconds per second scanning an idle table; at 1e6 it is 128 MiB of
+// (untouched until used) address space and a scan 100 times cheaper, and still more starts than
+// a host has tasks waiting for anything.
+inline constexpr uint64_t kMaxInflight = 1000000;
+// latency timeout_seconds: converted to whole nanoseconds by the collector, so at least 1 µs
+// (never 0 ns, which would expire every start at once); at most a day.
+inline constexpr double kMinTimeoutSeconds = 1e-6;
+inline constexpr double kMaxTimeoutSeconds = 86400;
+// settings.series_idle_timeout_seconds: 0 (never), or 1 ms up to a year.
+inline constexpr double kMinSeriesIdleTimeoutSeconds = 0.001;
+inline constexpr double kMaxSeriesIdleTimeoutSeconds = 31536000;
 
 struct LabelConfig {
   std::string name;
@@ -64,13 +94,21 @@ struct MetricConfig {
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
   std::string json_path;               // "metrics[0]"
-  std::string canonical;               // the metric's JSON, normalized: equal iff unchanged
+  // Every field above that changes what the metric counts or exports (all but json_path), with
+  // defaults filled in and numbers normalized, plus the settings a collector uses
+  // (max_series_per_metric, series_idle_timeout_seconds), as one string: equal across a reload
+  // iff the metric is unchanged and may keep its values. A field added here must be added to
+  // Canonical() in config.cc.
+  std::string canonical;
 };
 
 struct Settings {
-  uint32_t ring_buffer_pages = 64;           // data pages per CPU ring; power of two, 1..4096
-  uint64_t max_series_per_metric = 10000;    // cardinality limit per metric
-  double series_idle_timeout_seconds = 600;  // a series unchanged this long is removed; 0 = never
+  uint32_t ring_buffer_pages = 64;         // data pages per CPU ring; power of two, 1..4096
+  uint64_t max_series_per_metric = 10000;  // cardinality limit per metric; 1..kMaxSeriesPerMetric
+  // A series (label set) of a metric that has seen no sample for this many seconds is removed,
+  // so that dead tasks' series do not hold the cardinality limit forever. 0 = never. Seconds,
+  // possibly fractional: 0, or kMinSeriesIdleTimeoutSeconds..kMaxSeriesIdleTimeoutSeconds.
+  double series_idle_timeout_seconds = 600;
 };
 
 struct Config {
@@ -79,9 +117,10 @@ struct Config {
   std::vector<MetricConfig> metrics;
 };
 
-// Parses config text. `path` names the file in errors.
+// Parses config text (at most kMaxConfigBytes). `path` names the file in errors.
 StatusOr<Config> ParseConfig(const std::string& text, const std::string& path);
-// Reads and parses a config file.
+// Reads and parses a config file. Only a regular file of at most kMaxConfigBytes is read (a
+// FIFO, device or directory is refused at once, without blocking; symlinks are followed).
 StatusOr<Config> LoadConfig(const std::string& path);
 
 // True for [a-zA-Z_:][a-zA-Z0-9_:]* (Prometheus metric names).
