@@ -196,7 +196,9 @@ void Pipeline::Run() {
     wakeups_.Add(1);
     reader_->Round(/*flush_all=*/false);
     const uint64_t now = MonotonicNs();
-    if (check || now - last_cpu_check_ns_ >= kCpuCheckIntervalNs) {
+    // Every second; every round (100 ms) while a CPU is away, so that its return is caught
+    // within a round even when no uevent arrives.
+    if (check || any_cpu_down_ || now - last_cpu_check_ns_ >= kCpuCheckIntervalNs) {
       last_cpu_check_ns_ = now;
       CheckCpus();
     }
@@ -218,6 +220,7 @@ void Pipeline::CheckCpus() {
     if (is_online.size() <= static_cast<size_t>(c)) is_online.resize(c + 1, false);
     is_online[c] = true;
   }
+  bool down = false;
   for (size_t i = 0; i < cpus_.size(); ++i) {
     const int cpu = static_cast<int>(i);
     const bool up = i < is_online.size() && is_online[i];
@@ -240,6 +243,7 @@ void Pipeline::CheckCpus() {
       st.dead_since_ns = now;
     }
     if (!up) {
+      down |= st.dead_since_ns != 0;
       if (!st.logged_offline && st.dead_since_ns != 0) {
         TPE_LOG_WARN("cpu {} went offline: its perf events stopped; they are reopened when it is back", cpu);
         st.logged_offline = true;
@@ -272,6 +276,7 @@ void Pipeline::CheckCpus() {
       TPE_LOG_INFO("cpu {} came online: opened its ring and perf events", cpu);
     }
   }
+  any_cpu_down_ = down;
 }
 
 Status Pipeline::ReopenCpu(int cpu) {

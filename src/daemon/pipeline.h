@@ -110,6 +110,7 @@ class Pipeline {
   std::atomic<bool> running_{false};
   bool stopped_ = false;
   uint64_t last_cpu_check_ns_ = 0;
+  bool any_cpu_down_ = false;  // reader thread: a CPU traced before is offline now
   RelaxedCounter wakeups_;
 };
 
