@@ -10,6 +10,7 @@ StatusOr<Buckets> Buckets::Exp2(double min, double max) {
   if (!(max > min) || !std::isfinite(max)) return InvalidArgument("exp2 buckets: max must be greater than min");
   std::vector<double> b;
   for (double v = min;; v *= 2) {
+    if (!std::isfinite(v)) return InvalidArgument("exp2 buckets: max is too large (a bound would be infinite)");
     b.push_back(v);
     if (v >= max) break;
     if (b.size() >= kMaxBuckets) return InvalidArgument("exp2 buckets: max/min spans more than 256 buckets");

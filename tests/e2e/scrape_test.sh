@@ -142,6 +142,14 @@ bad "rejected filter" 'Field not found' '{"metrics": [{"name": "a_total", "type"
 bad "bad metric name" 'is not a valid metric name' '{"metrics": [{"name": "a-b_total", "type": "counter", "event": "sched:sched_switch"}]}'
 bad "bad flag value" '--log.level=loud is not one of' '{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch"}]}' --log.level=loud
 bad "bad tracefs path" 'has no events/ directory' '{}' --tracefs.path=/nonexistent
+bad "number too large for a double" 'settings.ring_buffer_pages: the number 1e400' '{"settings": {"ring_buffer_pages": 1e400}, "metrics": []}'
+bad "le label on a histogram" 'le' '{"metrics": [{"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "len"}, "buckets": {"type": "exp2", "min": 64, "max": 1024}, "labels": [{"name": "le", "field": "name"}]}]}'
+for special in /dev/zero "$WORK/fifo"; do
+  [[ $special == "$WORK/fifo" ]] && mkfifo "$WORK/fifo"
+  timeout 10 "$BIN" --config.file="$special" --config.check >"$WORK/out" 2>&1
+  rc=$?
+  check "--config.file=$special: exit 1 at once, not a regular file" bash -c "[[ $rc == 1 ]] && grep -q 'not a regular file' '$WORK/out'" || cat "$WORK/out"
+done
 
 # A user who may not read tracefs is told so (not that tracefs is missing).
 if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then

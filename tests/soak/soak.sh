@@ -110,7 +110,7 @@ RSS1=$(rss) FDS1=$(fds)
 curl -sf "$URL" >"$WORK/final"
 runs=$(cat "$WORK/runs" 2>/dev/null || echo 0)
 expected=$((runs * 10000))
-metric() { grep -F "$1 " "$WORK/final" | grep -vF '#' | awk -v m="$1 " 'index($0, m) == 1 {print $NF}' | head -1; }
+metric() { M="$1 " awk 'index($0, ENVIRON["M"]) == 1 {print $NF}' "$WORK/final" | head -1; }
 counted=$(metric exact_counted_total)
 sampled=$(metric 'exact_sampled_total{comm="tpe_soak_exact"}')
 latency=$(metric 'exact_call_seconds_count')
