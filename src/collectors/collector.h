@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <string>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "collectors/comm_table.h"

@@ -7,10 +7,10 @@
 // thread.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <functional>
 #include <vector>
 
 #include "collectors/comm_table.h"
