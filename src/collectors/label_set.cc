@@ -50,25 +50,7 @@ bool LabelSet::BuildKey(const Sample& s, CommTable* comms, std::string* key) con
   return true;
 }
 
-size_t LabelSet::KeySize(std::string_view key) const {
-  size_t pos = 0;
-  for (const auto& l : labels_) {
-    switch (l.source) {
-      case LabelSource::kField:
-        (void)l.extractor->Render(key, &pos);
-        break;
-      case LabelSource::kComm:
-        pos += 1 + (pos < key.size() ? static_cast<uint8_t>(key[pos]) : 0);
-        break;
-      default:
-        pos += sizeof(uint32_t);
-        break;
-    }
-  }
-  return std::min(pos, key.size());
-}
-
-bool LabelSet::NamesExitedTask(std::string_view key, const std::function<bool(uint32_t)>& exited) const {
+size_t LabelSet::Walk(std::string_view key, const std::function<bool(uint32_t)>& task) const {
   size_t pos = 0;
   for (const auto& l : labels_) {
     switch (l.source) {
@@ -83,7 +65,7 @@ bool LabelSet::NamesExitedTask(std::string_view key, const std::function<bool(ui
         uint32_t v = 0;
         if (pos + sizeof(v) <= key.size()) std::memcpy(&v, key.data() + pos, sizeof(v));
         pos += sizeof(v);
-        if (exited(v)) return true;
+        if (task && task(v)) return SIZE_MAX;
         break;
       }
       case LabelSource::kCpu:
@@ -91,7 +73,13 @@ bool LabelSet::NamesExitedTask(std::string_view key, const std::function<bool(ui
         break;
     }
   }
-  return false;
+  return std::min(pos, key.size());
+}
+
+size_t LabelSet::KeySize(std::string_view key) const { return Walk(key, nullptr); }
+
+bool LabelSet::NamesExitedTask(std::string_view key, const std::function<bool(uint32_t)>& exited) const {
+  return Walk(key, exited) == SIZE_MAX;
 }
 
 LabelPairs LabelSet::Render(std::string_view key) const {

@@ -52,6 +52,10 @@ class LabelSet {
   const std::vector<LabelSpec>& labels() const { return labels_; }
 
  private:
+  // Steps over the key's segments; returns the bytes they occupy, or SIZE_MAX as soon as
+  // `task` (may be empty) says yes to a pid/tid segment's value.
+  size_t Walk(std::string_view key, const std::function<bool(uint32_t)>& task) const;
+
   std::vector<LabelSpec> labels_;
   bool needs_comm_ = false;
 };

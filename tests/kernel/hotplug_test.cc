@@ -31,6 +31,17 @@ bool SetOnline(bool on) {
   return static_cast<bool>(f);
 }
 
+// Kernel access and a CPU that can be taken offline, or skip with the reason (fail under
+// TPE_REQUIRE_KERNEL=1).
+#define TPE_REQUIRE_HOTPLUG_OR_SKIP()                                                                        \
+  do {                                                                                                       \
+    TPE_REQUIRE_KERNEL_OR_SKIP();                                                                            \
+    if (access(OnlinePath().c_str(), W_OK) != 0) {                                                           \
+      if (testing::KernelRequired()) FAIL() << OnlinePath() << " is not writable: cannot take cpu1 offline"; \
+      GTEST_SKIP() << OnlinePath() << " is not writable (one CPU, or no hotplug): cannot take cpu1 offline"; \
+    }                                                                                                        \
+  } while (0)
+
 // Brings the CPU back whatever happens to the test.
 struct RestoreCpu {
   ~RestoreCpu() { SetOnline(true); }
@@ -42,11 +53,7 @@ double Value(const std::vector<MetricSnapshot>& snap, const std::string& metric,
 }
 
 TEST(HotplugTest, ACpuThatCameBackIsCountedAgain) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
-  if (access(OnlinePath().c_str(), W_OK) != 0) {
-    if (testing::KernelRequired()) FAIL() << OnlinePath() << " is not writable: cannot take cpu1 offline";
-    GTEST_SKIP() << OnlinePath() << " is not writable (one CPU, or no hotplug): cannot take cpu1 offline";
-  }
+  TPE_REQUIRE_HOTPLUG_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
   KernelEnums enums;
@@ -87,11 +94,7 @@ TEST(HotplugTest, ACpuThatCameBackIsCountedAgain) {
 // The same with the CPU going away and coming back between two checks: its events are dead
 // although the CPU is online at every check.
 TEST(HotplugTest, OfflineAndBackBetweenChecksIsNoticed) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
-  if (access(OnlinePath().c_str(), W_OK) != 0) {
-    if (testing::KernelRequired()) FAIL() << OnlinePath() << " is not writable: cannot take cpu1 offline";
-    GTEST_SKIP() << OnlinePath() << " is not writable: cannot take cpu1 offline";
-  }
+  TPE_REQUIRE_HOTPLUG_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
   auto cfg = ParseConfig(R"({"metrics": [{"name": "counted_total", "type": "counter",
