@@ -151,6 +151,21 @@ for special in /dev/zero "$WORK/fifo"; do
   check "--config.file=$special: exit 1 at once, not a regular file" bash -c "[[ $rc == 1 ]] && grep -q 'not a regular file' '$WORK/out'" || cat "$WORK/out"
 done
 
+# Concurrent --config.check runs with filters never reject each other's valid filters (they
+# used to share one tracefs instance and remove it under each other).
+cat >"$WORK/filters.json" <<'EOF2'
+{"metrics": [{"name": "a_total", "type": "counter", "event": "sched:sched_switch", "filter": "prev_pid != 0"},
+             {"name": "b_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "filter": "common_pid > 1"}]}
+EOF2
+conc_fail=0
+for round in 1 2 3 4 5; do
+  pids=()
+  for i in 1 2 3 4; do "$BIN" --config.file="$WORK/filters.json" --config.check >"$WORK/conc.$i" 2>&1 & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || conc_fail=$((conc_fail + 1)); done
+done
+check "20 concurrent --config.check runs with filters all succeed ($conc_fail failed)" test "$conc_fail" == 0
+check "no tracefs check instance left behind" bash -c "! ls /sys/kernel/tracing/instances/ 2>/dev/null | grep -q tracepoint_exporter_check"
+
 # A user who may not read tracefs is told so (not that tracefs is missing).
 if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
   setpriv --reuid=nobody --regid=nogroup --clear-groups "$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
