@@ -105,11 +105,11 @@ def read_responses(data, heads):
     return out
 
 def pipeline(port, cafile, requests):
-    """Sends every request in one write; reads until the server closes (<= 5 s)."""
+    """Sends every request in one write; reads until the server closes (<= 30 s)."""
     s = connect(port, cafile)
     s.sendall("".join(requests).encode())
     data, t0 = b"", time.monotonic()
-    while time.monotonic() - t0 < 5:
+    while time.monotonic() - t0 < 30:  # the server closes after "Connection: close"
         try:
             chunk = s.recv(65536)
         except (socket.timeout, ssl.SSLError, OSError):
@@ -199,7 +199,7 @@ start_daemon "$BIN" "$SRC/config/default.json" "$WORK/log_auth" --web.config.fil
 check "daemon started with basic auth" test -n "$DAEMON_PORT"
 URL="http://127.0.0.1:$DAEMON_PORT/metrics"
 # timed USER PASSWORD: prints "CODE SECONDS"
-timed() { curl -s -o /dev/null -w '%{http_code} %{time_total}' --max-time 10 -u "$1:$2" "$URL"; }
+timed() { curl -s -o /dev/null -w '%{http_code} %{time_total}' --max-time 60 -u "$1:$2" "$URL"; }
 known=() unknown=() codes=""
 for i in 1 2 3; do  # fresh passwords each time: never answered from a cache
   r=$(timed prometheus "wrong$i$RANDOM"); codes+=" ${r%% *}"; known+=("${r#* }")
