@@ -130,9 +130,10 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
   for (size_t i = 0; i < e.key.size(); ++i) {
     const std::string jp = e.json_path + ".key[" + std::to_string(i) + "]";
     TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, e.key[i], jp));
-    if (f->kind != FieldKind::kInteger) {
+    if (!f->IsNumeric()) {  // integers and pointers (e.g. workqueue `work`, a request's address)
       return InvalidArgument(cfg.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.event.ToString() +
-                             " is " + f->type + " (" + FieldKindName(f->kind) + "); keys must be integer fields");
+                             " is " + f->type + " (" + FieldKindName(f->kind) +
+                             "); keys must be integer or pointer fields");
     }
     key.push_back(*FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr));
   }

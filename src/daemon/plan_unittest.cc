@@ -120,7 +120,7 @@ TEST(PlanTest, HistogramAndLatencyErrors) {
                 "end": {"event": "sched:sched_switch", "key": ["next_pid"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
   EXPECT_EQ(r.status().message(),
             "cfg.json: metrics[0].start.key[0]: key field \"comm\" of sched:sched_waking is "
-            "char[16] (char array); keys must be integer fields");
+            "char[16] (char array); keys must be integer or pointer fields");
   r = Build(R"({"name": "l_seconds", "type": "latency", "start": {"event": "sched:sched_waking", "key": ["pid"]},
                 "end": {"event": "sched:sched_switch", "key": ["prev_state"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}})");
   EXPECT_EQ(r.status().message(),
