@@ -15,6 +15,7 @@
 
 #include "collectors/buckets.h"
 #include "common/scoped_fd.h"
+#include "decode/field_extractor.h"
 
 namespace tpe {
 namespace {
@@ -374,9 +375,8 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu") {
     return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu");
   }
-  if (l->decode != "auto" && l->decode != "hex" && l->decode != "inet" && l->decode != "symbolic" &&
-      l->decode != "syscall") {
-    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of auto, hex, inet, symbolic, syscall");
+  if (!ParseLabelDecode(l->decode)) {
+    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of " + LabelDecodeNames());
   }
   if (!l->source.empty() && l->decode != "auto") {
     return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(l->source) + " has none");

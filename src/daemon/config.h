@@ -52,7 +52,7 @@ struct LabelConfig {
   std::string name;
   std::string field;            // a tracepoint field, or
   std::string source;           // comm | pid | tid | cpu
-  std::string decode = "auto";  // auto | hex | inet | symbolic | syscall
+  std::string decode = "auto";  // auto | hex | inet | symbolic | syscall | errno | blkdev | ksym
   std::string from = "start";   // latency only: start | end
   std::string json_path;        // "metrics[0].labels[1]", for later error messages
 };

@@ -102,7 +102,8 @@ TEST(ConfigTest, LabelErrors) {
   EXPECT_EQ(Err(metric(R"([{"name": "x", "source": "uid"}])")),
             "cfg.json: metrics[0].labels[0].source: \"uid\" is not one of comm, pid, tid, cpu");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "decode": "symbolc"}])")),
-            "cfg.json: metrics[0].labels[0].decode: \"symbolc\" is not one of auto, hex, inet, symbolic, syscall");
+            "cfg.json: metrics[0].labels[0].decode: \"symbolc\" is not one of auto, hex, inet, symbolic, syscall, "
+            "errno, blkdev, ksym");
   EXPECT_EQ(Err(metric(R"([{"name": "__x", "field": "a"}])")),
             "cfg.json: metrics[0].labels[0].name: \"__x\" is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not "
             "starting with __)");

@@ -67,13 +67,13 @@ int main(int argc, char** argv) {
   auto tracefs = tpe::Tracefs::Discover(tracefs_path);
   if (!tracefs.ok()) return Fail(tracefs.status());
 
+  tpe::KernelEnums enums = tpe::KernelEnums::LoadFromKernel();
+
   if (list->count() > 0) {
     if (list_glob.empty()) list_glob = "*";
-    tpe::Status st = tpe::ListEvents(*tracefs, list_glob, std::cout);
+    tpe::Status st = tpe::ListEvents(*tracefs, list_glob, std::cout, enums);
     return st.ok() ? 0 : Fail(st);
   }
-
-  tpe::KernelEnums enums = tpe::KernelEnums::LoadFromKernel();
 
   // Block the signals we handle before any thread starts, so only sigwait() below gets them.
   sigset_t signals;

@@ -69,6 +69,20 @@ TEST(PlanTest, DecodeThatDoesNotFitTheField) {
             std::string::npos);
 }
 
+TEST(PlanTest, ErrnoAndBlkdevDecodesPlanAndRefuseWithTheJsonPath) {
+  auto ok = Build(R"({"name": "a_total", "type": "counter", "event": "syscalls:sys_exit_nanosleep",
+                      "labels": [{"name": "e", "field": "ret", "decode": "errno"}]},
+                    {"name": "b_total", "type": "counter", "event": "block:block_rq_issue",
+                      "labels": [{"name": "disk", "field": "dev", "decode": "blkdev"}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto bad = Build(R"({"name": "a_total", "type": "counter", "event": "block:block_rq_issue",
+                       "labels": [{"name": "d", "field": "rwbs", "decode": "blkdev"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "cfg.json: metrics[0].labels[0].decode: decode \"blkdev\" needs an integer field holding a kernel dev_t "
+            "(e.g. block:block_rq_issue dev); field \"rwbs\" (char[10], 10 bytes) is not one: use \"auto\"");
+}
+
 TEST(PlanTest, SymbolicTcpStateUsesKernelEnums) {
   KernelEnums enums({{"TCP_ESTABLISHED", 1}, {"TCP_SYN_SENT", 2}});
   auto plan = Build(R"({"name": "a_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",

@@ -220,5 +220,166 @@ TEST(DecodeTest, ExtractorOutlivesItsSymbolTable) {
   EXPECT_EQ(ex->Render(key, &pos), "TCP_SYN_SENT");
 }
 
+EventFormat Format(const std::string& sys, const std::string& ev) {
+  auto fmt = ParseFormat(*ReadFileToString(kDir + "/events/" + sys + "/" + ev + "/format"), ev);
+  EXPECT_TRUE(fmt.ok()) << fmt.status().ToString();
+  return *fmt;
+}
+
+DecodeSources FakeSources() {
+  DecodeSources s;
+  s.kallsyms = testing::DataDir() + "/kernel_names/kallsyms";
+  s.sys_dev_block = testing::DataDir() + "/kernel_names/sys/dev/block";
+  return s;
+}
+
+// Renders `value` stored in `field` (at its offset in a zeroed record) with `decode`.
+std::string RenderValue(const FieldFormat& field, LabelDecode decode, uint64_t value,
+                        const DecodeSources& sources = FakeSources()) {
+  auto ex = FieldExtractor::Compile(field, decode, nullptr, sources);
+  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  if (!ex.ok()) return "";
+  std::vector<uint8_t> raw(field.offset + 8, 0);
+  std::memcpy(raw.data() + field.offset, &value, field.size);  // little-endian
+  std::string key;
+  EXPECT_TRUE(ex->AppendKey(Bytes(raw), &key));
+  size_t pos = 0;
+  std::string out = ex->Render(key, &pos);
+  EXPECT_EQ(pos, key.size());
+  return out;
+}
+
+std::string CompileError(const FieldFormat& field, LabelDecode decode, const DecodeSources& sources = FakeSources()) {
+  auto ex = FieldExtractor::Compile(field, decode, nullptr, sources);
+  EXPECT_FALSE(ex.ok());
+  return ex.ok() ? "" : ex.status().message();
+}
+
+TEST(DecodeTest, ParsesTheNewDecodeNames) {
+  EXPECT_EQ(ParseLabelDecode("errno"), LabelDecode::kErrno);
+  EXPECT_EQ(ParseLabelDecode("blkdev"), LabelDecode::kBlkdev);
+  EXPECT_EQ(ParseLabelDecode("ksym"), LabelDecode::kKsym);
+  EXPECT_EQ(ParseLabelDecode("Errno"), std::nullopt);
+  EXPECT_EQ(LabelDecodeNames(), "auto, hex, inet, symbolic, syscall, errno, blkdev, ksym");
+}
+
+// syscalls:sys_exit_nanosleep `long ret` (signed, 8 bytes).
+TEST(DecodeTest, ErrnoNamesNegativeValuesOnly) {
+  EventFormat fmt = Format("syscalls", "sys_exit_nanosleep");
+  const FieldFormat& ret = *fmt.FindField("ret");
+  auto neg = [](int64_t v) { return static_cast<uint64_t>(v); };
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, neg(-2)), "ENOENT");
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, neg(-13)), "EACCES");
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, neg(-4)), "EINTR");
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, 0), "0");
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, 5), "5");
+  EXPECT_EQ(RenderValue(ret, LabelDecode::kErrno, neg(-99999)), "-99999");
+  // A 4-byte signed int is sign-extended into the key.
+  const FieldFormat& nr = *fmt.FindField("__syscall_nr");
+  EXPECT_EQ(RenderValue(nr, LabelDecode::kErrno, 0xfffffffeu), "ENOENT");
+  EXPECT_EQ(ErrnoName(-1), "EPERM");
+  EXPECT_EQ(ErrnoName(1), "");
+  EXPECT_EQ(ErrnoName(INT64_MIN), "");
+}
+
+// block:block_rq_issue `dev_t dev` in the kernel's encoding (MAJOR << 20 | MINOR).
+TEST(DecodeTest, BlkdevNamesTheDiskOrShowsMajorMinor) {
+  EventFormat fmt = Format("block", "block_rq_issue");
+  const FieldFormat& dev = *fmt.FindField("dev");
+  EXPECT_EQ(RenderValue(dev, LabelDecode::kBlkdev, 7u << 20 | 0), "loop0");
+  EXPECT_EQ(RenderValue(dev, LabelDecode::kBlkdev, 259u << 20 | 1), "nvme0n1p1");
+  EXPECT_EQ(RenderValue(dev, LabelDecode::kBlkdev, 8u << 20 | 16), "8:16");
+  EXPECT_EQ(RenderValue(dev, LabelDecode::kAuto, 7u << 20 | 0), "7340032");
+}
+
+// kmem:kmalloc `unsigned long call_site` (8-byte integer) and `const void * ptr`.
+TEST(DecodeTest, KsymNamesKernelAddresses) {
+  EventFormat fmt = Format("kmem", "kmalloc");
+  EXPECT_EQ(RenderValue(*fmt.FindField("call_site"), LabelDecode::kKsym, 0xffffffff815be070), "vmstat_update");
+  EXPECT_EQ(RenderValue(*fmt.FindField("call_site"), LabelDecode::kKsym, 0xffffffff815be0a4), "vmstat_update+0x34");
+  EXPECT_EQ(RenderValue(*fmt.FindField("ptr"), LabelDecode::kKsym, 0xffffffff81001002), "do_one_initcall+0x2");
+  EXPECT_EQ(RenderValue(*fmt.FindField("ptr"), LabelDecode::kKsym, 0x1000), "0x1000");
+}
+
+TEST(DecodeTest, KsymRefusesAtCompileWhenKptrRestrictHidesAddresses) {
+  EventFormat fmt = Format("kmem", "kmalloc");
+  DecodeSources hidden = FakeSources();
+  hidden.kallsyms = testing::DataDir() + "/kernel_names/kallsyms_restricted";
+  std::string m = CompileError(*fmt.FindField("ptr"), LabelDecode::kKsym, hidden);
+  EXPECT_EQ(m.rfind("decode \"ksym\": " + hidden.kallsyms +
+                        " lists every kernel symbol address as 0: "
+                        "kernel.kptr_restrict hides them",
+                    0),
+            0u)
+      << m;
+  // Other decodes do not read kallsyms.
+  EXPECT_EQ(RenderValue(*fmt.FindField("ptr"), LabelDecode::kHex, 0x10, hidden), "0x10");
+}
+
+TEST(DecodeTest, NewDecodesRefuseFieldsTheyCannotRenderAndSayWhatFits) {
+  EventFormat kmalloc = Format("kmem", "kmalloc");
+  EventFormat issue = Format("block", "block_rq_issue");
+  EXPECT_EQ(CompileError(*issue.FindField("rwbs"), LabelDecode::kErrno),
+            "decode \"errno\" needs an integer field holding a negative errno (e.g. syscalls:sys_exit_openat ret); "
+            "field \"rwbs\" (char[10], 10 bytes) is not one: use \"auto\"");
+  EXPECT_EQ(CompileError(*kmalloc.FindField("ptr"), LabelDecode::kErrno),
+            "decode \"errno\" needs an integer field holding a negative errno (e.g. syscalls:sys_exit_openat ret); "
+            "field \"ptr\" (const void *, 8 bytes) is not one: use \"auto\"");
+  EXPECT_EQ(CompileError(*issue.FindField("comm"), LabelDecode::kBlkdev),
+            "decode \"blkdev\" needs an integer field holding a kernel dev_t (e.g. block:block_rq_issue dev); "
+            "field \"comm\" (char[16], 16 bytes) is not one: use \"auto\"");
+  EXPECT_EQ(CompileError(*issue.FindField("nr_sector"), LabelDecode::kKsym),
+            "decode \"ksym\" needs a pointer or 8-byte integer field holding a kernel address (e.g. "
+            "workqueue:workqueue_execute_start function); field \"nr_sector\" (unsigned int, 4 bytes) is not one: "
+            "use \"auto\" or \"hex\"");
+  EXPECT_EQ(CompileError(*issue.FindField("cmd"), LabelDecode::kKsym),
+            "decode \"ksym\" needs a pointer or 8-byte integer field holding a kernel address (e.g. "
+            "workqueue:workqueue_execute_start function); field \"cmd\" (__data_loc char[], 4 bytes) is not one: "
+            "use \"auto\" or \"hex\"");
+}
+
+std::string Fitting(const EventFormat& fmt, const std::string& field, const SymbolTable* table = nullptr) {
+  std::string out;
+  for (const auto& d : FittingDecodes(*fmt.FindField(field), table)) out += (out.empty() ? "" : ", ") + d;
+  return out;
+}
+
+TEST(DecodeTest, FittingDecodesOfCapturedFields) {
+  EventFormat kmalloc = Format("kmem", "kmalloc");
+  EXPECT_EQ(Fitting(kmalloc, "ptr"), "auto, hex, ksym");
+  EXPECT_EQ(Fitting(kmalloc, "call_site"), "auto, hex, ksym");
+  EXPECT_EQ(Fitting(kmalloc, "bytes_req"), "auto, hex");
+  EXPECT_EQ(Fitting(kmalloc, "node"), "auto, hex, errno");
+  EventFormat issue = Format("block", "block_rq_issue");
+  EXPECT_EQ(Fitting(issue, "dev"), "auto, hex, blkdev");
+  EXPECT_EQ(Fitting(issue, "comm"), "auto");
+  EXPECT_EQ(Fitting(issue, "nr_sector"), "auto, hex");
+  EventFormat exit = Format("syscalls", "sys_exit_nanosleep");
+  EXPECT_EQ(Fitting(exit, "ret"), "auto, hex, errno");
+  EXPECT_EQ(Fitting(exit, "__syscall_nr"), "auto, hex, syscall, errno");
+  EventFormat enter = Format("raw_syscalls", "sys_enter");
+  EXPECT_EQ(Fitting(enter, "id"), "auto, hex, syscall, errno");
+  EventFormat sock = Format("sock", "inet_sock_set_state");
+  EXPECT_EQ(Fitting(sock, "saddr"), "auto, hex, inet");
+  EXPECT_EQ(Fitting(sock, "daddr_v6"), "auto, hex, inet");
+  EXPECT_EQ(Fitting(sock, "skaddr"), "auto, hex, ksym");
+  EXPECT_EQ(Fitting(sock, "sport"), "auto, hex");
+  SymbolTable states;
+  states.entries = {{1, "TCP_ESTABLISHED"}};
+  EXPECT_EQ(Fitting(sock, "oldstate", &states), "auto, hex, symbolic");
+  SymbolTable unresolved;
+  unresolved.unresolved = {"TCP_ESTABLISHED"};
+  EXPECT_EQ(Fitting(sock, "oldstate", &unresolved), "auto, hex");
+  EXPECT_EQ(Fitting(sock, "common_pid"), "auto, hex");
+  // Every listed decode compiles (the listing cannot disagree with the config loader).
+  for (const auto* f :
+       {kmalloc.FindField("ptr"), issue.FindField("dev"), exit.FindField("ret"), sock.FindField("saddr")}) {
+    for (const auto& d : FittingDecodes(*f, nullptr)) {
+      EXPECT_TRUE(FieldExtractor::Compile(*f, *ParseLabelDecode(d), nullptr, FakeSources()).ok())
+          << f->name << " " << d;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tpe

@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <seccomp.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace tpe {
 
@@ -14,7 +16,53 @@ std::optional<LabelDecode> ParseLabelDecode(std::string_view s) {
   if (s == "inet") return LabelDecode::kInet;
   if (s == "symbolic") return LabelDecode::kSymbolic;
   if (s == "syscall") return LabelDecode::kSyscall;
+  if (s == "errno") return LabelDecode::kErrno;
+  if (s == "blkdev") return LabelDecode::kBlkdev;
+  if (s == "ksym") return LabelDecode::kKsym;
   return std::nullopt;
+}
+
+namespace {
+constexpr LabelDecode kAllDecodes[] = {LabelDecode::kAuto,     LabelDecode::kHex,     LabelDecode::kInet,
+                                       LabelDecode::kSymbolic, LabelDecode::kSyscall, LabelDecode::kErrno,
+                                       LabelDecode::kBlkdev,   LabelDecode::kKsym};
+}  // namespace
+
+const char* LabelDecodeName(LabelDecode d) {
+  switch (d) {
+    case LabelDecode::kAuto:
+      return "auto";
+    case LabelDecode::kHex:
+      return "hex";
+    case LabelDecode::kInet:
+      return "inet";
+    case LabelDecode::kSymbolic:
+      return "symbolic";
+    case LabelDecode::kSyscall:
+      return "syscall";
+    case LabelDecode::kErrno:
+      return "errno";
+    case LabelDecode::kBlkdev:
+      return "blkdev";
+    case LabelDecode::kKsym:
+      return "ksym";
+  }
+  return "?";
+}
+
+std::string LabelDecodeNames() {
+  std::string out;
+  for (LabelDecode d : kAllDecodes) {
+    if (!out.empty()) out += ", ";
+    out += LabelDecodeName(d);
+  }
+  return out;
+}
+
+std::string ErrnoName(int64_t v) {
+  if (v >= 0 || v < -static_cast<int64_t>(INT_MAX)) return "";
+  const char* name = strerrorname_np(static_cast<int>(-v));
+  return name == nullptr ? "" : name;
 }
 
 std::string SyscallName(int64_t nr) {
@@ -38,7 +86,7 @@ std::string FormatInetAddress(Bytes addr) {
   return buf;
 }
 
-StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDecode d, const SymbolTable* s) {
+Status FieldExtractor::CheckFits(const FieldFormat& f, LabelDecode d, const SymbolTable* s) {
   const std::string what = "field \"" + f.name + "\" (" + f.type + ", " + std::to_string(f.size) + " bytes)";
   switch (d) {
     case LabelDecode::kAuto:
@@ -81,8 +129,83 @@ StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDeco
                                "; kernel BTF is needed to resolve them); use \"auto\"");
       }
       break;
+    case LabelDecode::kErrno:
+      if (f.kind != FieldKind::kInteger) {
+        return InvalidArgument(
+            "decode \"errno\" needs an integer field holding a negative errno (e.g. "
+            "syscalls:sys_exit_openat ret); " +
+            what + " is not one: use \"auto\"");
+      }
+      break;
+    case LabelDecode::kBlkdev:
+      if (f.kind != FieldKind::kInteger) {
+        return InvalidArgument(
+            "decode \"blkdev\" needs an integer field holding a kernel dev_t (e.g. "
+            "block:block_rq_issue dev); " +
+            what + " is not one: use \"auto\"");
+      }
+      break;
+    case LabelDecode::kKsym:
+      if (f.kind != FieldKind::kPointer && !(f.kind == FieldKind::kInteger && f.size == 8)) {
+        return InvalidArgument(
+            "decode \"ksym\" needs a pointer or 8-byte integer field holding a kernel address (e.g. "
+            "workqueue:workqueue_execute_start function); " +
+            what + " is not one: use \"auto\" or \"hex\"");
+      }
+      break;
   }
-  return FieldExtractor(f, d, s == nullptr ? nullptr : std::make_shared<const SymbolTable>(*s));
+  return Status::Ok();
+}
+
+StatusOr<FieldExtractor> FieldExtractor::Compile(const FieldFormat& f, LabelDecode d, const SymbolTable* s,
+                                                 const DecodeSources& sources) {
+  TPE_RETURN_IF_ERROR(CheckFits(f, d, s));
+  FieldExtractor ex(f, d, s == nullptr ? nullptr : std::make_shared<const SymbolTable>(*s));
+  if (d == LabelDecode::kKsym) {
+    auto syms = KernelSymbols::Load(sources.kallsyms);
+    if (!syms.ok()) return syms.status().WithContext("decode \"ksym\"");
+    ex.ksyms_ = std::move(*syms);
+  }
+  if (d == LabelDecode::kBlkdev) ex.blkdevs_ = BlockDevNames::Shared(sources.sys_dev_block);
+  return ex;
+}
+
+namespace {
+
+bool NameHas(const FieldFormat& f, std::initializer_list<std::string_view> parts) {
+  for (std::string_view p : parts) {
+    if (f.name.find(p) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Whether a decode that fits `f`'s shape is worth suggesting for it (see FittingDecodes).
+bool Suggested(const FieldFormat& f, LabelDecode d) {
+  switch (d) {
+    case LabelDecode::kInet:
+      return f.kind == FieldKind::kArray || NameHas(f, {"addr"});
+    case LabelDecode::kSyscall:
+      return f.name == "id" || f.name == "nr" || f.name.ends_with("syscall_nr");
+    case LabelDecode::kBlkdev:
+      return f.type.find("dev_t") != std::string::npos || f.name == "dev";
+    case LabelDecode::kErrno:  // signed, and not one of the ints that are never error codes
+      return f.is_signed && !f.is_common && !NameHas(f, {"pid", "cpu", "prio", "state"});
+    case LabelDecode::kKsym:
+      return f.kind == FieldKind::kPointer || f.name == "ip" || f.name.ends_with("_ip") ||
+             NameHas(f, {"call_site", "func", "caller"});
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> FittingDecodes(const FieldFormat& field, const SymbolTable* symbols) {
+  std::vector<std::string> out;
+  for (LabelDecode d : kAllDecodes) {
+    if (FieldExtractor::CheckFits(field, d, symbols).ok() && Suggested(field, d)) out.push_back(LabelDecodeName(d));
+  }
+  return out;
 }
 
 std::string FormatCpumask(Bytes mask) {
@@ -199,28 +322,7 @@ std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
     int64_t v = 0;
     std::string_view seg = bytes_at(sizeof(v));
     if (seg.size() == sizeof(v)) std::memcpy(&v, seg.data(), sizeof(v));
-    switch (decode_) {
-      case LabelDecode::kSymbolic:
-        return symbols_->Render(static_cast<uint64_t>(v));
-      case LabelDecode::kSyscall:
-        return SyscallName(v);
-      case LabelDecode::kInet: {
-        uint32_t a = static_cast<uint32_t>(v);
-        return FormatInetAddress(Bytes(reinterpret_cast<const uint8_t*>(&a), 4));
-      }
-      case LabelDecode::kHex:
-        std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-        return buf;
-      case LabelDecode::kAuto:
-        if (field_.kind == FieldKind::kPointer) {
-          std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-        } else if (field_.is_signed) {
-          std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
-        } else {
-          std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(v));
-        }
-        return buf;
-    }
+    return RenderInteger(v);
   }
   std::string_view seg = bytes_at(field_.size);
   Bytes b(reinterpret_cast<const uint8_t*>(seg.data()), seg.size());
@@ -231,6 +333,42 @@ std::string FieldExtractor::Render(std::string_view key, size_t* pos) const {
     out += buf;
   }
   return out;
+}
+
+std::string FieldExtractor::RenderInteger(int64_t v) const {
+  char buf[40];
+  switch (decode_) {
+    case LabelDecode::kErrno: {
+      std::string name = ErrnoName(v);
+      if (!name.empty()) return name;
+      break;  // the number, as "auto" shows it
+    }
+    case LabelDecode::kBlkdev:
+      return blkdevs_->Name(static_cast<uint64_t>(v) & 0xffffffffu);
+    case LabelDecode::kKsym:
+      return ksyms_->Resolve(static_cast<uint64_t>(v));
+    case LabelDecode::kSymbolic:
+      return symbols_->Render(static_cast<uint64_t>(v));
+    case LabelDecode::kSyscall:
+      return SyscallName(v);
+    case LabelDecode::kInet: {
+      uint32_t a = static_cast<uint32_t>(v);
+      return FormatInetAddress(Bytes(reinterpret_cast<const uint8_t*>(&a), 4));
+    }
+    case LabelDecode::kHex:
+      std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+      return buf;
+    case LabelDecode::kAuto:
+      break;
+  }
+  if (field_.kind == FieldKind::kPointer) {
+    std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  } else if (field_.is_signed) {
+    std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(v));
+  }
+  return buf;
 }
 
 }  // namespace tpe

@@ -4,7 +4,8 @@
 // A label value travels in two steps: on the hot path AppendKey() copies the field's bytes into
 // a compact binary key (8 bytes for integers, u16 length + bytes for strings, the raw bytes for
 // fixed arrays); at scrape time Render() turns that key segment into the label text (decimal,
-// 0x-hex, an IPv4/IPv6 address, or a __print_symbolic name). Rendering happens once per series
+// 0x-hex, an IPv4/IPv6 address, a __print_symbolic name, an errno, disk or kernel symbol name).
+// Rendering happens once per series
 // per scrape, not per event. Variable-length non-text fields (`__data_loc cpumask_t`,
 // `__data_loc u8[]`) key the bytes they point at (u16 length + bytes, at most
 // kMaxStringLabelBytes) and render as hex (cpumasks as the kernel's bitmap).
@@ -13,7 +14,11 @@
 // trace_events.h (__data_loc: u32 = len << 16 | offset from record start; __rel_loc: offset
 // from the end of the u32 field itself).
 //
-// Pure; an extractor is immutable after Compile and may be used from any thread.
+// Pure except for "ksym" and "blkdev", whose names come from the running system: Compile loads
+// them through decode/kernel_names.h (from the paths in DecodeSources, the real files by
+// default) and Render looks them up in memory (ksym) or in a cache re-read at most every few
+// seconds (blkdev) — at scrape time, never on the per-event path. An extractor is immutable
+// after Compile and may be used from any thread.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +26,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/byte_reader.h"
 #include "common/status.h"
+#include "decode/kernel_names.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
 
@@ -35,10 +42,16 @@ enum class LabelDecode {
   kInet,      // 4-byte (IPv4) or 16-byte (IPv6) address arrays, or a 4-byte integer (IPv4)
   kSymbolic,  // the name from the format's __print_symbolic / __print_flags table
   kSyscall,   // a system call number as its name on this architecture (libseccomp), e.g. "read"
+  kErrno,     // a negative errno as its name (glibc strerrorname_np), -2 -> "ENOENT"; else the number
+  kBlkdev,    // a kernel dev_t (MAJOR = dev >> 20) as the disk name from /sys/dev/block, or "M:m"
+  kKsym,      // a kernel address as "symbol" or "symbol+0xoff" from /proc/kallsyms
 };
 
-// "auto" | "hex" | "inet" | "symbolic" | "syscall"; nullopt otherwise.
+// "auto" | "hex" | "inet" | "symbolic" | "syscall" | "errno" | "blkdev" | "ksym"; nullopt otherwise.
 std::optional<LabelDecode> ParseLabelDecode(std::string_view s);
+const char* LabelDecodeName(LabelDecode d);
+// All decode names, in the order above, comma-separated ("auto, hex, ...") for error messages.
+std::string LabelDecodeNames();
 
 // Longest string kept in a key (bytes); longer __data_loc strings are cut.
 inline constexpr size_t kMaxStringLabelBytes = 256;
@@ -48,8 +61,15 @@ class FieldExtractor {
   // Checks that `decode` fits the field (e.g. inet needs a 4/16-byte address, symbolic needs a
   // table with entries) and returns the extractor. `symbols` may be null (no table); it is
   // copied, so it need not outlive the extractor.
-  // Errors: InvalidArgument saying which decodes would be valid for this field.
-  static StatusOr<FieldExtractor> Compile(const FieldFormat& field, LabelDecode decode, const SymbolTable* symbols);
+  // "ksym" loads the kallsyms of `sources` (once per process) and "blkdev" shares the
+  // /sys/dev/block resolver of `sources`.
+  // Errors: InvalidArgument saying which decodes would be valid for this field (CheckFits);
+  // for "ksym", KernelSymbols::Load's (unreadable file, addresses hidden by kptr_restrict).
+  static StatusOr<FieldExtractor> Compile(const FieldFormat& field, LabelDecode decode, const SymbolTable* symbols,
+                                          const DecodeSources& sources = DecodeSources());
+
+  // The shape check of Compile, without loading anything: OK when `decode` can render `field`.
+  static Status CheckFits(const FieldFormat& field, LabelDecode decode, const SymbolTable* symbols);
 
   // Appends this field's key segment for `raw` to `key`. False when the field lies outside
   // `raw` (a truncated or foreign record): the caller counts a decode error.
@@ -68,6 +88,8 @@ class FieldExtractor {
  private:
   FieldExtractor(FieldFormat f, LabelDecode d, std::shared_ptr<const SymbolTable> s)
       : field_(std::move(f)), decode_(d), symbols_(std::move(s)) {}
+  // Renders an integer key segment.
+  std::string RenderInteger(int64_t v) const;
   // The bytes a __data_loc/__rel_loc field points at (its length from the loc word), or a char
   // array's; strings stop at their NUL. False when they lie outside `raw`.
   bool DynamicBytes(Bytes raw, Bytes* out) const;
@@ -78,7 +100,22 @@ class FieldExtractor {
   // A copy of the symbol table, shared by the extractor's copies: a collector kept across a
   // reload renders with it after the plan it was compiled from is gone.
   std::shared_ptr<const SymbolTable> symbols_;
+  // The process-wide kallsyms table (kKsym only; shared by every extractor, immutable).
+  std::shared_ptr<const KernelSymbols> ksyms_;
+  // The process-wide /sys/dev/block resolver (kBlkdev only; internally locked).
+  std::shared_ptr<BlockDevNames> blkdevs_;
 };
+
+// The decodes that fit `field` and make sense for it, for --list-events: "auto" always, then
+// each decode CheckFits accepts, narrowed where accepting is not yet suggesting: "inet" for
+// address arrays and *addr* integers, "syscall" for id/nr-like integers, "blkdev" for dev_t or
+// `dev` integers, "errno" for signed integers (but not common_*, *pid*, *cpu*, *prio*, *state*), "ksym" for pointers
+// and 8-byte integers named like code addresses (call_site, ip, func...). Never lists a decode Compile would refuse for
+// its shape.
+std::vector<std::string> FittingDecodes(const FieldFormat& field, const SymbolTable* symbols);
+
+// The errno name of -v (glibc's strerrorname_np) when v is a known negative errno; else "".
+std::string ErrnoName(int64_t v);
 
 // Renders a kernel cpumask (an array of unsigned longs, little-endian, as __data_loc cpumask_t
 // fields carry it) as the kernel's %*pb bitmap does: hex, most significant first, no leading

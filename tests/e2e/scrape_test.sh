@@ -184,6 +184,8 @@ fi
 check "--config.check accepts config/default.json" bash -c "[[ $? == 0 ]] && grep -q OK '$WORK/out'"
 "$BIN" --list-events='sched:sched_sw*' >"$WORK/out" 2>&1
 check "--list-events lists fields" grep -q 'prev_comm  char\[16\]  size=16' "$WORK/out"
+"$BIN" --list-events='block:block_rq_issue' >"$WORK/out" 2>&1
+check "--list-events shows the decodes that fit" grep -q 'dev  dev_t  size=4  (integer)  decode: auto, hex, blkdev$' "$WORK/out"
 "$BIN" --list-events='nosuch:*' >"$WORK/out" 2>&1
 check "--list-events with no match exits 1" bash -c "[[ $? == 1 ]]"
 
