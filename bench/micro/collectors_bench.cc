@@ -50,10 +50,10 @@ void RunSamples(benchmark::State& state, const std::vector<uint8_t>& record, Col
 void BM_CounterLabels(benchmark::State& state) {
   Captured w("sched", "sched_switch");
   std::vector<LabelSpec> specs;
-  if (state.range(0) >= 1) specs.push_back({"comm", LabelSource::kComm, std::nullopt});
+  if (state.range(0) >= 1) specs.push_back({"comm", LabelSource::kComm, std::nullopt, nullptr});
   if (state.range(0) >= 3) {
-    specs.push_back({"next_comm", LabelSource::kField, w.Field("next_comm")});
-    specs.push_back({"prev_state", LabelSource::kField, w.Field("prev_state")});
+    specs.push_back({"next_comm", LabelSource::kField, w.Field("next_comm"), nullptr});
+    specs.push_back({"prev_state", LabelSource::kField, w.Field("prev_state"), nullptr});
   }
   CounterCollector c("c_total", "h", LabelSet(std::move(specs)), 10000);
   RunSamples(state, w.record, &c);
@@ -95,7 +95,7 @@ BENCHMARK(BM_LatencyPair);
 void BM_Scrape10kSeries(benchmark::State& state) {
   Captured w("sched", "sched_waking");  // format only
   std::vector<LabelSpec> specs;
-  specs.push_back({"pid", LabelSource::kField, w.Field("pid")});
+  specs.push_back({"pid", LabelSource::kField, w.Field("pid"), nullptr});
   CounterCollector c("c_total", "h", LabelSet(std::move(specs)), 10000);
   CommTable comms = Comms();
   std::vector<uint8_t> raw(40, 0);

@@ -154,5 +154,111 @@ TEST(CounterTest, CountingModeReadsTheKernelCount) {
   EXPECT_EQ(m.series[0].value, 42);
 }
 
+// raw_syscalls:sys_exit: long id at 8, long ret at 16 (signed).
+std::vector<uint8_t> SysExitRaw(int64_t id, int64_t ret) {
+  std::vector<uint8_t> raw(24, 0);
+  std::memcpy(&raw[8], &id, 8);
+  std::memcpy(&raw[16], &ret, 8);
+  return raw;
+}
+
+TEST(CounterTest, ValueModeAddsFieldTimesScaleAndSkipsNegatives) {
+  EventFormat f =
+      *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/raw_syscalls/sys_exit/format"), "x");
+  std::vector<LabelSpec> specs(1);
+  specs[0].name = "nr";
+  specs[0].extractor = *FieldExtractor::Compile(*f.FindField("id"), LabelDecode::kAuto, nullptr);
+  CounterCollector c("bytes_total", "h", LabelSet(std::move(specs)), 100,
+                     *FieldExtractor::Compile(*f.FindField("ret"), LabelDecode::kAuto, nullptr), 0.5);
+  EXPECT_FALSE(c.counting_mode());
+  CommTable comms(NoProc);
+  Sample s;
+  auto r0 = SysExitRaw(0, 1000);
+  s.raw = Bytes(r0);
+  for (int i = 0; i < 37; ++i) c.OnSample(0, s, &comms);
+  auto r1 = SysExitRaw(0, 7);
+  s.raw = Bytes(r1);
+  for (int i = 0; i < 5; ++i) c.OnSample(0, s, &comms);
+  auto neg = SysExitRaw(0, -11);  // -EAGAIN: skipped and counted, never subtracted
+  s.raw = Bytes(neg);
+  c.OnSample(0, s, &comms);
+  auto zero = SysExitRaw(1, 0);  // adds 0: the series exists with value 0
+  s.raw = Bytes(zero);
+  c.OnSample(0, s, &comms);
+  std::vector<uint8_t> shortraw(20, 0);  // ret outside the payload
+  s.raw = Bytes(shortraw);
+  c.OnSample(0, s, &comms);
+  MetricSnapshot m = c.Snapshot();
+  ASSERT_EQ(m.series.size(), 2u);
+  EXPECT_EQ(m.series[0].labels, (LabelPairs{{"nr", "0"}}));
+  EXPECT_EQ(m.series[0].value, (37 * 1000 + 5 * 7) * 0.5);
+  EXPECT_EQ(m.series[1].value, 0);
+  EXPECT_EQ(c.decode_errors(), 2u);
+}
+
+TEST(CounterTest, ValueModeWithoutLabelsIsOneSampledSeries) {
+  EventFormat f =
+      *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/raw_syscalls/sys_exit/format"), "x");
+  CounterCollector c("bytes_total", "h", LabelSet(), 100,
+                     *FieldExtractor::Compile(*f.FindField("ret"), LabelDecode::kAuto, nullptr), 1);
+  EXPECT_FALSE(c.counting_mode());
+  CommTable comms(NoProc);
+  Sample s;
+  auto r = SysExitRaw(0, 4096);
+  s.raw = Bytes(r);
+  c.OnSample(0, s, &comms);
+  c.OnSample(0, s, &comms);
+  MetricSnapshot m = c.Snapshot();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_TRUE(m.series[0].labels.empty());
+  EXPECT_EQ(m.series[0].value, 8192);
+}
+
+TEST(LabelSetTest, CgroupLabelKeysTheIdAndRendersThePathAtScrape) {
+  int walks = 0;
+  auto resolver =
+      std::make_shared<CgroupResolver>(testing::DataDir(),  // any directory: ids come from the injected function
+                                       [&](const std::string& p) -> std::optional<uint64_t> {
+                                         if (p == testing::DataDir()) ++walks;
+                                         if (p == testing::DataDir()) return 1;
+                                         if (p == testing::DataDir() + "/linux-6.18") return 77;
+                                         return std::nullopt;
+                                       });
+  std::vector<LabelSpec> specs(2);
+  specs[0].name = "cgroup";
+  specs[0].source = LabelSource::kCgroup;
+  specs[0].cgroups = resolver;
+  specs[1].name = "cpu";
+  specs[1].source = LabelSource::kCpu;
+  LabelSet set(std::move(specs));
+  EXPECT_TRUE(set.needs_cgroup());
+  EXPECT_FALSE(set.needs_comm());
+  Sample s;
+  s.cgroup_id = 77;
+  s.cpu = 3;
+  std::string key;
+  ASSERT_TRUE(set.BuildKey(s, nullptr, &key));
+  ASSERT_EQ(key.size(), 12u);  // u64 id + u32 cpu: no lookup on the hot path
+  uint64_t id = 0;
+  std::memcpy(&id, key.data(), 8);
+  EXPECT_EQ(id, 77u);
+  EXPECT_EQ(set.KeySize(key + "tail"), 12u);
+  EXPECT_EQ(walks, 0);
+  EXPECT_EQ(set.Render(key), (LabelPairs{{"cgroup", "/linux-6.18"}, {"cpu", "3"}}));
+  s.cgroup_id = 5;  // unknown: its number
+  ASSERT_TRUE(set.BuildKey(s, nullptr, &key));
+  EXPECT_EQ(set.Render(key)[0].second, "5");
+  EXPECT_EQ(walks, 1);  // the second lookup was within the refresh interval
+  EXPECT_EQ(ParseLabelSource("cgroup"), LabelSource::kCgroup);
+  // Without a resolver: numbers.
+  std::vector<LabelSpec> bare(1);
+  bare[0].name = "cgroup";
+  bare[0].source = LabelSource::kCgroup;
+  LabelSet plain(std::move(bare));
+  s.cgroup_id = 77;
+  ASSERT_TRUE(plain.BuildKey(s, nullptr, &key));
+  EXPECT_EQ(plain.Render(key), (LabelPairs{{"cgroup", "77"}}));
+}
+
 }  // namespace
 }  // namespace tpe

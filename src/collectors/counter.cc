@@ -7,10 +7,26 @@ CounterCollector::CounterCollector(std::string name, std::string help, LabelSet 
   key_.reserve(256);
 }
 
+CounterCollector::CounterCollector(std::string name, std::string help, LabelSet labels, size_t max_series,
+                                   FieldExtractor value, double scale)
+    : CounterCollector(std::move(name), std::move(help), std::move(labels), max_series) {
+  value_ = std::move(value);
+  scale_ = scale;
+}
+
 CounterCollector::CounterCollector(std::string name, std::string help, std::function<uint64_t()> kernel_count)
     : name_(std::move(name)), help_(std::move(help)), kernel_count_(std::move(kernel_count)), series_(1) {}
 
 void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTable* comms) {
+  uint64_t add = 1;
+  if (value_) {
+    int64_t raw = 0;
+    if (!value_->ReadInteger(s.raw, &raw) || (value_->field().is_signed && raw < 0)) {
+      decode_errors_.Add(1);  // outside the payload, or negative: never subtracted
+      return;
+    }
+    add = static_cast<uint64_t>(raw);
+  }
   if (!labels_.BuildKey(s, comms, &key_)) {
     decode_errors_.Add(1);
     return;
@@ -26,7 +42,7 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     series_dropped_.Add(1);
     return;
   }
-  c->Add(1);
+  c->Add(add);
 }
 
 void CounterCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
@@ -48,7 +64,7 @@ MetricSnapshot CounterCollector::Snapshot() const {
   series_.ForEach([&](std::string_view key, const RelaxedCounter& c) {
     SeriesSnapshot s;
     s.labels = labels_.Render(key);
-    s.value = static_cast<double>(c.Get());
+    s.value = value_ ? static_cast<double>(c.Get()) * scale_ : static_cast<double>(c.Get());
     m.series.push_back(std::move(s));
   });
   return m;

@@ -2,6 +2,12 @@
 //
 // Two modes:
 //  * sampled: each sample's labels are packed into a key and the series' count incremented;
+//    with a `value` field (config "value": {"field", "scale"}), the series adds the field's
+//    value instead of 1 (bpftrace sum()). The series holds the integer sum of the raw field
+//    values and Snapshot() multiplies by `scale` (> 0): exact, allocation-free on the hot path,
+//    any positive scale (e.g. 512 for sectors, 1e-9 for ns), and monotonic. A negative value
+//    (signed fields) is never subtracted: the sample is skipped and counted as a decode error
+//    (tracepoint_exporter_decode_errors_total{metric}); so is a field outside the payload.
 //  * counting mode (no labels): no samples at all — the kernel counts, and Snapshot() reads the
 //    per-CPU perf event counts through `kernel_count` (perf_event_open(2) "Reading results").
 //
@@ -9,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "collectors/collector.h"
@@ -21,6 +28,9 @@ class CounterCollector : public Collector {
  public:
   // Sampled mode.
   CounterCollector(std::string name, std::string help, LabelSet labels, size_t max_series);
+  // Sampled mode adding `value` × `scale` (scale > 0) per sample; `labels` may be empty.
+  CounterCollector(std::string name, std::string help, LabelSet labels, size_t max_series, FieldExtractor value,
+                   double scale);
   // Counting mode: `kernel_count` returns the event's total count summed over CPUs.
   CounterCollector(std::string name, std::string help, std::function<uint64_t()> kernel_count);
 
@@ -42,6 +52,8 @@ class CounterCollector : public Collector {
   std::string name_, help_;
   LabelSet labels_;
   std::function<uint64_t()> kernel_count_;
+  std::optional<FieldExtractor> value_;  // value mode: the integer field summed per series
+  double scale_ = 1;                     // value mode: applied at Snapshot
   SeriesTable<RelaxedCounter> series_;
   std::string key_;  // reused scratch: no allocation per sample
 };

@@ -12,11 +12,15 @@ std::optional<LabelSource> ParseLabelSource(std::string_view s) {
   if (s == "pid") return LabelSource::kPid;
   if (s == "tid") return LabelSource::kTid;
   if (s == "cpu") return LabelSource::kCpu;
+  if (s == "cgroup") return LabelSource::kCgroup;
   return std::nullopt;
 }
 
 LabelSet::LabelSet(std::vector<LabelSpec> labels) : labels_(std::move(labels)) {
-  for (const auto& l : labels_) needs_comm_ |= l.source == LabelSource::kComm;
+  for (const auto& l : labels_) {
+    needs_comm_ |= l.source == LabelSource::kComm;
+    needs_cgroup_ |= l.source == LabelSource::kCgroup;
+  }
 }
 
 namespace {
@@ -45,6 +49,9 @@ bool LabelSet::BuildKey(const Sample& s, CommTable* comms, std::string* key) con
       case LabelSource::kCpu:
         AppendU32(key, s.cpu);
         break;
+      case LabelSource::kCgroup:
+        key->append(reinterpret_cast<const char*>(&s.cgroup_id), sizeof(s.cgroup_id));
+        break;
     }
   }
   return true;
@@ -70,6 +77,9 @@ size_t LabelSet::Walk(std::string_view key, const std::function<bool(uint32_t)>&
       }
       case LabelSource::kCpu:
         pos += sizeof(uint32_t);
+        break;
+      case LabelSource::kCgroup:
+        pos += sizeof(uint64_t);
         break;
     }
   }
@@ -105,6 +115,13 @@ LabelPairs LabelSet::Render(std::string_view key) const {
         if (pos + sizeof(v) <= key.size()) std::memcpy(&v, key.data() + pos, sizeof(v));
         pos += sizeof(v);
         value = std::to_string(v);
+        break;
+      }
+      case LabelSource::kCgroup: {
+        uint64_t id = 0;
+        if (pos + sizeof(id) <= key.size()) std::memcpy(&id, key.data() + pos, sizeof(id));
+        pos += sizeof(id);
+        value = l.cgroups ? l.cgroups->PathOf(id) : std::to_string(id);
         break;
       }
     }

@@ -1,5 +1,5 @@
 // The labels of one metric: each from a tracepoint field (through a compiled FieldExtractor) or
-// from a sample source (comm, pid, tid, cpu). BuildKey packs a sample's label values into a
+// from a sample source (comm, pid, tid, cpu, cgroup). BuildKey packs a sample's label values into a
 // binary key without allocating (the key string's capacity is reused); Render turns a key back
 // into label name/value pairs at scrape time.
 //
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,20 +16,25 @@
 
 #include "collectors/comm_table.h"
 #include "collectors/snapshot.h"
+#include "common/cgroup_resolver.h"
 #include "decode/field_extractor.h"
 #include "decode/sample.h"
 
 namespace tpe {
 
-enum class LabelSource { kField, kComm, kPid, kTid, kCpu };
+// kCgroup: the task's cgroup v2 id (Sample::cgroup_id, PERF_SAMPLE_CGROUP), keyed as a u64 and
+// rendered as its path by a CgroupResolver at scrape time.
+enum class LabelSource { kField, kComm, kPid, kTid, kCpu, kCgroup };
 
-// "comm" | "pid" | "tid" | "cpu"; nullopt otherwise.
+// "comm" | "pid" | "tid" | "cpu" | "cgroup"; nullopt otherwise.
 std::optional<LabelSource> ParseLabelSource(std::string_view s);
 
 struct LabelSpec {
   std::string name;
   LabelSource source = LabelSource::kField;
   std::optional<FieldExtractor> extractor;  // set iff source == kField
+  // source == kCgroup: renders ids as paths (shared by the plan's metrics); null = numbers.
+  std::shared_ptr<CgroupResolver> cgroups;
 };
 
 class LabelSet {
@@ -49,6 +55,7 @@ class LabelSet {
 
   bool empty() const { return labels_.empty(); }
   bool needs_comm() const { return needs_comm_; }
+  bool needs_cgroup() const { return needs_cgroup_; }  // some label has source kCgroup
   const std::vector<LabelSpec>& labels() const { return labels_; }
 
  private:
@@ -58,6 +65,7 @@ class LabelSet {
 
   std::vector<LabelSpec> labels_;
   bool needs_comm_ = false;
+  bool needs_cgroup_ = false;
 };
 
 }  // namespace tpe

@@ -369,11 +369,12 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
                    Quote(l->name) + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
   if (l->field.empty() == l->source.empty()) {
-    return c.Error(jp,
-                   "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu)");
+    return c.Error(
+        jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu, cgroup)");
   }
-  if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu") {
-    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu");
+  if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu" &&
+      l->source != "cgroup") {
+    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu, cgroup");
   }
   if (!ParseLabelDecode(l->decode)) {
     return c.Error(jp + ".decode", Quote(l->decode) + " is not one of " + LabelDecodeNames());
@@ -550,7 +551,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
   const bool latency = m->type == "latency";
   if (m->type == "counter") {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value"}));
   } else if (m->type == "histogram") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets"}));
   } else if (latency) {
@@ -588,8 +589,8 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
   if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
-  if (m->type == "histogram") {
-    auto v = j.find("value");
+  // histogram: required; counter: optional (adds field x scale per event instead of 1).
+  if (auto v = j.find("value"); m->type == "histogram" || (m->type == "counter" && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
     if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
@@ -597,6 +598,9 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.GetNumber(*v, jp + ".value", "scale", false, &m->value.scale));
     if (!(m->value.scale != 0) || !std::isfinite(m->value.scale)) {
       return c.Error(jp + ".value.scale", "must be a finite non-zero number");
+    }
+    if (m->type == "counter" && m->value.scale < 0) {
+      return c.Error(jp + ".value.scale", "must be positive: a counter never decreases");
     }
   }
   if (m->type != "counter") TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));

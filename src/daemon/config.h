@@ -51,13 +51,14 @@ inline constexpr double kMaxSeriesIdleTimeoutSeconds = 31536000;
 struct LabelConfig {
   std::string name;
   std::string field;            // a tracepoint field, or
-  std::string source;           // comm | pid | tid | cpu
+  std::string source;           // comm | pid | tid | cpu | cgroup
   std::string decode = "auto";  // auto | hex | inet | symbolic | syscall | errno | blkdev | ksym
   std::string from = "start";   // latency only: start | end
   std::string json_path;        // "metrics[0].labels[1]", for later error messages
 };
 
-// histogram: the observed value = field × scale.
+// histogram: the observed value = field × scale. counter (optional): each event adds
+// field × scale instead of 1 (empty field = count events); scale > 0.
 struct ValueConfig {
   std::string field;
   double scale = 1;
@@ -87,7 +88,7 @@ struct MetricConfig {
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   std::vector<LabelConfig> labels;
-  ValueConfig value;                   // histogram
+  ValueConfig value;                   // histogram; counter (optional, field empty = none)
   BucketsConfig buckets;               // histogram, latency
   std::vector<EndpointConfig> starts;  // latency: "start" (an object, or an array of them)
   EndpointConfig end;                  // latency

@@ -79,8 +79,9 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(
       Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
       "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
-  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
-            "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: event, filter, help, labels, name, type)");
+  EXPECT_EQ(
+      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
+      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: event, filter, help, labels, name, type, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": 3}]})"),
             "cfg.json: metrics[0].filter: must be a string, not number");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e"},
@@ -95,12 +96,12 @@ TEST(ConfigTest, LabelErrors) {
   EXPECT_EQ(Err(metric("{}")), "cfg.json: metrics[0].labels: must be an array of label objects");
   EXPECT_EQ(Err(metric(R"([{"name": "x"}])")),
             "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" "
-            "(comm, pid, tid, cpu)");
+            "(comm, pid, tid, cpu, cgroup)");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "source": "comm"}])")),
             "cfg.json: metrics[0].labels[0]: a label needs exactly one of \"field\" (a tracepoint field) or \"source\" "
-            "(comm, pid, tid, cpu)");
+            "(comm, pid, tid, cpu, cgroup)");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "source": "uid"}])")),
-            "cfg.json: metrics[0].labels[0].source: \"uid\" is not one of comm, pid, tid, cpu");
+            "cfg.json: metrics[0].labels[0].source: \"uid\" is not one of comm, pid, tid, cpu, cgroup");
   EXPECT_EQ(Err(metric(R"([{"name": "x", "field": "a", "decode": "symbolc"}])")),
             "cfg.json: metrics[0].labels[0].decode: \"symbolc\" is not one of auto, hex, inet, symbolic, syscall, "
             "errno, blkdev, ksym");
@@ -672,6 +673,31 @@ TEST_F(ConfigFileTest, RefusesATooLargeFile) {
 TEST_F(ConfigFileTest, NumberTooLargeInAFileIsAnError) {
   const std::string p = Write("c.json", R"({"settings": {"ring_buffer_pages": 1e400}, "metrics": [])");
   EXPECT_THAT(LoadInChild(p), HasSubstr(p + ": settings.ring_buffer_pages: the number 1e400 "));
+}
+
+TEST(ConfigInputTest, CounterValue) {
+  auto ok = ParseConfig(
+      R"({"metrics": [{"name": "c_total", "type": "counter", "event": "s:e", "value": {"field": "ret", "scale": 512}}]})",
+      "cfg.json");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->metrics[0].value.field, "ret");
+  EXPECT_EQ(ok->metrics[0].value.scale, 512);
+  auto plain = ParseConfig(R"({"metrics": [)" + kCounter + "]}", "cfg.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->metrics[0].value.field.empty());
+  EXPECT_NE(plain->metrics[0].canonical, ok->metrics[0].canonical);  // a reload sees the change
+  auto Err = [](const std::string& value) {
+    return ParseConfig(
+               R"({"metrics": [{"name": "c_total", "type": "counter", "event": "s:e", "value": )" + value + "}]}",
+               "cfg.json")
+        .status()
+        .message();
+  };
+  EXPECT_EQ(Err(R"({"field": "ret", "scale": -1})"),
+            "cfg.json: metrics[0].value.scale: must be positive: a counter never decreases");
+  EXPECT_THAT(Err(R"({"field": "ret", "scale": 0})"), HasSubstr("metrics[0].value.scale: must be a finite non-zero"));
+  EXPECT_THAT(Err(R"({"scale": 2})"), HasSubstr("metrics[0].value"));
+  EXPECT_THAT(Err(R"("ret")"), HasSubstr("metrics[0].value: must be an object"));
 }
 
 }  // namespace

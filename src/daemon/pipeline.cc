@@ -54,6 +54,7 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   TracepointEventOptions o;
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
+  o.cgroup = ep->cgroup;
   TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu));
   if (!ep->filter.empty()) {
     Status st = SetFilter(fd.get(), ep->filter);

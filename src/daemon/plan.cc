@@ -81,9 +81,12 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
   return f;
 }
 
-// Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format.
+// Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format. A
+// "cgroup" label makes `ep` sample the cgroup id.
 StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
-                               const EventPlan& ep, std::vector<std::string>* warnings) {
+                               EventPlan* sampled_ep, Plan* plan) {
+  const EventPlan& ep = *sampled_ep;
+  std::vector<std::string>* warnings = &plan->warnings;
   std::vector<LabelSpec> specs;
   for (const auto& l : labels) {
     if (!from.empty() && l.from != from) continue;
@@ -91,6 +94,17 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
     s.name = l.name;
     if (!l.source.empty()) {
       s.source = *ParseLabelSource(l.source);
+      if (s.source == LabelSource::kCgroup) {
+        if (!plan->cgroups) {
+          plan->cgroups = std::make_shared<CgroupResolver>(DiscoverCgroup2Mount());
+          if (plan->cgroups->root().empty()) {
+            warnings->push_back(cfg.path + ": " + l.json_path +
+                                ".source: no cgroup2 filesystem in /proc/self/mountinfo; cgroup labels show ids");
+          }
+        }
+        s.cgroups = plan->cgroups;
+        sampled_ep->cgroup = true;
+      }
     } else {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, l.field, l.json_path + ".field"));
       auto it = ep.symbols.find(l.field);
@@ -147,7 +161,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                                                     tracefs, enums, check_filters));
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
-  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", *end_ep, &plan->warnings));
+  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", end_ep, plan));
   std::vector<LatencyEndpoint> starts;
   std::vector<EventPlan*> start_eps;
   for (const auto& sc : m.starts) {
@@ -165,7 +179,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                                std::to_string(b.size) + " bytes)");
       }
     }
-    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", *ep, &plan->warnings));
+    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", ep, plan));
     starts.push_back(std::move(s));
     start_eps.push_back(ep);
   }
@@ -196,7 +210,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    const bool counting = m.type == "counter" && m.labels.empty();
+    // A counter that adds a field's value needs every sample, labels or not.
+    const bool counting = m.type == "counter" && m.labels.empty() && m.value.field.empty();
     TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m.event, m.filter, !counting, m.json_path, tracefs,
                                                   enums, check_filters));
     std::unique_ptr<Collector> c;
@@ -208,10 +223,25 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
                                "), not a number; a histogram needs an integer field");
       }
       TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
       c = std::make_unique<HistogramCollector>(m.name, m.help, std::move(labels),
                                                *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
                                                std::move(buckets), cfg.settings.max_series_per_metric);
+    } else if (!m.value.field.empty()) {
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
+      if (f->kind != FieldKind::kInteger) {
+        std::string ints;
+        for (const auto& g : ep->format.fields) {
+          if (g.kind == FieldKind::kInteger && !g.name.starts_with("common_"))
+            ints += (ints.empty() ? "" : ", ") + g.name;
+        }
+        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " +
+                               ep->event.ToString() + " is " + f->type + " (" + FieldKindName(f->kind) +
+                               "), not an integer; a counter adds an integer field; its integer fields: " + ints);
+      }
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric,
+                                             *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale);
     } else if (m.labels.empty()) {
       // Counting mode: the kernel counts (after the filter); read() at scrape.
       plan->collectors.push_back(
@@ -220,7 +250,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       plan->counting_events.push_back(ep);
       continue;
     } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", *ep, &plan->warnings));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
     ep->consumers.emplace_back(c.get(), 0);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectors/collector.h"
+#include "common/cgroup_resolver.h"
 #include "common/scoped_fd.h"
 #include "daemon/config.h"
 #include "format/event_format.h"
@@ -41,6 +42,10 @@ struct EventPlan {
   // metric that stays the same across a reload keeps the same perf events whatever else
   // changes: (event, filter, sampled) is the identity under which perf events are kept.
   bool sampled = false;
+  // Sampled with PERF_SAMPLE_CGROUP (kSampleTypeCgroup): some metric on it has a "cgroup" label.
+  // Metrics that share the event and need no cgroup ignore the id; part of the perf events'
+  // identity (a reload that adds the first cgroup label reopens them).
+  bool cgroup = false;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
@@ -61,9 +66,9 @@ struct EventPlan {
   EventCount ReadKernelCounts() const;
   // The same plus `base`: what the self-metrics report.
   EventCount ReadCounts() const;
-  // True when `other` would open the same perf events: same (event, filter, sampled).
+  // True when `other` would open the same perf events: same (event, filter, sampled, cgroup).
   bool SamePerfEvents(const EventPlan& other) const {
-    return event == other.event && filter == other.filter && sampled == other.sampled;
+    return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup;
   }
 };
 
@@ -77,6 +82,9 @@ struct Plan {
   bool needs_comm = false;                             // some label uses source "comm"
   bool needs_ordering = false;                         // comm labels or latency pairing
   std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF
+  // cgroup id → path for every "cgroup" label (created with the first one; the cgroup2 mount of
+  // /proc/self/mountinfo). Shared: a collector kept across a reload keeps its resolver.
+  std::shared_ptr<CgroupResolver> cgroups;
 };
 
 // Builds and validates the plan. With `check_filters`, each filter is also test-applied in a

@@ -150,5 +150,51 @@ TEST(PlanTest, HistogramAndLatencyErrors) {
             std::string::npos);
 }
 
+TEST(PlanTest, CounterWithValueSamplesAndNeedsAnIntegerField) {
+  auto plan = Build(R"({"name": "r_total", "type": "counter", "event": "raw_syscalls:sys_exit",
+                        "value": {"field": "ret"}})");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ((*plan)->events.size(), 1u);
+  EXPECT_TRUE((*plan)->events[0]->sampled);  // no labels, but it needs every sample's value
+  EXPECT_FALSE(static_cast<CounterCollector*>((*plan)->collectors[0].get())->counting_mode());
+  auto bad = Build(R"({"name": "r_total", "type": "counter", "event": "sched:sched_waking",
+                       "value": {"field": "comm"}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "cfg.json: metrics[0].value.field: \"comm\" of sched:sched_waking is char[16] (char array), not an "
+            "integer; a counter adds an integer field; its integer fields: pid, prio, target_cpu");
+  auto missing = Build(R"({"name": "r_total", "type": "counter", "event": "raw_syscalls:sys_exit",
+                           "value": {"field": "rett"}})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cfg.json: metrics[0].value.field: raw_syscalls:sys_exit has no field "
+                                            "\"rett\"; its fields: "),
+            std::string::npos);
+}
+
+TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {
+  auto plan = Build(R"(
+    {"name": "a_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "b_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "labels": [{"name": "cgroup", "source": "cgroup"}]},
+    {"name": "c_total", "type": "counter", "event": "sched:sched_waking",
+     "labels": [{"name": "cpu", "source": "cpu"}]})");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  // a and b share one sampled event, which now carries the cgroup id; c's does not.
+  ASSERT_EQ(p.events.size(), 2u);
+  EXPECT_TRUE(p.events[0]->sampled);
+  EXPECT_TRUE(p.events[0]->cgroup);
+  EXPECT_EQ(p.events[0]->consumers.size(), 2u);
+  EXPECT_FALSE(p.events[1]->cgroup);
+  ASSERT_NE(p.cgroups, nullptr);
+  EventPlan other;
+  other.event = p.events[0]->event;
+  other.sampled = true;
+  EXPECT_FALSE(other.SamePerfEvents(*p.events[0]));  // a reload adding a cgroup label reopens it
+  other.cgroup = true;
+  EXPECT_TRUE(other.SamePerfEvents(*p.events[0]));
+}
+
 }  // namespace
 }  // namespace tpe

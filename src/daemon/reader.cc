@@ -104,13 +104,19 @@ void Reader::HoldAndRelease(CpuRing* r) {
 void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
   switch (p.type) {
     case PERF_RECORD_SAMPLE: {
+      // The event (from its identifier, first) says the layout: with or without a cgroup id.
+      uint64_t id = 0;
+      if (!SampleId(p.bytes, &id)) {
+        sample_errors_.Add(1);
+        return;
+      }
+      EventPlan* ep = FindEvent(id);
       Sample s;
-      if (!ParseSample(p.bytes, &s)) {
+      if (!ParseSample(p.bytes, &s, ep != nullptr && ep->cgroup)) {
         sample_errors_.Add(1);
         return;
       }
       s.cpu = cpu;
-      EventPlan* ep = FindEvent(s.id);
       if (ep == nullptr) {
         other_records_.Add(1);
         return;

@@ -285,5 +285,53 @@ TEST(ReaderTest, LatencyPairsAcrossCpusReadOutOfOrder) {
   EXPECT_EQ(lat->unmatched(LatencyCollector::kReplaced), 0u);
 }
 
+// Two events share a ring: one samples the cgroup id (8 bytes after raw), one does not. The
+// reader parses each sample by its own event's layout.
+TEST(ReaderTest, CgroupAndPlainSamplesShareARing) {
+  Plan plan;
+  auto mk = [&](uint64_t id, bool cgroup, LabelSource source) {
+    auto e = std::make_unique<EventPlan>();
+    e->ids = {id};
+    e->sampled = true;
+    e->cgroup = cgroup;
+    std::vector<LabelSpec> specs(1);
+    specs[0].name = "l";
+    specs[0].source = source;
+    auto c =
+        std::make_unique<CounterCollector>("c" + std::to_string(id) + "_total", "h", LabelSet(std::move(specs)), 10);
+    e->consumers.emplace_back(c.get(), 0);
+    CounterCollector* raw = c.get();
+    plan.events.push_back(std::move(e));
+    plan.collectors.push_back(std::move(c));
+    return raw;
+  };
+  CounterCollector* by_cgroup = mk(200, true, LabelSource::kCgroup);
+  CounterCollector* by_tid = mk(201, false, LabelSource::kTid);
+  FakeMmap m;
+  for (uint64_t t = 0; t < 3; ++t) {
+    std::vector<uint8_t> rec = SampleRec(200, 9, 10 + t);
+    auto* h = reinterpret_cast<perf_event_header*>(rec.data());
+    h->size = static_cast<uint16_t>(h->size + 8);
+    AppendValue(&rec, uint64_t{4242 + t % 2});  // cgroup ids 4242, 4243, 4242
+    m.Put(rec);
+    m.Put(SampleRec(201, 9, 20 + t));
+  }
+  std::deque<CpuRing> rings;
+  CpuRing& r = rings.emplace_back();
+  r.cpu = 0;
+  r.ring = std::make_unique<RingBuffer>(RingBuffer::FromMapping(-1, m.Take()));
+  Reader reader(&plan, &rings);
+  reader.Round(/*flush_all=*/true);
+  MetricSnapshot a = by_cgroup->Snapshot();
+  ASSERT_EQ(a.series.size(), 2u);
+  EXPECT_EQ(a.series[0].labels, (LabelPairs{{"l", "4242"}}));  // no resolver: the id
+  EXPECT_EQ(a.series[0].value, 2);
+  EXPECT_EQ(a.series[1].labels, (LabelPairs{{"l", "4243"}}));
+  MetricSnapshot b = by_tid->Snapshot();
+  ASSERT_EQ(b.series.size(), 1u);
+  EXPECT_EQ(b.series[0].value, 3);
+  EXPECT_EQ(reader.sample_errors(), 0u);
+}
+
 }  // namespace
 }  // namespace tpe

@@ -381,5 +381,37 @@ TEST(DecodeTest, FittingDecodesOfCapturedFields) {
   }
 }
 
+// PERF_SAMPLE_CGROUP follows RAW: { header; u64 id; u32 pid, tid; u64 time; u32 size; raw; u64 cgroup }.
+TEST(DecodeTest, SampleWithCgroupIdByteExact) {
+  const std::vector<uint8_t> rec = testing::ParseHex(
+      "09000000 0000 3800"        // header: PERF_RECORD_SAMPLE, misc 0, size 56
+      "2a00000000000000"          // id 42
+      "39300000 3a300000"         // pid 12345, tid 12346
+      "0010000000000000"          // time 4096
+      "0c000000"                  // raw size 12
+      "0102030405060708090a0b0c"  // raw
+      "efbeadde00000000");        // cgroup id 0xdeadbeef
+  ASSERT_EQ(rec.size(), 56u);
+  Sample s;
+  ASSERT_TRUE(ParseSample(Bytes(rec), &s, /*with_cgroup=*/true));
+  EXPECT_EQ(s.id, 42u);
+  EXPECT_EQ(s.pid, 12345u);
+  EXPECT_EQ(s.tid, 12346u);
+  EXPECT_EQ(s.time_ns, 4096u);
+  ASSERT_EQ(s.raw.size(), 12u);
+  EXPECT_EQ(s.raw[0], 1);
+  EXPECT_EQ(s.raw[11], 12);
+  EXPECT_EQ(s.cgroup_id, 0xdeadbeefu);
+  // Without the flag the same bytes parse as a plain sample (the cgroup id is not read).
+  Sample plain;
+  ASSERT_TRUE(ParseSample(Bytes(rec), &plain));
+  EXPECT_EQ(plain.cgroup_id, 0u);
+  // A record cut anywhere inside the cgroup id is rejected.
+  for (size_t n = 48; n < 56; ++n) {
+    Sample t;
+    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, true)) << n;
+  }
+}
+
 }  // namespace
 }  // namespace tpe

@@ -6,6 +6,11 @@
 // `raw` is the tracepoint's record as laid out by its format file. The kernel pads `size` to
 // keep the record 8-byte aligned, so raw may carry trailing bytes past the last field: never
 // assert its exact size.
+// An event whose metrics need a cgroup label also sets PERF_SAMPLE_CGROUP (Linux >= 5.7), which
+// in the sample layout follows RAW (include/uapi/linux/perf_event.h):
+//   { ...; u32 size; u8 raw[size]; u64 cgroup; }
+// Only those events pay the 8 bytes. The reader knows which event a sample is from by its
+// first field (PERF_SAMPLE_IDENTIFIER, perf/records.h SampleId) and so which layout to parse.
 //
 // Pure and static; thread-safe.
 #pragma once
@@ -17,15 +22,17 @@
 namespace tpe {
 
 struct Sample {
-  uint64_t id = 0;       // PERF_SAMPLE_IDENTIFIER: which perf event (PERF_EVENT_IOC_ID)
-  uint32_t pid = 0;      // thread group id of the task that hit the tracepoint
-  uint32_t tid = 0;      // its thread id
-  uint64_t time_ns = 0;  // CLOCK_MONOTONIC, ns
-  uint32_t cpu = 0;      // the CPU whose ring carried it (not in the record; set by the reader)
-  Bytes raw;             // tracepoint payload; points into the record
+  uint64_t id = 0;         // PERF_SAMPLE_IDENTIFIER: which perf event (PERF_EVENT_IOC_ID)
+  uint32_t pid = 0;        // thread group id of the task that hit the tracepoint
+  uint32_t tid = 0;        // its thread id
+  uint64_t time_ns = 0;    // CLOCK_MONOTONIC, ns
+  uint32_t cpu = 0;        // the CPU whose ring carried it (not in the record; set by the reader)
+  Bytes raw;               // tracepoint payload; points into the record
+  uint64_t cgroup_id = 0;  // PERF_SAMPLE_CGROUP: the task's cgroup v2 id (0 when not sampled)
 };
 
-// Decodes `record` (header included). False if it is truncated or its raw size overruns it.
-bool ParseSample(Bytes record, Sample* out);
+// Decodes `record` (header included); `with_cgroup`: the event's sample_type has
+// PERF_SAMPLE_CGROUP. False if it is truncated or its raw size overruns it.
+bool ParseSample(Bytes record, Sample* out, bool with_cgroup = false);
 
 }  // namespace tpe

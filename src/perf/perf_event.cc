@@ -25,7 +25,7 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   attr.clockid = CLOCK_MONOTONIC;
   if (opts.sampled) {
     attr.sample_period = 1;
-    attr.sample_type = kSampleType;
+    attr.sample_type = opts.cgroup ? kSampleTypeCgroup : kSampleType;
     attr.sample_id_all = 1;
     if (opts.wakeup_watermark_bytes > 0) {
       attr.watermark = 1;

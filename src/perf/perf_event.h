@@ -22,10 +22,15 @@ namespace tpe {
 //   { header; u64 id; u32 pid, tid; u64 time; u32 size; u8 raw[size]; }
 // and with sample_id_all every other record ends with { u32 pid, tid; u64 time; u64 id; }.
 inline constexpr uint64_t kSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW;
+// An event with a "cgroup" label: kSampleType plus PERF_SAMPLE_CGROUP (Linux >= 5.7), which
+// appends { u64 cgroup; } after the raw data. The sample_id_all trailer of other records does
+// not include it, so records of both kinds can share a ring.
+inline constexpr uint64_t kSampleTypeCgroup = kSampleType | PERF_SAMPLE_CGROUP;
 
 struct TracepointEventOptions {
   uint64_t tracepoint_id = 0;           // events/<sys>/<event>/id
   bool sampled = false;                 // sample_period=1 with kSampleType; else counting mode
+  bool cgroup = false;                  // sampled: kSampleTypeCgroup instead of kSampleType
   bool track_tasks = false;             // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
   uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
 };

@@ -178,6 +178,8 @@ TEST(PerfEventTest, AttrForSampledAndCountingModes) {
   EXPECT_EQ(s.sample_id_all, 1u);
   EXPECT_EQ(s.watermark, 1u);
   EXPECT_EQ(s.wakeup_watermark, 4096u);
+  o.cgroup = true;  // an event with a cgroup label also samples the cgroup id
+  EXPECT_EQ(MakeTracepointAttr(o).sample_type, kSampleType | PERF_SAMPLE_CGROUP);
   EXPECT_EQ(s.comm, 1u);
   EXPECT_EQ(s.task, 1u);
 }
