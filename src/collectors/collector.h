@@ -49,6 +49,12 @@ class Collector {
   // Series removed so far: {idle, task exited}.
   virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 
+  // Samples stamped before this time (CLOCK_MONOTONIC ns) are not counted: set for a metric
+  // that a reload adds, so that it counts from the reload on although it may share perf
+  // events (and their not yet read samples) with metrics kept from before.
+  uint64_t active_since_ns() const { return active_since_ns_; }
+  void set_active_since_ns(uint64_t t) { active_since_ns_ = t; }
+
   // Self-metric inputs.
   uint64_t series_dropped() const { return series_dropped_.Get(); }
   uint64_t decode_errors() const { return decode_errors_.Get(); }
@@ -61,6 +67,7 @@ class Collector {
     return true;
   }
   uint64_t last_room_sweep_ns_ = 0;
+  uint64_t active_since_ns_ = 0;
   RelaxedCounter series_dropped_;
   RelaxedCounter decode_errors_;
 };

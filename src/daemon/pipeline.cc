@@ -387,6 +387,10 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
           }
         }
       }
+      // Metrics this reload adds count from now on, even on kept perf events with samples of
+      // the past still in their rings.
+      const uint64_t swap_ns = MonotonicNs();
+      for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
       for (size_t i = 0; i < next->collectors.size(); ++i) {
         for (size_t j = 0; j < plan_->collectors.size(); ++j) {
           if (!plan_->collectors[j] || plan_->identities[j] != next->identities[i]) continue;

@@ -123,7 +123,12 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       }
       ep->samples.Add(1);
       if (check_time_ns_ != 0 && s.time_ns > check_time_ns_) ++ep->samples_after_check;
-      for (auto& [collector, index] : ep->consumers) collector->OnSample(index, s, &comms_);
+      for (auto& [collector, index] : ep->consumers) {
+        // A metric added by a reload on a kept perf event starts at the reload: records still
+        // in the ring from before it are not its to count.
+        if (s.time_ns < collector->active_since_ns()) continue;
+        collector->OnSample(index, s, &comms_);
+      }
       return;
     }
     case PERF_RECORD_COMM: {
