@@ -7,16 +7,11 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 
 namespace tpe {
 namespace {
-
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // mountinfo escapes space, tab, newline and backslash as \ooo.
 std::string Unescape(std::string_view s) {

@@ -9,17 +9,12 @@
 #include <ctime>
 
 #include "collectors/counter.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "perf/perf_event.h"
 
 namespace tpe {
 namespace {
-
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 constexpr uint64_t kCpuCheckIntervalNs = 1'000'000'000;
 

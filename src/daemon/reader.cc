@@ -6,18 +6,11 @@
 #include <ctime>
 #include <limits>
 
+#include "common/clock.h"
 #include "decode/sample.h"
 #include "perf/records.h"
 
 namespace tpe {
-namespace {
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-}  // namespace
-
 Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : rings_(rings) { SetPlan(plan); }
 
 void Reader::SetPlan(Plan* plan) {
