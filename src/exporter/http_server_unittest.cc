@@ -7,9 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <fstream>
-#include <regex>
 #include <thread>
 #include <vector>
 
@@ -65,12 +65,20 @@ std::string ReadAll(int fd, milliseconds limit, bool* closed = nullptr) {
   return out;
 }
 
+// The status lines ("HTTP/1.1 200 OK") in order (a pipelined response follows the previous
+// body directly). (No std::regex: GCC 12
+// warns inside it under -fsanitize with -Werror.)
 std::vector<std::string> StatusLines(const std::string& responses) {
   std::vector<std::string> out;
-  std::regex re("HTTP/1\\.1 [0-9]{3} [A-Za-z ]+\r\n");
-  for (auto it = std::sregex_iterator(responses.begin(), responses.end(), re); it != std::sregex_iterator(); ++it) {
-    std::string s = it->str();
-    out.push_back(s.substr(0, s.size() - 2));
+  const std::string prefix = "HTTP/1.1 ";
+  for (size_t pos = responses.find(prefix); pos != std::string::npos; pos = responses.find(prefix, pos + 1)) {
+    const size_t end = responses.find("\r\n", pos);
+    if (end == std::string::npos) break;
+    std::string line = responses.substr(pos, end - pos);
+    const bool code = line.size() > prefix.size() + 3 && std::isdigit(static_cast<unsigned char>(line[9])) &&
+                      std::isdigit(static_cast<unsigned char>(line[10])) &&
+                      std::isdigit(static_cast<unsigned char>(line[11])) && line[12] == ' ';
+    if (code) out.push_back(line);
   }
   return out;
 }
