@@ -22,15 +22,23 @@ namespace tpe {
 // One histogram series: per-bucket counts (+Inf last) and the sum, written by one thread.
 struct HistogramSeries {
   std::unique_ptr<RelaxedCounter[]> buckets;
+  size_t n = 0;
   std::atomic<double> sum{0};
-  RelaxedCounter observations;  // all buckets together: how SeriesTable sees a series change
-  void Init(size_t n) { buckets.reset(new RelaxedCounter[n]); }
+  void Init(size_t count) {
+    n = count;
+    buckets.reset(new RelaxedCounter[count]);
+  }
   void Observe(size_t index, double v) {
     buckets[index].Add(1);
-    observations.Add(1);
     sum.store(sum.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
   }
-  uint64_t Count() const { return observations.Get(); }
+  // Observations so far (how SeriesTable sees a series change): derived from the buckets at
+  // sweep/scrape time rather than kept as one more counter written per event.
+  uint64_t Count() const {
+    uint64_t c = 0;
+    for (size_t i = 0; i < n; ++i) c += buckets[i].Get();
+    return c;
+  }
 };
 
 // A table of histogram series sharing one bucket layout.

@@ -74,25 +74,33 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   return Status::Ok();
 }
 
-StatusOr<CpuRing*> Pipeline::EnsureRing(int cpu) {
-  if (CpuRing* r = FindRing(cpu)) return r;
+Status Pipeline::MapRing(CpuRing* r) {
   const uint32_t pages = plan_->settings.ring_buffer_pages;
   const uint64_t ring_bytes = static_cast<uint64_t>(pages) * ::sysconf(_SC_PAGESIZE);
-  // Task records always: comm labels need them, and they cost one record per fork/exec/exit.
+  // Task records always: comm labels and series lifetime need them, and they cost one record
+  // per fork/exec/exit.
   TPE_ASSIGN_OR_RETURN(
-      ScopedFd owner,
-      OpenPerfEvent(MakeRingOwnerAttr(/*track_tasks=*/true, static_cast<uint32_t>(ring_bytes / 4)), cpu));
-  TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(owner.get(), pages));
-  CpuRing& r = rings_.emplace_back();
-  r.cpu = cpu;
-  r.owner = std::move(owner);
-  r.ring = std::make_unique<RingBuffer>(std::move(ring));
+      r->owner, OpenPerfEvent(MakeRingOwnerAttr(/*track_tasks=*/true, static_cast<uint32_t>(ring_bytes / 4)), r->cpu));
+  TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(r->owner.get(), pages));
+  r->ring = std::make_unique<RingBuffer>(std::move(ring));
   if (epoll_fd_.valid()) {
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = r.ring->fd();
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev) != 0)
+    ev.data.fd = r->ring->fd();
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r->ring->fd(), &ev) != 0)
       return ErrnoStatus(errno, "epoll_ctl ring");
+  }
+  return Status::Ok();
+}
+
+StatusOr<CpuRing*> Pipeline::EnsureRing(int cpu) {
+  if (CpuRing* r = FindRing(cpu)) return r;
+  CpuRing& r = rings_.emplace_back();  // CpuRing holds atomics: built in place
+  r.cpu = cpu;
+  Status st = MapRing(&r);
+  if (!st.ok()) {
+    rings_.pop_back();
+    return st;
   }
   return &r;
 }
@@ -299,18 +307,7 @@ Status Pipeline::ReopenCpu(int cpu) {
   }
   // Keep the CpuRing (its held records and counters); give it a new owner and mapping.
   for (auto& r : rings_) {
-    if (r.cpu != cpu || r.ring) continue;
-    const uint32_t pages = plan_->settings.ring_buffer_pages;
-    const uint64_t ring_bytes = static_cast<uint64_t>(pages) * ::sysconf(_SC_PAGESIZE);
-    TPE_ASSIGN_OR_RETURN(r.owner, OpenPerfEvent(MakeRingOwnerAttr(true, static_cast<uint32_t>(ring_bytes / 4)), cpu));
-    TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(r.owner.get(), pages));
-    r.ring = std::make_unique<RingBuffer>(std::move(ring));
-    if (epoll_fd_.valid()) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.fd = r.ring->fd();
-      (void)::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, r.ring->fd(), &ev);
-    }
+    if (r.cpu == cpu && !r.ring) TPE_RETURN_IF_ERROR(MapRing(&r));
   }
   return OpenCpu(cpu);
 }

@@ -85,6 +85,8 @@ class Pipeline {
   Status StartThread();
   // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring).
   Status OpenEvent(EventPlan* ep, int cpu);
+  // Opens r->cpu's ring-owner event, maps its ring and adds it to epoll (when running).
+  Status MapRing(CpuRing* r);
   // The ring of `cpu`, opening its ring-owner event and mapping it when there is none.
   StatusOr<CpuRing*> EnsureRing(int cpu);
   CpuRing* FindRing(int cpu);

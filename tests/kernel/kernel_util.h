@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@
 #include "tracefs/tracefs.h"
 
 namespace tpe::testing {
+
+// Replaces the file at `path` with `text` (a config for a Daemon to load or reload).
+inline void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // Forks a child that waits for RunToExit(), renames itself `name`, optionally pins itself to
 // `cpu`, makes `calls` getppid() and exits.

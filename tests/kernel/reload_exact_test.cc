@@ -21,8 +21,6 @@ using testing::FindSeries;
 constexpr int kCalls = 50000;
 constexpr int kReloads = 40;
 
-void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
 // The rings hold the whole run (50000 calls x 2 sampled events x <= 64 bytes < 8 MiB per CPU),
 // so the counts are exact whatever the scheduler does with the reader.
 std::string Config(bool with_extra) {
@@ -48,14 +46,14 @@ TEST(ReloadExactTest, ManyReloadsWhileCountingNeitherDoubleNorMiss) {
   ASSERT_TRUE(tracefs.ok());
   KernelEnums enums;
   const std::string path = ::testing::TempDir() + "/reload_exact_test.json";
-  Write(path, Config(false));
+  testing::WriteFile(path, Config(false));
   Daemon daemon(path, &*tracefs, &enums);
   ASSERT_TRUE(daemon.Start().ok());
   Child child("tpe_rl_exact", kCalls);
   child.Release();
   int reloads = 0;
   for (; reloads < kReloads; ++reloads) {
-    Write(path, Config(reloads % 2 == 0));
+    testing::WriteFile(path, Config(reloads % 2 == 0));
     Status st = daemon.Reload();
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

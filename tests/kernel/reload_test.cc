@@ -29,8 +29,6 @@ void ChildCalls(int n) {
   waitpid(pid, &status, 0);
 }
 
-void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
 const char* kByComm = R"({"name": "x_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
                           "labels": [{"name": "comm", "source": "comm"}]})";
 const char* kCounting = R"({"name": "w_total", "type": "counter", "event": "syscalls:sys_enter_getppid"})";
@@ -41,7 +39,7 @@ TEST(ReloadTest, KeepsUnchangedMetricsDropsRemovedStartsNew) {
   ASSERT_TRUE(tracefs.ok());
   KernelEnums enums;
   const std::string path = ::testing::TempDir() + "/reload_test.json";
-  Write(path, std::string(R"({"metrics": [)") + kByComm + "," + kCounting + R"(,
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "," + kCounting + R"(,
       {"name": "y_total", "type": "counter", "event": "sched:sched_switch"}]})");
   Daemon daemon(path, &*tracefs, &enums);
   ASSERT_TRUE(daemon.Start().ok());
@@ -52,7 +50,7 @@ TEST(ReloadTest, KeepsUnchangedMetricsDropsRemovedStartsNew) {
   ASSERT_NE(FindMetric(before, "y_total"), nullptr);
 
   // y removed, z added, x and w unchanged.
-  Write(path, std::string(R"({"metrics": [)") + kByComm + "," + kCounting + R"(,
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "," + kCounting + R"(,
       {"name": "z_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
        "labels": [{"name": "comm", "source": "comm"}]}]})");
   Status st = daemon.Reload();
@@ -76,7 +74,7 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
   ASSERT_TRUE(tracefs.ok());
   KernelEnums enums;
   const std::string path = ::testing::TempDir() + "/reload_bad_test.json";
-  Write(path, std::string(R"({"metrics": [)") + kByComm + "]}");
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "]}");
   Daemon daemon(path, &*tracefs, &enums);
   ASSERT_TRUE(daemon.Start().ok());
   ChildCalls(700);
@@ -84,7 +82,7 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
       const char* bad :
       {"{\"metrics\": [", R"({"metrics": [{"name": "x_total", "type": "counter", "event": "sched:nope"}]})",
        R"({"metrics": [{"name": "x_total", "type": "counter", "event": "sched:sched_switch", "filter": "nope == 1"}]})"}) {
-    Write(path, bad);
+    testing::WriteFile(path, bad);
     Status st = daemon.Reload();
     EXPECT_FALSE(st.ok());
   }
