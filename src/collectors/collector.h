@@ -56,8 +56,8 @@ class Collector {
   void set_active_since_ns(uint64_t t) { active_since_ns_ = t; }
 
   // Self-metric inputs.
-  uint64_t series_dropped() const { return series_dropped_.Get(); }
-  uint64_t decode_errors() const { return decode_errors_.Get(); }
+  virtual uint64_t series_dropped() const { return series_dropped_.Get(); }
+  virtual uint64_t decode_errors() const { return decode_errors_.Get(); }
 
  protected:
   // For a full metric: true (sweep now) at most once per 100 ms of trace time.

@@ -551,17 +551,24 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
   const bool latency = m->type == "latency";
   if (m->type == "counter") {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine"}));
   } else if (m->type == "histogram") {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets"}));
+    TPE_RETURN_IF_ERROR(
+        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine"}));
   } else if (latency) {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(
-        j, jp, {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight", "timeout_seconds"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
+                                   {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight",
+                                    "timeout_seconds", "engine"}));
   } else {
     return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &m->engine));
+  if (m->engine.empty()) m->engine = "auto";
+  if (m->engine != "auto" && m->engine != "bpf" && m->engine != "perf") {
+    return c.Error(jp + ".engine", Quote(m->engine) + " is not one of auto, bpf, perf");
+  }
   if (!latency) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &m->event));
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter, Text::kProse));
@@ -673,6 +680,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"name", m.name},
       {"help", m.help},
       {"type", m.type},
+      {"engine", m.engine},
       {"event", m.event},
       {"filter", m.filter},
       {"labels", labels},

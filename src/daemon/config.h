@@ -85,6 +85,8 @@ struct MetricConfig {
   std::string name;
   std::string help;
   std::string type;    // counter | histogram | latency
+  // auto | bpf | perf: which engine aggregates it (daemon/plan.h says how auto chooses).
+  std::string engine = "auto";
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   std::vector<LabelConfig> labels;

@@ -93,10 +93,19 @@ int main(int argc, char** argv) {
     auto opened = tpe::OpenPipeline(config_file, *tracefs, enums);
     if (!opened.ok()) return Fail(opened.status());
     tpe::Pipeline& pipeline = **opened;
+    const tpe::Plan& plan = pipeline.plan();
     if (config_check) {
-      std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened)\n", config_file.c_str(),
-                  pipeline.plan().collectors.size(), pipeline.plan().events.size());
+      std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened and BPF program attached)\n",
+                  config_file.c_str(), plan.collectors.size(), plan.events.size());
+      for (size_t i = 0; i < plan.collectors.size(); ++i) {
+        std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
+                    plan.engine_reasons[i].c_str());
+      }
       return 0;
+    }
+    for (size_t i = 0; i < plan.collectors.size(); ++i) {
+      std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
+                   plan.engine_reasons[i].c_str());
     }
     if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
     std::fprintf(stderr, "tracing for %s (Ctrl-C to stop early)...\n", print_for.c_str());

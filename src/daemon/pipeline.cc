@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <ctime>
 
+#include "bpf/bpf_metric.h"
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -138,6 +139,9 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
   auto possible = PossibleCpus();
   for (int cpu : possible.ok() ? *possible : cpus) (void)Cpu(cpu);
   for (int cpu : cpus) TPE_RETURN_IF_ERROR(OpenCpu(cpu));
+  for (auto& c : plan_->collectors) {
+    if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) TPE_RETURN_IF_ERROR(b->Attach());
+  }
   reader_->SetPlan(plan_.get());
   size_t nfds = 0;
   for (auto& ep : plan_->events) {
@@ -356,6 +360,16 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       }
     }
     std::swap(plan_, next);
+    // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps).
+    for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
+      auto* b = dynamic_cast<bpf::BpfMetric*>(next->collectors[i].get());
+      if (b == nullptr) continue;
+      bool kept_metric = false;
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+        kept_metric |= plan_->collectors[j] && plan_->identities[j] == next->identities[i];
+      }
+      if (!kept_metric) result = b->Attach();  // on error `next` is destroyed: its programs detach
+    }
     if (result.ok()) {
       // 3. The swap: kept events move with their fds; kept metrics with their collectors.
       for (size_t i = 0; i < next->events.size(); ++i) {
@@ -434,6 +448,9 @@ void Pipeline::Stop() {
   stopped_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : plan_->collectors) {
+      if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) b->Detach();  // counts freeze; maps stay readable
+    }
     for (auto& ep : plan_->events) {
       for (auto& fd : ep->fds) {
         if (fd.valid()) (void)DisableEvent(fd.get());

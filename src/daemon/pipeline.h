@@ -81,6 +81,9 @@ class Pipeline {
   };
 
   void Run();
+  // Self-metrics of the engines: metric_info{metric,engine} and the bpf programs' runs,
+  // misses and run time.
+  void AppendEngineMetrics(std::vector<MetricSnapshot>* out) const;
   void StopThread();
   Status StartThread();
   // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring).

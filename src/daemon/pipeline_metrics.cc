@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "bpf/bpf_metric.h"
 #include "collectors/latency.h"
 #include "daemon/pipeline.h"
 
@@ -105,18 +106,22 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
              "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
   for (const auto& c : plan_->collectors) {
     const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
-    if (l == nullptr) continue;
+    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c.get());
+    if (l == nullptr && (b == nullptr || !b->is_latency())) continue;
     for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
       auto reason = static_cast<LatencyCollector::Reason>(r);
+      const uint64_t n = l ? l->unmatched(reason) : b->unmatched(static_cast<bpf::BpfMetric::Reason>(r));
       Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
-          static_cast<double>(l->unmatched(reason)));
+          static_cast<double>(n));
     }
-    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l->inflight()));
+    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l ? l->inflight() : b->inflight()));
   }
   if (!unmatched.series.empty()) {
     out.push_back(std::move(unmatched));
     out.push_back(std::move(inflight));
   }
+
+  AppendEngineMetrics(&out);
 
   auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
                       "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);
@@ -172,6 +177,45 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   Add(&info, {{"version", TPE_VERSION}, {"kernel", u.release}}, 1);
   out.push_back(std::move(info));
   return out;
+}
+
+void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
+  auto info = Family("tracepoint_exporter_metric_info",
+                     "The engine each metric runs on (bpf: in-kernel aggregation; perf: perf events and rings); "
+                     "always 1. --config.check says why.",
+                     MetricKind::kGauge);
+  auto runs = Family("tracepoint_exporter_bpf_program_runs_total",
+                     "Runs of each bpf-engine program (every hit of its tracepoint, before its filter), counted "
+                     "by the program.",
+                     MetricKind::kCounter);
+  auto misses = Family("tracepoint_exporter_bpf_program_misses_total",
+                       "Hits of the tracepoint the kernel did not run the program for, because another BPF program "
+                       "was running on that CPU (bpf_prog_info.recursion_misses). hits = runs + misses.",
+                       MetricKind::kCounter);
+  auto seconds = Family("tracepoint_exporter_bpf_program_run_seconds_total",
+                        "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
+                        "sysctl kernel.bpf_stats_enabled is 1).",
+                        MetricKind::kCounter);
+  for (size_t i = 0; i < plan_->collectors.size(); ++i) {
+    const Collector* c = plan_->collectors[i].get();
+    if (c == nullptr) continue;
+    const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
+    Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
+    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c);
+    if (b == nullptr) continue;
+    for (const auto& p : b->Programs()) {
+      LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
+      Add(&runs, l, static_cast<double>(p.runs));
+      Add(&misses, l, static_cast<double>(p.kernel.recursion_misses));
+      Add(&seconds, l, static_cast<double>(p.kernel.run_time_ns) * 1e-9);
+    }
+  }
+  out->push_back(std::move(info));
+  if (!runs.series.empty()) {
+    out->push_back(std::move(runs));
+    out->push_back(std::move(misses));
+    out->push_back(std::move(seconds));
+  }
 }
 
 }  // namespace tpe

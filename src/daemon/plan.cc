@@ -3,9 +3,12 @@
 #include "collectors/counter.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
+#include "daemon/plan_internal.h"
 #include "decode/field_extractor.h"
 
 namespace tpe {
+
+using namespace plan_internal;  // NOLINT(build/namespaces): this file defines them
 
 EventCount EventPlan::ReadCounts() const {
   EventCount total = ReadKernelCounts();
@@ -35,12 +38,15 @@ std::string Quote(const std::vector<std::string>& names) {
   return out;
 }
 
-StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
-                              bool sampled, const std::string& json_path, const Tracefs& tracefs,
-                              const KernelEnums& enums, bool check_filters) {
-  for (auto& e : plan->events) {
-    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled) return e.get();
-  }
+}  // namespace
+
+namespace plan_internal {
+
+// The event's id, format and symbol tables (and with `check_filters` the filter checked in a
+// private tracefs instance), as an EventPlan not yet in any plan.
+StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::string& event, const std::string& filter,
+                                               bool sampled, const std::string& json_path, const Tracefs& tracefs,
+                                               const KernelEnums& enums, bool check_filters) {
   const std::string where = cfg.path + ": " + json_path + ".event";
   TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(event));
   if (!tracefs.HasEvent(name)) {
@@ -67,9 +73,28 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
     Status st = tracefs.CheckFilter(name, filter);
     if (!st.ok()) return st.WithContext(cfg.path + ": " + json_path + ".filter");
   }
+  return ep;
+}
+
+}  // namespace plan_internal
+
+namespace {
+
+StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
+                              bool sampled, const std::string& json_path, const Tracefs& tracefs,
+                              const KernelEnums& enums, bool check_filters) {
+  for (auto& e : plan->events) {
+    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled) return e.get();
+  }
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
+                       LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
 }
+
+}  // namespace
+
+namespace plan_internal {
 
 StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, const std::string& field,
                                       const std::string& json_path) {
@@ -139,6 +164,10 @@ StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
 
 // Key fields of one latency endpoint: integers, and (checked by the caller) the same sizes as
 // the end's.
+}  // namespace plan_internal
+
+namespace {
+
 StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const EndpointConfig& e, const EventPlan& ep) {
   std::vector<FieldExtractor> key;
   for (size_t i = 0; i < e.key.size(); ++i) {
@@ -201,11 +230,16 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
 }  // namespace
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
-                                          bool check_filters) {
+                                          bool check_filters, const bpf::BpfSupport& bpf) {
   auto plan = std::make_unique<Plan>();
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
   for (const auto& m : cfg.metrics) {
+    std::string why;
+    TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, &why));
+    if (on_bpf) continue;
+    plan->engines.push_back("perf");
+    plan->engine_reasons.push_back(why);
     if (m.type == "latency") {
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;

@@ -22,6 +22,7 @@
 #include "collectors/collector.h"
 #include "common/cgroup_resolver.h"
 #include "common/scoped_fd.h"
+#include "bpf/loader.h"
 #include "daemon/config.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
@@ -79,6 +80,11 @@ struct Plan {
   std::vector<std::unique_ptr<Collector>> collectors;  // one per metric, config order
   std::vector<std::string> identities;                 // MetricConfig::canonical, per collector
   std::vector<EventPlan*> counting_events;             // per collector: its event if counting mode
+  // Per collector: the engine that runs it ("bpf" or "perf") and why (for --config.check,
+  // --print and tracepoint_exporter_metric_info), e.g. "perf: counting mode (a label-less
+  // counter)" or "perf: the filter's glob pattern cannot be compiled (bpf)".
+  std::vector<std::string> engines;
+  std::vector<std::string> engine_reasons;
   bool needs_comm = false;                             // some label uses source "comm"
   bool needs_ordering = false;                         // comm labels or latency pairing
   std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF
@@ -91,7 +97,15 @@ struct Plan {
 // private tracefs instance (Tracefs::CheckFilter). The pipeline needs no such check: the kernel
 // validates each filter when it is set on the perf event (PERF_EVENT_IOC_SET_FILTER), and only
 // a rejected filter costs a tracefs instance, to tell the kernel's reason.
+//
+// Engines (per metric "engine"): "perf" always uses perf events. "bpf" needs `bpf.available`
+// (else PermissionDenied naming CAP_BPF) and a metric the program generator can express (else
+// InvalidArgument saying what). "auto" (the default) takes bpf when both hold, except for a
+// label-less counter, which the kernel already counts exactly in counting mode; otherwise perf,
+// with the reason in engine_reasons (and one log line by the daemon). bpf metrics' maps are
+// created and programs loaded (verified) here; Pipeline::Open/Reload attach them.
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
-                                          bool check_filters);
+                                          bool check_filters, const bpf::BpfSupport& bpf = bpf::BpfSupport{
+                                                                  false, "not probed"});
 
 }  // namespace tpe

@@ -1,0 +1,395 @@
+#include "bpf/bpf_metric.h"
+
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/clock.h"
+
+namespace tpe::bpf {
+namespace {
+
+std::string ProgramName(const std::string& metric, const std::string& role) {
+  return "tpe_" + role.substr(0, 3) + "_" + metric;  // cut to 15 characters by the loader
+}
+
+// Every key of `fd` (key_size bytes each), in map order.
+std::vector<std::string> Keys(int fd, uint32_t key_size) {
+  std::vector<std::string> keys;
+  std::string cur(key_size, '\0'), next(key_size, '\0');
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+    keys.push_back(next);
+    cur = next;
+    prev = cur.data();
+  }
+  return keys;
+}
+
+}  // namespace
+
+BpfMetric::~BpfMetric() { Detach(); }
+
+Status BpfMetric::CheckExpressible(const BpfMetricSpec& spec) {
+  BpfMetric m(spec);
+  return m.Build(false);  // emitting needs no map: map fds are only immediates
+}
+
+StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::Create(BpfMetricSpec spec) {
+  std::unique_ptr<BpfMetric> m(new BpfMetric(std::move(spec)));
+  TPE_RETURN_IF_ERROR(m->Build(true));
+  return m;
+}
+
+Status BpfMetric::Build(bool create) {
+  using Kind = BpfMetricSpec::Kind;
+  const bool latency = spec_.kind == Kind::kLatency;
+  // 1. Layouts and thresholds: everything that can say Unimplemented, before any map exists.
+  auto key = LayoutKey(spec_.end.labels);
+  if (!key.ok()) return key.status();
+  key_ = *key;
+  if (latency) {
+    for (size_t i = 0; i < spec_.starts.size(); ++i) {
+      auto sk = LayoutKey(spec_.starts[i].labels);
+      if (!sk.ok()) return sk.status();
+      if (i == 0) start_key_ = *sk;
+      if (sk->size != start_key_.size) return Unimplemented("start events whose labels differ in size");
+    }
+    if (start_key_.size + key_.size > kMaxKeyBytes) {
+      return Unimplemented("labels of " + std::to_string(start_key_.size + key_.size) +
+                           " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
+    }
+    key_size_ = std::max<uint32_t>(8, start_key_.size + key_.size);
+    thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
+  } else {
+    key_size_ = key_.MapKeySize();
+    if (spec_.kind == Kind::kHistogram) {
+      thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
+    }
+  }
+  value_slots_ = spec_.kind == Kind::kCounter ? 1 : static_cast<uint32_t>(thresholds_.size() + 2);
+  const uint32_t match_bytes = latency ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
+  const uint32_t start_value_bytes = 8 + start_key_.MapKeySize();
+
+  // 2. Emit every program with placeholder map fds (shape errors surface here), then the maps.
+  auto emit = [&](const MapFds& fds) -> Status {
+    programs_.clear();
+    auto add = [&](std::string role, const BpfEndpoint* ep, StatusOr<std::vector<bpf_insn>> insns) -> Status {
+      if (!insns.ok()) return insns.status().WithContext(ep->event);
+      Program p;
+      p.role = std::move(role);
+      p.endpoint = ep;
+      p.insns = std::move(*insns);
+      programs_.push_back(std::move(p));
+      return Status::Ok();
+    };
+    const FilterExpr* end_filter = spec_.end.filter ? &*spec_.end.filter : nullptr;
+    switch (spec_.kind) {
+      case Kind::kCounter: {
+        CounterShape s;
+        s.filter = end_filter;
+        s.key = key_;
+        s.value = spec_.value;
+        return add("event", &spec_.end, EmitCounter(s, fds));
+      }
+      case Kind::kHistogram: {
+        HistogramShape s;
+        s.filter = end_filter;
+        s.key = key_;
+        s.value = *spec_.value;
+        s.thresholds = thresholds_;
+        return add("event", &spec_.end, EmitHistogram(s, fds));
+      }
+      case Kind::kLatency: {
+        for (size_t i = 0; i < spec_.starts.size(); ++i) {
+          const BpfEndpoint& st = spec_.starts[i];
+          LatencyStartShape s;
+          s.filter = st.filter ? &*st.filter : nullptr;
+          s.match = st.match;
+          s.labels = i == 0 ? start_key_ : *LayoutKey(st.labels);
+          TPE_RETURN_IF_ERROR(add(i == 0 ? "start" : "start" + std::to_string(i), &st, EmitLatencyStart(s, fds)));
+        }
+        LatencyEndShape e;
+        e.filter = end_filter;
+        e.match = spec_.end.match;
+        e.start_label_bytes = start_key_.size;
+        e.labels = key_;
+        e.thresholds = thresholds_;
+        e.timeout_ns = spec_.timeout_ns;
+        return add("end", &spec_.end, EmitLatencyEnd(e, fds));
+      }
+    }
+    return Status::Ok();
+  };
+  MapFds placeholder{0, 0, 0, 0};
+  TPE_RETURN_IF_ERROR(emit(placeholder));
+  if (!create) return Status::Ok();
+
+  // 3. The maps (memory follows use: no preallocation), then the programs that use them.
+  const uint32_t value_bytes = 8 * value_slots_;
+  const uint32_t max_series = static_cast<uint32_t>(spec_.max_series);
+  TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes,
+                                          max_series, BPF_F_NO_PREALLOC));
+  MapFds fds;
+  fds.values = values_.get();
+  if (spec_.kind != Kind::kCounter) {
+    TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
+    fds.zero = zero_.get();
+  }
+  if (latency) {
+    TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_starts", match_bytes, start_value_bytes,
+                                            static_cast<uint32_t>(spec_.max_inflight), BPF_F_NO_PREALLOC));
+    fds.starts = starts_.get();
+  }
+  std::vector<Program> loaded;
+  const size_t count = programs_.size();
+  for (size_t i = 0; i < count; ++i) {
+    TPE_ASSIGN_OR_RETURN(ScopedFd stats, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_stats", 4, 8, kStatCount));
+    fds.stats = stats.get();
+    TPE_RETURN_IF_ERROR(emit(fds));  // the same shapes, now with the real maps
+    Program p = std::move(programs_[i]);
+    p.stats = std::move(stats);
+    TPE_ASSIGN_OR_RETURN(p.fd, LoadTracepointProgram(ProgramName(spec_.name, p.role), p.insns));
+    loaded.push_back(std::move(p));
+  }
+  programs_ = std::move(loaded);
+  return Status::Ok();
+}
+
+Status BpfMetric::Attach() {
+  if (attached()) return Status::Ok();
+  std::vector<ScopedFd> fds;
+  for (const Program& p : programs_) {
+    auto fd = AttachTracepoint(p.fd.get(), p.endpoint->tracepoint_id);
+    if (!fd.ok()) return fd.status().WithContext(spec_.name + " (" + p.endpoint->event + ")");
+    fds.push_back(std::move(*fd));
+  }
+  attach_fds_ = std::move(fds);
+  return Status::Ok();
+}
+
+void BpfMetric::Detach() { attach_fds_.clear(); }
+
+std::array<uint64_t, kStatCount> BpfMetric::Stats() const {
+  std::array<uint64_t, kStatCount> out{};
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
+  for (const Program& p : programs_) {
+    for (uint32_t slot = 0; slot < kStatCount; ++slot) {
+      if (bpf_map_lookup_elem(p.stats.get(), &slot, per_cpu.data()) != 0) continue;
+      for (uint64_t v : per_cpu) out[slot] += v;
+    }
+  }
+  return out;
+}
+
+std::vector<BpfMetric::ProgramReport> BpfMetric::Programs() const {
+  std::vector<ProgramReport> out;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
+  for (const Program& p : programs_) {
+    ProgramReport r;
+    r.role = p.role;
+    r.event = p.endpoint->event;
+    const uint32_t slot = kRuns;
+    if (bpf_map_lookup_elem(p.stats.get(), &slot, per_cpu.data()) == 0) {
+      for (uint64_t v : per_cpu) r.runs += v;
+    }
+    r.kernel = ReadProgramStats(p.fd.get());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string BpfMetric::Disassembly() const {
+  std::string out;
+  for (const Program& p : programs_) {
+    out += "program " + p.role + " (" + p.endpoint->event + "), " + std::to_string(p.insns.size()) +
+           " instructions:\n" + Disassemble(p.insns);
+  }
+  return out;
+}
+
+uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
+uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
+
+uint64_t BpfMetric::unmatched(Reason r) const {
+  const auto st = Stats();
+  switch (r) {
+    case kReplaced:
+      return st[bpf::kReplaced];
+    case kNoStart:
+      return st[bpf::kNoStart];
+    case kTableFull:
+      return st[bpf::kTableFull];
+    case kExpired: {
+      std::lock_guard<std::mutex> lock(mu_);
+      return st[bpf::kExpired] + expired_;
+    }
+    case kSeriesLimit:
+      return st[bpf::kDropped];
+    default:
+      return 0;
+  }
+}
+
+size_t BpfMetric::inflight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inflight_;
+}
+
+std::pair<uint64_t, uint64_t> BpfMetric::series_removed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {removed_idle_, removed_exited_};
+}
+
+void BpfMetric::ReadValues(std::vector<std::pair<std::string, std::vector<uint64_t>>>* out) const {
+  out->clear();
+  const size_t cpus = static_cast<size_t>(PossibleCpus());
+  std::vector<uint64_t> buf(cpus * value_slots_);
+  for (std::string& key : Keys(values_.get(), key_size_)) {
+    if (bpf_map_lookup_elem(values_.get(), key.data(), buf.data()) != 0) continue;  // deleted meanwhile
+    std::vector<uint64_t> sum(value_slots_, 0);
+    for (size_t c = 0; c < cpus; ++c) {
+      for (size_t i = 0; i < value_slots_; ++i) sum[i] += buf[c * value_slots_ + i];
+    }
+    out->emplace_back(std::move(key), std::move(sum));
+  }
+}
+
+std::string BpfMetric::LabelKey(std::string_view bpf_key) const {
+  if (!is_latency()) return ToLabelKey(key_, bpf_key);
+  const std::string_view start = bpf_key.substr(0, std::min<size_t>(start_key_.size, bpf_key.size()));
+  const std::string_view end = bpf_key.substr(start.size());
+  return ToLabelKey(start_key_, start) + ToLabelKey(key_, end);
+}
+
+LabelPairs BpfMetric::Render(std::string_view label_key) const {
+  if (!is_latency()) return spec_.end.labels.Render(label_key);
+  const LabelSet& start = spec_.starts.front().labels;
+  const size_t n = start.KeySize(label_key);
+  LabelPairs out = start.Render(label_key.substr(0, n));
+  LabelPairs end = spec_.end.labels.Render(label_key.substr(n));
+  out.insert(out.end(), end.begin(), end.end());
+  return out;
+}
+
+namespace {
+
+uint64_t Total(const std::vector<uint64_t>& v, bool counter) {
+  if (counter) return v[0];
+  uint64_t n = 0;
+  for (size_t i = 0; i + 1 < v.size(); ++i) n += v[i];  // the buckets, not the sum
+  return n;
+}
+
+}  // namespace
+
+MetricSnapshot BpfMetric::Snapshot() const {
+  const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
+  ReadValues(&values);
+  // Program keys whose labels render the same (e.g. bytes after a string's NUL) merge.
+  std::map<std::string, std::vector<uint64_t>> merged;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, v] : values) {
+      auto it = series_.find(key);
+      if (it != series_.end()) it->second.scraped = Total(v, counter);
+      auto& m = merged[LabelKey(key)];
+      if (m.empty()) m.assign(v.size(), 0);
+      for (size_t i = 0; i < v.size(); ++i) m[i] += v[i];
+    }
+  }
+  MetricSnapshot s;
+  s.name = spec_.name;
+  s.help = spec_.help;
+  s.kind = counter ? MetricKind::kCounter : MetricKind::kHistogram;
+  if (!counter) s.bucket_bounds = spec_.buckets->bounds();
+  const bool signed_sum = spec_.value && spec_.value->is_signed;
+  const double scale = is_latency() ? 1e-9 : spec_.scale;
+  for (auto& [key, v] : merged) {
+    SeriesSnapshot ss;
+    ss.labels = Render(key);
+    if (counter) {
+      ss.value = spec_.value ? static_cast<double>(v[0]) * scale : static_cast<double>(v[0]);
+    } else {
+      ss.bucket_counts.assign(v.begin(), v.end() - 1);
+      for (uint64_t c : ss.bucket_counts) ss.count += c;
+      const uint64_t raw = v.back();
+      ss.sum = (signed_sum ? static_cast<double>(static_cast<int64_t>(raw)) : static_cast<double>(raw)) * scale;
+    }
+    s.series.push_back(std::move(ss));
+  }
+  return s;
+}
+
+void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
+  const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
+  ReadValues(&values);
+  std::vector<std::pair<std::string, bool>> remove;  // (key, idle)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, SeriesState> next;
+    for (auto& [key, v] : values) {
+      SeriesState st;
+      auto it = series_.find(key);
+      if (it != series_.end()) st = it->second;
+      const uint64_t total = Total(v, counter);
+      if (it == series_.end() || total != st.total) {
+        st.total = total;
+        st.changed_ns = now_ns;
+      }
+      if (idle_ns != 0 && now_ns - st.changed_ns >= idle_ns) {
+        remove.emplace_back(key, true);
+        continue;
+      }
+      const std::string lk = LabelKey(key);
+      bool dead = false;
+      if (is_latency()) {
+        const LabelSet& start = spec_.starts.front().labels;
+        const size_t n = start.KeySize(lk);
+        dead = start.NamesExitedTask(lk.substr(0, n), exited) ||
+               spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
+      } else {
+        dead = spec_.end.labels.NamesExitedTask(lk, exited);
+      }
+      if (dead && st.scraped == total) {
+        remove.emplace_back(key, false);
+        continue;
+      }
+      next.emplace(key, st);
+    }
+    series_.swap(next);
+  }
+  uint64_t idle = 0, gone = 0;
+  for (const auto& [key, is_idle] : remove) {
+    if (bpf_map_delete_elem(values_.get(), key.data()) != 0) continue;
+    ++(is_idle ? idle : gone);
+  }
+  // Latency starts older than the timeout: expired (the end program also refuses them).
+  uint64_t expired = 0;
+  size_t inflight = 0;
+  if (is_latency()) {
+    const uint64_t now = MonotonicNs();  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
+    const uint32_t match_bytes = static_cast<uint32_t>(8 * spec_.end.match.size());
+    std::vector<char> value(8 + start_key_.MapKeySize());
+    for (std::string& key : Keys(starts_.get(), match_bytes)) {
+      if (bpf_map_lookup_elem(starts_.get(), key.data(), value.data()) != 0) continue;
+      uint64_t t = 0;
+      std::memcpy(&t, value.data(), sizeof(t));
+      if (now > t && now - t > spec_.timeout_ns) {
+        if (bpf_map_delete_elem(starts_.get(), key.data()) == 0) ++expired;
+        continue;
+      }
+      ++inflight;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  removed_idle_ += idle;
+  removed_exited_ += gone;
+  expired_ += expired;
+  if (is_latency()) inflight_ = inflight;
+}
+
+}  // namespace tpe::bpf

@@ -1,0 +1,145 @@
+// A metric of the bpf engine: counter, histogram or latency aggregated in the kernel by
+// generated tracepoint programs (programs.h) into BPF maps, read at scrape.
+//
+// Lifecycle: Create() builds the maps and loads (verifies) the programs without attaching them
+// — so a plan can be checked, and an unchanged metric kept across a reload keeps its maps and
+// counts; Attach() attaches each program once (loader.h); Detach() (or destruction) detaches.
+//
+// Exactness: every run of a program is counted in its stats map (tracepoint_exporter_bpf_
+// program_runs_total); runs the kernel skipped because another BPF program was running on that
+// CPU are the program's recursion_misses (bpf_prog_info); a label set that does not fit the map
+// is series_dropped_total; a negative counter value is a decode error; latency starts and ends
+// that pair with nothing are counted by reason in the kernel (replaced, no_start, table_full,
+// expired) and by the user-space sweep (expired). So runs == observed + filtered + counted
+// drops, and hits == runs + misses.
+//
+// Series lifetime as for the perf engine (Collector::Sweep): series unchanged for idle_ns, and
+// series of exited tasks once scraped, are deleted from the map; latency starts older than the
+// timeout are deleted and counted as expired.
+//
+// Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the reader thread;
+// Snapshot and the counters from any thread (map reads are syscalls; user-space state is
+// guarded by a mutex).
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bpf/loader.h"
+#include "bpf/programs.h"
+#include "collectors/buckets.h"
+#include "collectors/collector.h"
+#include "collectors/label_set.h"
+#include "common/scoped_fd.h"
+#include "filter/filter.h"
+
+namespace tpe::bpf {
+
+// One tracepoint side of a metric, as the plan describes it.
+struct BpfEndpoint {
+  std::string event;           // "system:name", for self-metrics and messages
+  uint64_t tracepoint_id = 0;  // perf_event_attr.config
+  std::optional<FilterExpr> filter;
+  LabelSet labels;              // counter/histogram: all labels; latency: this side's labels
+  std::vector<FieldRef> match;  // latency: the key fields
+};
+
+struct BpfMetricSpec {
+  enum class Kind { kCounter, kHistogram, kLatency } kind = Kind::kCounter;
+  std::string name, help;
+  // counter and histogram: starts is empty and `end` is the event.
+  std::vector<BpfEndpoint> starts;
+  BpfEndpoint end;
+  std::optional<FieldRef> value;  // counter (optional) and histogram: the field
+  double scale = 1;
+  std::optional<Buckets> buckets;  // histogram, latency
+  size_t max_series = 10000;
+  size_t max_inflight = 100000;  // latency
+  uint64_t timeout_ns = 10'000'000'000ULL;
+};
+
+class BpfMetric : public Collector {
+ public:
+  enum Reason { kReplaced, kNoStart, kTableFull, kExpired, kSeriesLimit, kReasonCount };  // as LatencyCollector
+
+  // Checks that every part can be expressed (Unimplemented with the reason otherwise), creates
+  // the maps and loads the programs (the verifier's errors are Internal with its log;
+  // PermissionDenied names CAP_BPF). Nothing is attached yet.
+  static StatusOr<std::unique_ptr<BpfMetric>> Create(BpfMetricSpec spec);
+  // The same checks without creating anything: OK or Unimplemented with the reason.
+  static Status CheckExpressible(const BpfMetricSpec& spec);
+  ~BpfMetric() override;
+
+  // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.
+  Status Attach();
+  void Detach();
+  bool attached() const { return !attach_fds_.empty(); }
+
+  const std::string& name() const override { return spec_.name; }
+  void OnSample(size_t, const Sample&, CommTable*) override {}  // no samples: the kernel aggregates
+  MetricSnapshot Snapshot() const override;
+  bool NeedsComm() const override { return false; }
+  bool NeedsOrdering() const override { return false; }
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
+  std::pair<uint64_t, uint64_t> series_removed() const override;
+  uint64_t series_dropped() const override;
+  uint64_t decode_errors() const override;
+
+  bool is_latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
+  uint64_t unmatched(Reason r) const;
+  size_t inflight() const;
+
+  // Per program ("event", or "start", "start1", ..., "end"): its tracepoint, runs counted by
+  // the program, and the kernel's stats.
+  struct ProgramReport {
+    std::string role, event;
+    uint64_t runs = 0;
+    ProgramStats kernel;
+  };
+  std::vector<ProgramReport> Programs() const;
+  // The generated instructions of each program, disassembled (for --print and tests).
+  std::string Disassembly() const;
+
+ private:
+  struct Program {
+    std::string role;
+    const BpfEndpoint* endpoint = nullptr;
+    std::vector<bpf_insn> insns;
+    ScopedFd fd;
+    ScopedFd stats;  // this program's stats map
+  };
+  explicit BpfMetric(BpfMetricSpec spec) : spec_(std::move(spec)) {}
+  // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.
+  Status Build(bool create);
+  // Sums the per-CPU stats slots of every program.
+  std::array<uint64_t, kStatCount> Stats() const;
+  // Every (key, value) of the values map; per-CPU values summed slot by slot.
+  void ReadValues(std::vector<std::pair<std::string, std::vector<uint64_t>>>* out) const;
+  std::string LabelKey(std::string_view bpf_key) const;
+  LabelPairs Render(std::string_view bpf_key) const;
+
+  BpfMetricSpec spec_;
+  KeyLayout key_;        // counter/histogram labels; latency: the end labels
+  KeyLayout start_key_;  // latency: the start labels
+  uint32_t key_size_ = 8, value_slots_ = 1;
+  bool per_cpu_ = true;
+  std::vector<uint64_t> thresholds_;
+  ScopedFd values_, zero_, starts_;
+  std::vector<Program> programs_;
+  std::vector<ScopedFd> attach_fds_;
+
+  mutable std::mutex mu_;  // guards the series state below
+  struct SeriesState {
+    uint64_t total = 0, changed_ns = 0, scraped = UINT64_MAX;
+  };
+  mutable std::map<std::string, SeriesState> series_;
+  uint64_t removed_idle_ = 0, removed_exited_ = 0, expired_ = 0;
+  size_t inflight_ = 0;
+};
+
+}  // namespace tpe::bpf

@@ -1,0 +1,527 @@
+#include "bpf/programs.h"
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "bpf/filter_compiler.h"
+
+namespace tpe::bpf {
+namespace {
+
+// Stack layout (offsets from R10; the stack is the 512 bytes below it).
+constexpr int16_t kIndexOff = -8;      // u32 array index for stats/zero lookups
+constexpr int16_t kValueOff = -16;     // u64 scratch value
+constexpr int16_t kScratchOff = -48;   // 32 bytes for the filter code (COMM)
+constexpr int16_t kMatchOff = -80;     // latency match key: up to 4 fields of 8 bytes
+constexpr int16_t kKeyOff = -80 - static_cast<int16_t>(kMaxKeyBytes);  // the series key
+constexpr int16_t kStartValOff = kKeyOff - 8;  // latency start value: u64 time, then labels at kKeyOff
+constexpr size_t kMaxMatchFields = 4;
+
+uint32_t Align8(uint32_t n) { return (n + 7) & ~7u; }
+
+// stats[slot] += 1. Clobbers R0-R5.
+void EmitStat(Assembler* a, const MapFds& maps, Stat slot) {
+  Label skip = a->NewLabel();
+  a->StoreImm(4, R10, kIndexOff, static_cast<int32_t>(slot));
+  a->LoadMapFd(R1, maps.stats);
+  a->MovReg(R2, R10);
+  a->Alu(BPF_ADD, R2, kIndexOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JEQ, R0, 0, skip);
+  a->Mov(R1, 1);
+  a->AtomicAdd64(R0, 0, R1);
+  a->Bind(skip);
+}
+
+// dst = the integer `f` (sign- or zero-extended to 64 bits). Clobbers R0-R5 for common_pid.
+void EmitLoadInt(Assembler* a, const FieldRef& f, Reg dst) {
+  if (f.current_tid) {
+    a->Call(BPF_FUNC_get_current_pid_tgid);
+    a->Alu(BPF_LSH, R0, 32);
+    a->Alu(BPF_ARSH, R0, 32);  // common_pid is a signed int
+    if (dst != R0) a->MovReg(dst, R0);
+    return;
+  }
+  a->LoadExtended(f.size, f.is_signed, dst, R6, static_cast<int16_t>(f.offset));
+}
+
+// Copies `bytes` from ctx + `src_off` to R10 + `dst_off` with constant-offset loads.
+void EmitCopyFromCtx(Assembler* a, uint32_t src_off, int16_t dst_off, uint32_t bytes) {
+  uint32_t done = 0;
+  while (done < bytes) {
+    uint32_t n = 8;  // the largest aligned load that fits: the verifier refuses misaligned ctx loads
+    while (n > bytes - done || (src_off + done) % n != 0) n /= 2;
+    a->Load(n, R1, R6, static_cast<int16_t>(src_off + done));
+    a->Store(n, R10, static_cast<int16_t>(dst_off + static_cast<int>(done)), R1);
+    done += n;
+  }
+}
+
+// Fills the label slots of `layout` at R10 + base (already zeroed). Clobbers R0-R5.
+void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
+  for (const KeySegment& s : layout.segments) {
+    const int16_t off = static_cast<int16_t>(base + static_cast<int>(s.key_offset));
+    switch (s.source) {
+      case LabelSource::kField:
+        switch (s.kind) {
+          case KeySegment::Kind::kInteger:
+            EmitLoadInt(a, s.field, R1);
+            a->Store(8, R10, off, R1);
+            break;
+          case KeySegment::Kind::kCharArray:
+          case KeySegment::Kind::kBytes:
+            EmitCopyFromCtx(a, s.field.offset, off, s.field.size);
+            break;
+          case KeySegment::Kind::kString:
+            // r3 = ctx + (loc & 0xffff): the string the __data_loc word points at.
+            a->Load(4, R3, R6, static_cast<int16_t>(s.field.offset));
+            a->Alu(BPF_AND, R3, 0xffff);
+            a->AluReg(BPF_ADD, R3, R6);
+            a->MovReg(R1, R10);
+            a->Alu(BPF_ADD, R1, off);
+            a->Mov(R2, static_cast<int32_t>(s.key_size));
+            a->Call(BPF_FUNC_probe_read_kernel_str);
+            break;
+        }
+        break;
+      case LabelSource::kComm:
+        a->MovReg(R1, R10);
+        a->Alu(BPF_ADD, R1, off);
+        a->Mov(R2, 16);
+        a->Call(BPF_FUNC_get_current_comm);
+        break;
+      case LabelSource::kPid:
+        a->Call(BPF_FUNC_get_current_pid_tgid);
+        a->Alu(BPF_RSH, R0, 32);
+        a->Store(8, R10, off, R0);
+        break;
+      case LabelSource::kTid:
+        a->Call(BPF_FUNC_get_current_pid_tgid);
+        a->Alu(BPF_LSH, R0, 32);
+        a->Alu(BPF_RSH, R0, 32);
+        a->Store(8, R10, off, R0);
+        break;
+      case LabelSource::kCpu:
+        a->Call(BPF_FUNC_get_smp_processor_id);
+        a->Store(8, R10, off, R0);
+        break;
+      case LabelSource::kCgroup:
+        a->Call(BPF_FUNC_get_current_cgroup_id);
+        a->Store(8, R10, off, R0);
+        break;
+    }
+  }
+}
+
+// The prologue of every shape: R6 = ctx, count the run, apply the filter (to `filtered`).
+Status EmitPrologue(Assembler* a, const MapFds& maps, const FilterExpr* filter, Label filtered) {
+  a->MovReg(R6, R1);
+  EmitStat(a, maps, kRuns);
+  if (filter != nullptr) {
+    FilterCodeContext cx;
+    cx.ctx = R6;
+    cx.scratch_off = kScratchOff;
+    TPE_RETURN_IF_ERROR(CompileFilter(*filter, cx, a, filtered));
+  }
+  return Status::Ok();
+}
+
+void EmitReturn(Assembler* a) {
+  a->Mov(R0, 1);  // 1: other perf events on this tracepoint still get the hit
+  a->Exit();
+}
+
+// R2 = R10 + off.
+void StackPtr(Assembler* a, Reg r, int16_t off) {
+  a->MovReg(r, R10);
+  a->Alu(BPF_ADD, r, off);
+}
+
+// Compares R7 with `t` and jumps to `target` when R7 > t (signed or unsigned).
+void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target) {
+  const int64_t s = static_cast<int64_t>(t);
+  const bool fits = is_signed ? (s >= INT32_MIN && s <= INT32_MAX) : t <= static_cast<uint64_t>(INT32_MAX);
+  if (fits) {
+    a->Jump(is_signed ? BPF_JSGT : BPF_JGT, R7, static_cast<int32_t>(s), target);
+  } else {
+    a->LoadImm64(R1, t);
+    a->JumpReg(is_signed ? BPF_JSGT : BPF_JGT, R7, R1, target);
+  }
+}
+
+// Buckets [lo, hi] of R7 by binary search over `t`; each leaf adds 1 to bucket i of the value
+// at R8, then goes to `done`.
+void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, size_t lo, size_t hi,
+                    Label done) {
+  if (lo == hi) {
+    a->Mov(R1, 1);
+    a->AtomicAdd64(R8, static_cast<int16_t>(8 * lo), R1);
+    a->Goto(done);
+    return;
+  }
+  const size_t mid = (lo + hi) / 2;  // bucket mid holds values <= t[mid]
+  Label right = a->NewLabel();
+  EmitJumpAbove(a, t[mid], is_signed, right);
+  EmitBucketTree(a, t, is_signed, lo, mid, done);
+  a->Bind(right);
+  EmitBucketTree(a, t, is_signed, mid + 1, hi, done);
+}
+
+// R8 = the histogram value of the key at R10 + kKeyOff, created zeroed from the `zero` map when
+// new; a full map counts kDropped and goes to `out`.
+void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
+  Label have = a->NewLabel(), again = a->NewLabel(), full = a->NewLabel();
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->MovReg(R8, R0);
+  a->Jump(BPF_JNE, R8, 0, have);
+  a->StoreImm(4, R10, kIndexOff, 0);
+  a->LoadMapFd(R1, maps.zero);
+  StackPtr(a, R2, kIndexOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JEQ, R0, 0, out);
+  a->MovReg(R3, R0);
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  a->Mov(R4, BPF_NOEXIST);
+  a->Call(BPF_FUNC_map_update_elem);
+  a->Jump(BPF_JEQ, R0, 0, again);
+  a->Jump(BPF_JNE, R0, -EEXIST, full);  // else another task created it first
+  a->Bind(again);
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->MovReg(R8, R0);
+  a->Jump(BPF_JNE, R8, 0, have);
+  a->Bind(full);
+  EmitStat(a, maps, kDropped);
+  a->Goto(out);
+  a->Bind(have);
+}
+
+// Observes R7 into the histogram value at R8 (bucket by `t`, then the sum).
+void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed) {
+  Label sum = a->NewLabel();
+  EmitBucketTree(a, t, is_signed, 0, t.size(), sum);
+  a->Bind(sum);
+  a->AtomicAdd64(R8, static_cast<int16_t>(8 * (t.size() + 1)), R7);
+}
+
+void EmitMatchKey(Assembler* a, const std::vector<FieldRef>& match) {
+  a->ZeroStack(kMatchOff, 8 * kMaxMatchFields);
+  for (size_t i = 0; i < match.size(); ++i) {
+    EmitLoadInt(a, match[i], R1);
+    a->Store(8, R10, static_cast<int16_t>(kMatchOff + 8 * static_cast<int>(i)), R1);
+  }
+}
+
+Status CheckMatch(const std::vector<FieldRef>& match) {
+  if (match.empty() || match.size() > kMaxMatchFields) {
+    return Unimplemented("a latency key of " + std::to_string(match.size()) + " fields (the bpf engine takes 1 to " +
+                         std::to_string(kMaxMatchFields) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<FieldRef> IntegerField(const FieldFormat& f) {
+  FieldRef r;
+  r.name = f.name;
+  if (f.name == "common_pid") {
+    r.current_tid = true;
+    r.size = 4;
+    r.is_signed = true;
+    return r;
+  }
+  if (f.is_common || f.offset < 8) {
+    return Unimplemented("field \"" + f.name +
+                         "\": a BPF program's record has a pt_regs pointer in place of common_* fields (only "
+                         "common_pid is taken from the current task)");
+  }
+  if (!f.IsNumeric() || (f.size != 1 && f.size != 2 && f.size != 4 && f.size != 8)) {
+    return Unimplemented("field \"" + f.name + "\" is not a 1, 2, 4 or 8-byte integer");
+  }
+  if (f.offset % f.size != 0) {  // tp_prog_is_valid_access() refuses misaligned loads
+    return Unimplemented("field \"" + f.name + "\" is not aligned to its size (offset " + std::to_string(f.offset) +
+                         ")");
+  }
+  r.offset = f.offset;
+  r.size = f.size;
+  r.is_signed = f.is_signed;
+  return r;
+}
+
+StatusOr<KeyLayout> LayoutKey(const LabelSet& labels) {
+  KeyLayout out;
+  for (const LabelSpec& l : labels.labels()) {
+    KeySegment s;
+    s.source = l.source;
+    s.key_offset = out.size;
+    s.key_size = 8;
+    if (l.source == LabelSource::kComm) s.key_size = 16;
+    if (l.source == LabelSource::kField) {
+      const FieldFormat& f = l.extractor->field();
+      const std::string culprit = "label \"" + l.name + "\" (field " + f.name + ")";
+      if (f.IsNumeric()) {
+        auto ref = IntegerField(f);
+        if (!ref.ok()) return Unimplemented(culprit + ": " + ref.status().message());
+        s.kind = KeySegment::Kind::kInteger;
+        s.field = *ref;
+      } else {
+        if (f.is_common || f.offset < 8) return Unimplemented(culprit + ": a common_* field");
+        s.field.name = f.name;
+        s.field.offset = f.offset;
+        s.field.size = f.size;
+        if (f.kind == FieldKind::kDataLoc && f.IsString()) {
+          s.kind = KeySegment::Kind::kString;
+          s.key_size = kStringSlotBytes;
+        } else if (f.kind == FieldKind::kCharArray || f.kind == FieldKind::kArray || f.kind == FieldKind::kBytes) {
+          if (f.size == 0 || f.size > 64) {
+            return Unimplemented(culprit + ": " + std::to_string(f.size) + " bytes (the bpf engine keys at most 64)");
+          }
+          s.kind = f.kind == FieldKind::kCharArray ? KeySegment::Kind::kCharArray : KeySegment::Kind::kBytes;
+          s.key_size = Align8(f.size);
+        } else {
+          return Unimplemented(culprit + ": a " + FieldKindName(f.kind) + " field (" + f.type + ")");
+        }
+      }
+    }
+    out.size += s.key_size;
+    out.segments.push_back(s);
+  }
+  if (out.size > kMaxKeyBytes) {
+    return Unimplemented("labels of " + std::to_string(out.size) + " key bytes (the bpf engine takes at most " +
+                         std::to_string(kMaxKeyBytes) + ")");
+  }
+  return out;
+}
+
+std::string ToLabelKey(const KeyLayout& layout, std::string_view bpf_key) {
+  std::string out;
+  auto slot = [&](const KeySegment& s) {
+    if (s.key_offset >= bpf_key.size()) return std::string_view();
+    return bpf_key.substr(s.key_offset, s.key_size);
+  };
+  auto until_nul = [](std::string_view v, size_t max) {
+    v = v.substr(0, std::min(max, v.size()));
+    size_t n = v.find('\0');
+    return n == std::string_view::npos ? v : v.substr(0, n);
+  };
+  for (const KeySegment& s : layout.segments) {
+    std::string_view v = slot(s);
+    std::string bytes(v);
+    bytes.resize(s.key_size, '\0');
+    switch (s.source) {
+      case LabelSource::kField:
+        if (s.kind == KeySegment::Kind::kInteger) {
+          out.append(bytes.data(), 8);
+        } else if (s.kind == KeySegment::Kind::kBytes) {
+          out.append(bytes.data(), s.field.size);
+        } else {
+          std::string_view str = until_nul(bytes, s.kind == KeySegment::Kind::kString ? s.key_size : s.field.size);
+          const uint16_t n = static_cast<uint16_t>(str.size());
+          out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+          out.append(str);
+        }
+        break;
+      case LabelSource::kComm: {
+        std::string_view str = until_nul(bytes, 16);
+        out.push_back(static_cast<char>(str.size()));
+        out.append(str);
+        break;
+      }
+      case LabelSource::kPid:
+      case LabelSource::kTid:
+      case LabelSource::kCpu:
+        out.append(bytes.data(), 4);
+        break;
+      case LabelSource::kCgroup:
+        out.append(bytes.data(), 8);
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<uint64_t> Thresholds(const Buckets& buckets, double scale, bool is_signed) {
+  const size_t n = buckets.bounds().size();
+  std::vector<uint64_t> out(n);
+  // Index(raw × scale) is monotonic in raw: find the largest raw with index <= i.
+  auto index_of = [&](uint64_t raw) {
+    const double v = is_signed ? static_cast<double>(static_cast<int64_t>(raw)) : static_cast<double>(raw);
+    return buckets.Index(v * scale);
+  };
+  // Work in an order-preserving unsigned space: signed values shifted by 2^63.
+  const uint64_t bias = is_signed ? (uint64_t{1} << 63) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t lo = 0, hi = std::numeric_limits<uint64_t>::max();  // biased
+    if (index_of(lo ^ bias) > i) {
+      out[i] = lo ^ bias;  // nothing fits (cannot happen for scale > 0): an empty bucket
+      continue;
+    }
+    while (lo < hi) {  // invariant: index_of(lo) <= i
+      const uint64_t mid = lo + (hi - lo) / 2 + 1;
+      if (index_of(mid ^ bias) <= i) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    out[i] = lo ^ bias;
+  }
+  return out;
+}
+
+StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
+  Assembler a;
+  Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel();
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  if (s.value) {
+    EmitLoadInt(&a, *s.value, R7);
+    if (s.value->is_signed) {
+      Label ok = a.NewLabel();
+      a.Jump(BPF_JSGE, R7, 0, ok);
+      EmitStat(&a, maps, kDecodeErrors);
+      a.Goto(out);
+      a.Bind(ok);
+    }
+  } else {
+    a.Mov(R7, 1);
+  }
+  a.ZeroStack(kKeyOff, s.key.MapKeySize());
+  EmitKey(&a, s.key, kKeyOff);
+  a.LoadMapFd(R1, maps.values);
+  StackPtr(&a, R2, kKeyOff);
+  a.Call(BPF_FUNC_map_lookup_elem);
+  a.Jump(BPF_JEQ, R0, 0, create);
+  a.AtomicAdd64(R0, 0, R7);
+  a.Goto(out);
+  a.Bind(create);
+  a.Store(8, R10, kValueOff, R7);
+  a.LoadMapFd(R1, maps.values);
+  StackPtr(&a, R2, kKeyOff);
+  StackPtr(&a, R3, kValueOff);
+  a.Mov(R4, BPF_NOEXIST);
+  a.Call(BPF_FUNC_map_update_elem);
+  a.Jump(BPF_JEQ, R0, 0, out);
+  a.Jump(BPF_JNE, R0, -EEXIST, full);
+  a.LoadMapFd(R1, maps.values);  // another task on this CPU created it first
+  StackPtr(&a, R2, kKeyOff);
+  a.Call(BPF_FUNC_map_lookup_elem);
+  a.Jump(BPF_JEQ, R0, 0, full);
+  a.AtomicAdd64(R0, 0, R7);
+  a.Goto(out);
+  a.Bind(full);
+  EmitStat(&a, maps, kDropped);
+  a.Bind(out);
+  a.Bind(filtered);
+  EmitReturn(&a);
+  return a.Finish();
+}
+
+StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps) {
+  Assembler a;
+  Label filtered = a.NewLabel(), out = a.NewLabel();
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  a.ZeroStack(kKeyOff, s.key.MapKeySize());
+  EmitKey(&a, s.key, kKeyOff);
+  EmitFindHistogram(&a, maps, out);
+  EmitLoadInt(&a, s.value, R7);
+  EmitObserve(&a, s.thresholds, s.value.is_signed);
+  a.Bind(out);
+  a.Bind(filtered);
+  EmitReturn(&a);
+  return a.Finish();
+}
+
+StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps) {
+  TPE_RETURN_IF_ERROR(CheckMatch(s.match));
+  Assembler a;
+  Label filtered = a.NewLabel(), out = a.NewLabel(), fresh = a.NewLabel(), full = a.NewLabel();
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  EmitMatchKey(&a, s.match);
+  a.ZeroStack(kKeyOff, s.labels.MapKeySize());
+  EmitKey(&a, s.labels, kKeyOff);
+  a.Call(BPF_FUNC_ktime_get_ns);
+  a.Store(8, R10, kStartValOff, R0);
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_lookup_elem);
+  a.Jump(BPF_JEQ, R0, 0, fresh);
+  // A start for this key is pending: it is replaced (the new start wins, as in the perf engine).
+  a.MovReg(R8, R0);
+  const uint32_t value_bytes = 8 + s.labels.MapKeySize();
+  for (uint32_t i = 0; i < value_bytes; i += 8) {
+    a.Load(8, R1, R10, static_cast<int16_t>(kStartValOff + static_cast<int>(i)));
+    a.Store(8, R8, static_cast<int16_t>(i), R1);
+  }
+  EmitStat(&a, maps, kReplaced);
+  a.Goto(out);
+  a.Bind(fresh);
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  StackPtr(&a, R3, kStartValOff);
+  a.Mov(R4, BPF_ANY);
+  a.Call(BPF_FUNC_map_update_elem);
+  a.Jump(BPF_JEQ, R0, 0, out);
+  a.Bind(full);
+  EmitStat(&a, maps, kTableFull);
+  a.Bind(out);
+  a.Bind(filtered);
+  EmitReturn(&a);
+  return a.Finish();
+}
+
+StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps) {
+  TPE_RETURN_IF_ERROR(CheckMatch(s.match));
+  if (s.start_label_bytes + s.labels.size > kMaxKeyBytes) {
+    return Unimplemented("labels of " + std::to_string(s.start_label_bytes + s.labels.size) +
+                         " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
+  }
+  Assembler a;
+  Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  a.Call(BPF_FUNC_ktime_get_ns);
+  a.MovReg(R9, R0);
+  EmitMatchKey(&a, s.match);
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_lookup_elem);
+  a.Jump(BPF_JNE, R0, 0, found);
+  EmitStat(&a, maps, kNoStart);
+  a.Goto(out);
+  a.Bind(found);
+  a.Load(8, R1, R0, 0);
+  a.MovReg(R7, R9);
+  a.AluReg(BPF_SUB, R7, R1);  // now - start: ns
+  a.Jump(BPF_JSGE, R7, 0, forward);
+  a.Mov(R7, 0);  // a start stamped on another CPU a hair later than this end
+  a.Bind(forward);
+  const uint32_t key_bytes = std::max<uint32_t>(8, s.start_label_bytes + s.labels.size);
+  a.ZeroStack(kKeyOff, Align8(key_bytes));
+  for (uint32_t i = 0; i < s.start_label_bytes; i += 8) {  // the start labels, kept beside the time
+    a.Load(8, R1, R0, static_cast<int16_t>(8 + i));
+    a.Store(8, R10, static_cast<int16_t>(kKeyOff + static_cast<int>(i)), R1);
+  }
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_delete_elem);
+  Label in_time = a.NewLabel();
+  a.LoadImm64(R1, s.timeout_ns);
+  a.JumpReg(BPF_JLE, R7, R1, in_time);
+  EmitStat(&a, maps, kExpired);
+  a.Goto(out);
+  a.Bind(in_time);
+  EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
+  EmitFindHistogram(&a, maps, out);
+  EmitObserve(&a, s.thresholds, false);
+  a.Bind(out);
+  a.Bind(filtered);
+  EmitReturn(&a);
+  return a.Finish();
+}
+
+}  // namespace tpe::bpf

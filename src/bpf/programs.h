@@ -1,0 +1,145 @@
+// The bpf engine's program shapes, generated at run time from the plan's field-offset tables:
+// no compiler and no BTF. Each is a BPF_PROG_TYPE_TRACEPOINT program whose context (R1) is the
+// tracepoint record the event's tracefs `format` file describes, so every field is a load at a
+// constant offset. Sources: Documentation/bpf/standardization/instruction-set.rst,
+// include/uapi/linux/bpf.h (helpers), kernel/events/core.c perf_trace_run_bpf_submit() (the
+// program runs before the perf event's filter and sample output, on every CPU's hits).
+//
+// Shapes (all count their runs in stats slot kRuns first, then apply the filter):
+//   counter     key → per-CPU hash of u64: += 1, or += a field's value (a negative signed value
+//               is a decode error, never subtracted)
+//   histogram   key → per-CPU hash of u64[n + 2]: n + 1 bucket counts (the last is +Inf), then
+//               the integer sum of the raw field values; the bucket is chosen in the program by
+//               an unrolled binary search over integer thresholds (Thresholds below)
+//   latency     start: match key → hash of {u64 start ns (bpf_ktime_get_ns), start labels};
+//               end: look the match key up, delete it, observe now - start (ns) into a
+//               histogram map keyed by start labels ++ end labels
+// All counts are added with atomic instructions: a tracepoint program may be preempted (faultable
+// syscall tracepoints run under migrate_disable only), and a plain read-modify-write could lose
+// an add to another task on the same CPU.
+//
+// The record's first 8 bytes (common_type, common_flags, common_preempt_count, common_pid) are
+// overwritten with a pt_regs pointer before the program runs (perf_trace_run_bpf_submit), so
+// common_pid is taken from bpf_get_current_pid_tgid() and the other common_* fields cannot be
+// used (Unimplemented).
+//
+// Pure: emits instructions, loads nothing (loader.h does). Thread-safety: values.
+#pragma once
+
+#include <linux/bpf.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bpf/assembler.h"
+#include "collectors/buckets.h"
+#include "collectors/label_set.h"
+#include "common/status.h"
+#include "filter/filter.h"
+#include "format/event_format.h"
+
+namespace tpe::bpf {
+
+// Slots of every program's stats map (a per-CPU array of u64).
+enum Stat : uint32_t {
+  kRuns,          // the program ran (before its filter)
+  kDropped,       // a new label set did not fit the map (max_series): series_dropped_total
+  kDecodeErrors,  // a counter's value field was negative
+  kReplaced,      // latency start: a second start for a key before its end
+  kNoStart,       // latency end: no start for the key
+  kTableFull,     // latency start: the start map was full (max_inflight)
+  kExpired,       // latency end: its start was older than timeout_seconds (not observed)
+  kStatCount,
+};
+
+// The largest key (bytes) a program builds on its 512-byte stack.
+inline constexpr uint32_t kMaxKeyBytes = 256;
+// __data_loc strings are keyed up to this many bytes (including the NUL the kernel's
+// bpf_probe_read_kernel_str writes): longer strings are cut at 127 bytes.
+inline constexpr uint32_t kStringSlotBytes = 128;
+
+// An integer read from the record (or common_pid from the current task).
+struct FieldRef {
+  std::string name;
+  uint32_t offset = 0;
+  uint32_t size = 8;  // 1, 2, 4 or 8
+  bool is_signed = false;
+  bool current_tid = false;  // common_pid: bpf_get_current_pid_tgid() & 0xffffffff
+};
+// Errors: Unimplemented for common_* fields other than common_pid and for non-integer fields.
+StatusOr<FieldRef> IntegerField(const FieldFormat& f);
+
+// Where each label's value lives in the program's key: one 8-byte-aligned slot per label.
+struct KeySegment {
+  LabelSource source = LabelSource::kField;
+  enum class Kind : uint8_t { kInteger, kCharArray, kString, kBytes } kind = Kind::kInteger;
+  FieldRef field;         // kInteger: the integer; others: offset/size of the record field
+  uint32_t key_offset = 0;
+  uint32_t key_size = 0;  // bytes of the slot (multiple of 8)
+};
+struct KeyLayout {
+  std::vector<KeySegment> segments;
+  uint32_t size = 0;  // bytes; 0 for no labels (the map then has one entry under an 8-byte zero key)
+  uint32_t MapKeySize() const { return size == 0 ? 8 : size; }
+};
+// The layout of `labels`' values. Errors: Unimplemented naming the label when the program
+// cannot build it (a common_* field other than common_pid, a __rel_loc field, a field wider
+// than 64 bytes) or the key exceeds kMaxKeyBytes.
+StatusOr<KeyLayout> LayoutKey(const LabelSet& labels);
+// Converts a program's key to the key LabelSet::BuildKey makes for the same values, so the
+// perf engine's renderers (LabelSet::Render) apply unchanged: strings cut at their NUL, comm as
+// u8 length + bytes, pid/tid/cpu as u32.
+std::string ToLabelKey(const KeyLayout& layout, std::string_view bpf_key);
+
+// The integer thresholds of `buckets` for a value v = raw × scale read as the perf engine reads
+// it (signed: int64; unsigned: uint64): bucket i < n holds raw values with
+// t[i-1] < raw <= t[i] (signed or unsigned compare), the +Inf bucket those above t[n-1]. Computed
+// with Buckets::Index itself, so both engines place every value in the same bucket.
+std::vector<uint64_t> Thresholds(const Buckets& buckets, double scale, bool is_signed);
+
+struct MapFds {
+  int stats = -1;   // per-CPU array, kStatCount u64
+  int values = -1;  // counter/histogram/latency-end: the (per-CPU) hash of series
+  int zero = -1;    // histogram/latency-end: a 1-entry array of a zeroed value (new series)
+  int starts = -1;  // latency: the hash of in-flight starts
+};
+
+struct CounterShape {
+  const FilterExpr* filter = nullptr;  // null: none
+  KeyLayout key;
+  std::optional<FieldRef> value;  // add this field's value instead of 1
+};
+struct HistogramShape {
+  const FilterExpr* filter = nullptr;
+  KeyLayout key;
+  FieldRef value;
+  std::vector<uint64_t> thresholds;  // Thresholds(); n = size()
+};
+struct LatencyStartShape {
+  const FilterExpr* filter = nullptr;
+  std::vector<FieldRef> match;  // the match key's fields, 8 bytes each
+  KeyLayout labels;             // start labels, stored beside the start time
+};
+struct LatencyEndShape {
+  const FilterExpr* filter = nullptr;
+  std::vector<FieldRef> match;
+  uint32_t start_label_bytes = 0;  // the start labels' layout size: the key's first bytes
+  KeyLayout labels;                // end labels, after them in the key
+  std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
+  uint64_t timeout_ns = 0;           // older starts are expired, not observed
+};
+
+// Each returns the program, or Unimplemented (the filter or a field cannot be compiled; the
+// message says which) or Internal.
+StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps);
+StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps);
+StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps);
+StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps);
+
+// Bytes of a histogram map value with `thresholds` (n + 1 buckets and the sum, u64 each).
+inline uint32_t HistogramValueBytes(size_t thresholds) { return static_cast<uint32_t>((thresholds + 2) * 8); }
+
+}  // namespace tpe::bpf

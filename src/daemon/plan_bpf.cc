@@ -1,0 +1,137 @@
+// Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
+// buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
+#include <optional>
+
+#include "bpf/bpf_metric.h"
+#include "bpf/filter_compiler.h"
+#include "daemon/plan_internal.h"
+#include "filter/filter.h"
+
+namespace tpe::plan_internal {
+StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             std::string* why) {
+  using bpf::BpfEndpoint;
+  using bpf::BpfMetricSpec;
+  const bool forced = m.engine == "bpf";
+  const std::string where = cfg.path + ": " + m.json_path + ".engine";
+  if (m.engine == "perf") {
+    *why = "\"engine\": \"perf\" in the config";
+    return false;
+  }
+  if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
+    *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
+    return false;
+  }
+  if (!bpf.available) {
+    if (forced) return PermissionDenied(where + ": \"bpf\" for " + m.name + ": " + bpf.reason);
+    *why = "the bpf engine is not available: " + bpf.reason;
+    return false;
+  }
+  // Unimplemented: a feature the program generator lacks. Other errors are the config's: the
+  // perf planning that follows reports them (in the same words as without the bpf engine).
+  auto not_bpf = [&](const Status& st) -> StatusOr<bool> {
+    if (st.code() == StatusCode::kUnimplemented && forced) {
+      return InvalidArgument(where + ": \"bpf\" cannot run " + m.name + ": " + st.message() +
+                             "; use \"auto\" (falls back to the perf engine) or \"perf\"");
+    }
+    *why = st.code() == StatusCode::kUnimplemented ? "the bpf engine cannot express it: " + st.message()
+                                                   : st.message();
+    return false;
+  };
+
+  BpfMetricSpec spec;
+  spec.name = m.name;
+  spec.help = m.help;
+  spec.max_series = cfg.settings.max_series_per_metric;
+  spec.max_inflight = m.max_inflight;
+  spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
+  spec.scale = m.value.scale;
+  // One side: its event (format), filter (parsed and compilable), labels and key fields.
+  auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
+                  const std::string& json_path, const std::string& from, BpfEndpoint* out,
+                  std::unique_ptr<EventPlan>* ep_out) -> Status {
+    TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
+                         LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
+    out->event = ep->event.ToString();
+    out->tracepoint_id = ep->tracepoint_id;
+    if (!filter.empty()) {
+      auto expr = ParseFilter(filter, ep->format);
+      if (!expr.ok()) {
+        return Unimplemented("filter \"" + filter + "\" on " + out->event + ": " + expr.status().message());
+      }
+      TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
+      out->filter = std::move(*expr);
+    }
+    TPE_ASSIGN_OR_RETURN(out->labels, BuildLabels(cfg, m.labels, from, ep.get(), plan));
+    for (size_t i = 0; i < key.size(); ++i) {
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f,
+                           GetField(cfg, *ep, key[i], json_path + ".key[" + std::to_string(i) + "]"));
+      TPE_ASSIGN_OR_RETURN(bpf::FieldRef ref, bpf::IntegerField(*f));
+      out->match.push_back(ref);
+    }
+    *ep_out = std::move(ep);
+    return Status::Ok();
+  };
+
+  std::unique_ptr<EventPlan> end_ep;
+  if (m.type == "latency") {
+    spec.kind = BpfMetricSpec::Kind::kLatency;
+    for (const auto& sc : m.starts) {
+      BpfEndpoint s;
+      std::unique_ptr<EventPlan> ep;
+      if (Status st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep); !st.ok()) return not_bpf(st);
+      spec.starts.push_back(std::move(s));
+    }
+    if (Status st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, "end", &spec.end, &end_ep); !st.ok()) {
+      return not_bpf(st);
+    }
+    for (const auto& s : spec.starts) {
+      for (size_t i = 0; i < s.match.size() && i < spec.end.match.size(); ++i) {
+        if (s.match.size() != spec.end.match.size() || s.match[i].size != spec.end.match[i].size) {
+          return not_bpf(InvalidArgument("latency key fields differ"));  // the perf planning says how
+        }
+      }
+    }
+  } else {
+    spec.kind = m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram : BpfMetricSpec::Kind::kCounter;
+    if (Status st = side(m.event, m.filter, {}, m.json_path, "", &spec.end, &end_ep); !st.ok()) return not_bpf(st);
+    if (!m.value.field.empty()) {
+      auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
+      if (!f.ok()) return not_bpf(f.status());
+      if (!(*f)->IsNumeric() || (m.type == "counter" && (*f)->kind != FieldKind::kInteger)) {
+        return not_bpf(InvalidArgument("value field"));  // the perf planning says why
+      }
+      auto ref = bpf::IntegerField(**f);
+      if (!ref.ok()) return not_bpf(ref.status().WithContext("value"));
+      spec.value = *ref;
+    }
+  }
+  if (m.type != "counter") {
+    auto b = BuildBuckets(cfg, m.buckets);
+    if (!b.ok()) return not_bpf(b.status());
+    spec.buckets = std::move(*b);
+  }
+  if (Status st = bpf::BpfMetric::CheckExpressible(spec); !st.ok()) return not_bpf(st);
+  auto metric = bpf::BpfMetric::Create(std::move(spec));
+  if (!metric.ok()) {
+    const Status& st = metric.status();
+    if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
+    if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);
+    // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
+    const std::string first_line = st.message().substr(0, st.message().find('\n'));
+    plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " runs on the perf engine: " +
+                             st.message());
+    *why = "loading its BPF programs failed: " + first_line;
+    return false;
+  }
+  plan->collectors.push_back(std::move(*metric));
+  plan->identities.push_back(m.canonical);
+  plan->counting_events.push_back(nullptr);
+  plan->engines.push_back("bpf");
+  plan->engine_reasons.push_back(forced ? "\"engine\": \"bpf\" in the config"
+                                        : "in-kernel aggregation: exact at any event rate, no samples");
+  return true;
+}
+
+}  // namespace tpe::plan_internal

@@ -1,0 +1,37 @@
+// Planning steps shared by plan.cc (the perf engine) and plan_bpf.cc (the bpf engine). Errors
+// name the config file and JSON path. Not a public interface.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bpf/loader.h"
+#include "daemon/plan.h"
+
+namespace tpe::plan_internal {
+
+// The event's id, format and symbol tables (and, with `check_filters`, its filter checked in a
+// private tracefs instance) as an EventPlan that is in no plan yet.
+StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::string& event, const std::string& filter,
+                                               bool sampled, const std::string& json_path, const Tracefs& tracefs,
+                                               const KernelEnums& enums, bool check_filters);
+// The field `field` of `ep`, or NotFound listing its fields.
+StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, const std::string& field,
+                                      const std::string& json_path);
+// The labels with `from` == from ("" = all) compiled against `sampled_ep`'s format; a cgroup
+// label sets sampled_ep->cgroup and creates plan->cgroups.
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
+                               EventPlan* sampled_ep, Plan* plan);
+StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b);
+
+// Plans `m` on the bpf engine when its "engine" and `bpf` allow it. Returns true when it did
+// (the collector, identity and engine are appended to `plan`), false when the metric should go
+// to the perf engine (plan->engines' reason is then set by the caller from *why). Errors: a
+// metric with "engine": "bpf" that cannot run on it (PermissionDenied naming CAP_BPF, or
+// InvalidArgument with what cannot be expressed), and the verifier's rejection.
+StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             std::string* why);
+
+}  // namespace tpe::plan_internal
