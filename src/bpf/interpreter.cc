@@ -436,8 +436,16 @@ StatusOr<uint64_t> Machine::Exec(const std::vector<bpf_insn>& insns) {
       case BPF_LDX: {
         if (BPF_MODE(in.code) != BPF_MEM) return Fail("unsupported BPF_LDX mode");
         const uint32_t size = SizeBytes(in.code);
+        const uint64_t addr = src + static_cast<uint64_t>(static_cast<int64_t>(in.off));
+        if (addr >> kTagShift == kCtxTag) {
+          // tp_prog_is_valid_access: the first 8 bytes hold a pt_regs pointer; aligned reads only.
+          const uint64_t off = addr & kOffsetMask;
+          if (off < 8) return Fail("ctx read at offset " + std::to_string(off) + " (below 8: the pt_regs pointer)");
+          if (off % size != 0)
+            return Fail("misaligned ctx read of " + std::to_string(size) + " bytes at offset " + std::to_string(off));
+        }
         uint8_t* p = nullptr;
-        TPE_RETURN_IF_ERROR(Access(src + static_cast<uint64_t>(static_cast<int64_t>(in.off)), size, false, &p));
+        TPE_RETURN_IF_ERROR(Access(addr, size, false, &p));
         dst = LoadLE(p, size);
         break;
       }

@@ -17,9 +17,11 @@
 //
 // Pointers are plain u64 values with a region tag in the top 16 bits (ctx, stack, map handle,
 // map value) and an offset below, so they survive being stored to and loaded from memory.
-// Every access is bounds-checked against its region; ctx is read-only (as the verifier
-// enforces for tracepoint programs). Unlike the kernel, R1-R5 are set to a poison value after
-// each helper call, so code that relies on them surviving a call is caught.
+// Every access is bounds-checked against its region. Direct ctx loads follow the verifier's
+// rules for tracepoint programs (kernel/trace/bpf_trace.c tp_prog_is_valid_access): read-only,
+// aligned (offset % size == 0), and not below offset 8, where perf_trace_run_bpf_submit
+// (kernel/events/core.c) stores a pt_regs pointer over common_type/flags/preempt_count/pid. Unlike the kernel, R1-R5
+// are set to a poison value after each helper call, so code that relies on them surviving a call is caught.
 //
 // Thread-safety: an Interpreter is not thread-safe; distinct instances are independent.
 #pragma once

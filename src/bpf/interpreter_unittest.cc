@@ -82,16 +82,17 @@ TEST(InterpreterTest, CtxStackAndPointersInMemory) {
   a.MovReg(R6, R1);
   a.Store(8, R10, -8, R6);  // spill the ctx pointer
   a.Load(8, R2, R10, -8);   // and fill it back
-  a.Load(4, R0, R2, 4);
+  a.Load(4, R0, R2, 12);
   a.Exit();
-  std::string rec = {1, 0, 0, 0, 0x78, 0x56, 0x34, 0x12};
+  std::string rec = {1, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 0x78, 0x56, 0x34, 0x12};
   EXPECT_EQ(RunOk(&in, a, rec), 0x12345678u);
 
-  Assembler bad;
-  bad.Load(4, R0, R1, 6);  // past the end of an 8-byte record
-  bad.Exit();
-  auto r = in.Run(Build(bad), rec, {});
-  EXPECT_FALSE(r.ok());
+  for (int16_t off : {14, 4, 13}) {  // past the end, the pt_regs slot, misaligned
+    Assembler bad;
+    bad.Load(4, R0, R1, off);
+    bad.Exit();
+    EXPECT_FALSE(in.Run(Build(bad), rec, {}).ok()) << off;
+  }
   Assembler write_ctx;
   write_ctx.StoreImm(4, R1, 0, 1);
   write_ctx.Exit();
