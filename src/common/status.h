@@ -23,6 +23,7 @@ enum class StatusCode {
   kPermissionDenied,  // missing privilege (CAP_PERFMON, tracefs access, ...)
   kUnavailable,       // resource busy or temporarily absent (port in use, ...)
   kInternal,          // a syscall failed in a way that is not the caller's fault
+  kUnimplemented,     // valid input this code cannot handle (yet), e.g. a filter BPF cannot express
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -56,6 +57,7 @@ inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move
 inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 
 // Builds a Status from errno after a failed syscall: EPERM/EACCES map to kPermissionDenied,
 // ENOENT to kNotFound, EBUSY/EADDRINUSE to kUnavailable, EINVAL to kInvalidArgument.
