@@ -432,7 +432,8 @@ class Compiler {
       case FilterFieldKind::kRelLocString:
         return Unsupported(p, std::string(FilterFieldKindName(f.kind)) +
                                   " fields are not supported yet: the string sits at an offset read from the record, "
-                                  "and the verifier refuses variable-offset ctx reads");
+                                  "and the verifier refuses variable-offset ctx loads (it would take "
+                                  "bpf_probe_read_kernel_str from ctx + offset)");
       case FilterFieldKind::kStringPointer:
         return Unsupported(p, "char * fields are not supported: the string lives outside the record (" +
                                   std::string(f.user_string ? "user" : "kernel") + " memory)");

@@ -12,7 +12,9 @@
 //     cannot be compiled; other fields are aligned loads at constant offsets from ctx (a
 //     misaligned integer field is assembled from byte loads).
 //   * System call tracepoints (perf_call_bpf_enter/exit, kernel/trace/trace_syscalls.c) pass
-//     { regs, syscall_nr (unsigned long), args[6] / ret }: the same offsets as the format file.
+//     their own struct { struct trace_entry ent (regs pointer on top); syscall_nr; args[6] or
+//     ret } __aligned(8): the offsets of the format file (syscall_nr is an int in recent
+//     kernels, an unsigned long before; its low 4 bytes sit at offset 8 either way).
 //   * CPU/cpu/common_cpu is bpf_get_smp_processor_id(); COMM/comm is bpf_get_current_comm()
 //     into 16 bytes of scratch stack (strscpy_pad: NUL-padded, like the task's comm array).
 //

@@ -321,6 +321,11 @@ TEST_F(FilterCompilerTest, UnimplementedReasons) {
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << c.filter;
     EXPECT_NE(s.message().find(c.reason), std::string::npos) << s.message();
   }
+  EventFormat rel = LoadFormat(testing::DataDir() + "/synthetic/events/sample/foo_rel/format");
+  Status rs = Check(rel, "ok == 1 && msg ~ \"x*\"");
+  EXPECT_EQ(rs.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(rs.message().find("__rel_loc"), std::string::npos) << rs.message();
+  EXPECT_TRUE(Check(rel, "ok == 1").ok());
   // The message names the predicate as FilterToString prints it, and its column.
   Status s = Check(sched_switch_, "prev_pid == 1 && prev_comm ~ 'k*r'");
   EXPECT_EQ(s.message().rfind("prev_comm ~ \"k*r\" at column 18: glob", 0), 0u) << s.message();

@@ -74,6 +74,15 @@ TEST(InterpreterTest, Jmp32ComparesLowHalf) {
   EXPECT_EQ(*in.Run(p, "", {}), 1u);
   p[3] = Raw(BPF_JMP | BPF_JSLT | BPF_K, 1, 0, 1, 0);  // 64-bit: positive
   EXPECT_EQ(*in.Run(p, "", {}), 0u);
+  // X forms: w1 == w2 although r1 != r2.
+  std::vector<bpf_insn> x = {
+      Raw(BPF_LD | BPF_DW | BPF_IMM, 1, 0, 0, 7),   Raw(0, 0, 0, 0, 1),  // r1 = 0x1_00000007
+      Raw(BPF_ALU64 | BPF_MOV | BPF_K, 2, 0, 0, 7), Raw(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0),
+      Raw(BPF_JMP32 | BPF_JEQ | BPF_X, 1, 2, 1, 0), Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+      Raw(BPF_JMP | BPF_JEQ | BPF_X, 1, 2, 1, 0),   Raw(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 1),
+      Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+  };
+  EXPECT_EQ(*in.Run(x, "", {}), 1u);
 }
 
 TEST(InterpreterTest, CtxStackAndPointersInMemory) {
@@ -117,6 +126,11 @@ TEST(InterpreterTest, ErrorsOnLoopsJumpsAndUnknowns) {
   p = {Raw(BPF_JMP | BPF_CALL, 0, 0, 0, 9999), Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};
   EXPECT_FALSE(in.Run(p, "", {}).ok());
   p = {Raw(BPF_ALU64 | BPF_END, 0, 0, 0, 16), Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};
+  EXPECT_FALSE(in.Run(p, "", {}).ok());
+  p = {Raw(BPF_LD | BPF_DW | BPF_IMM, 1, BPF_PSEUDO_MAP_FD, 0, 42), Raw(0, 0, 0, 0, 0),
+       Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};  // no map 42
+  EXPECT_FALSE(in.Run(p, "", {}).ok());
+  p = {Raw(BPF_ALU64 | BPF_MOV | BPF_K, 10, 0, 0, 0), Raw(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)};  // R10 is read-only
   EXPECT_FALSE(in.Run(p, "", {}).ok());
   p = {Raw(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0)};  // falls off the end
   EXPECT_FALSE(in.Run(p, "", {}).ok());
