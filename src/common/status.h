@@ -23,7 +23,7 @@ enum class StatusCode {
   kPermissionDenied,  // missing privilege (CAP_PERFMON, tracefs access, ...)
   kUnavailable,       // resource busy or temporarily absent (port in use, ...)
   kInternal,          // a syscall failed in a way that is not the caller's fault
-  kUnimplemented,     // valid, but this path cannot do it (e.g. a filter the bpf engine cannot compile)
+  kUnimplemented,     // valid input this code cannot handle (yet), e.g. a filter BPF cannot express
 };
 
 const char* StatusCodeName(StatusCode code);

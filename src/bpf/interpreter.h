@@ -1,0 +1,78 @@
+// A small BPF interpreter for the instruction subset our generators emit, so that the decisions
+// of generated programs can be unit-tested without root (and without a kernel).
+//
+// Follows the kernel's interpreter (kernel/bpf/core.c ___bpf_prog_run) for instruction semantics
+// (32-bit ALU results zero-extended, division by zero gives 0, modulo by zero keeps dst, shift
+// counts masked) and kernel/bpf/helpers.c, kernel/trace/bpf_trace.c for the helpers:
+//   map_lookup_elem, map_update_elem (BPF_ANY/BPF_NOEXIST/BPF_EXIST; -EEXIST, -ENOENT, -E2BIG
+//   like htab_map_update_elem / array_map_update_elem), map_delete_elem (-ENOENT; -EINVAL on
+//   arrays), get_current_pid_tgid (tgid << 32 | tid), get_current_comm (strscpy_pad),
+//   get_smp_processor_id, ktime_get_ns, get_current_cgroup_id, probe_read_kernel (dst zeroed
+//   and -EFAULT on a bad src) and probe_read_kernel_str (bytes copied including the NUL).
+//
+// Supported: ALU64 and ALU K/X (add sub mul div mod or and xor lsh rsh arsh neg mov), LD_IMM64
+// (plain and BPF_PSEUDO_MAP_FD), LDX/ST/STX MEM of 1/2/4/8 bytes, STX ATOMIC BPF_ADD (with or
+// without BPF_FETCH, 32 and 64 bits), JMP and JMP32 conditional jumps K/X, JA, CALL, EXIT.
+// Not supported (an error): BPF_END, signed div/mod and movsx, bpf-to-bpf calls, tail calls.
+//
+// Pointers are plain u64 values with a region tag in the top 16 bits (ctx, stack, map handle,
+// map value) and an offset below, so they survive being stored to and loaded from memory.
+// Every access is bounds-checked against its region. Direct ctx loads follow the verifier's
+// rules for tracepoint programs (kernel/trace/bpf_trace.c tp_prog_is_valid_access): read-only,
+// aligned (offset % size == 0), and not below offset 8, where perf_trace_run_bpf_submit
+// (kernel/events/core.c) stores a pt_regs pointer over common_type/flags/preempt_count/pid. Unlike the kernel, R1-R5
+// are set to a poison value after each helper call, so code that relies on them surviving a call is caught.
+//
+// Thread-safety: an Interpreter is not thread-safe; distinct instances are independent.
+#pragma once
+
+#include <linux/bpf.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tpe::bpf {
+
+// The task and CPU the program runs "on": what the helpers report.
+struct FakeTask {
+  uint32_t pid = 0, tid = 0;  // tgid and thread id
+  uint32_t cpu = 0;
+  std::string comm;  // the task name; bytes past 15 and after a NUL are ignored (TASK_COMM_LEN)
+  uint64_t cgroup_id = 0;
+  uint64_t ktime_ns = 0;
+};
+
+// Maps the program refers to by fd (BPF_PSEUDO_MAP_FD). Hash maps and (per-CPU) arrays are
+// emulated as one CPU.
+struct FakeMap {
+  uint32_t type = BPF_MAP_TYPE_HASH;
+  uint32_t key_size = 0, value_size = 0, max_entries = 0;
+  std::map<std::string, std::string> entries;  // key bytes -> value bytes
+};
+
+class Interpreter {
+ public:
+  // Registers `map` under `fd` (replacing any map there). Arrays (BPF_MAP_TYPE_ARRAY and
+  // BPF_MAP_TYPE_PERCPU_ARRAY): all max_entries entries are pre-created, zeroed (key = u32 index
+  // bytes, little-endian), keeping values already in `map.entries`.
+  void AddMap(int fd, FakeMap map);
+  // The map under `fd`, or null.
+  FakeMap* map(int fd);
+
+  // Runs `insns` with R1 = pointer to a copy of `record` (the tracepoint record; ctx loads at
+  // constant offsets read it), R10 = the top of a 512-byte zeroed stack. Returns R0 at exit.
+  // Errors (InvalidArgument, naming the instruction index): a memory access outside
+  // ctx/stack/map values or a store to ctx, an unknown opcode or helper, an unknown map fd, more
+  // than 1,000,000 instructions executed, a jump or fall-through out of the program.
+  StatusOr<uint64_t> Run(const std::vector<bpf_insn>& insns, std::string_view record, const FakeTask& task);
+
+ private:
+  std::map<int, FakeMap> maps_;
+};
+
+}  // namespace tpe::bpf
