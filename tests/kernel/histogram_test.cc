@@ -57,7 +57,10 @@ void NanosleepRaw(long ns) {
 
 // 20 nanosleeps of 2 ms and 20 of 20 ms: exactly 20 observations in (1 ms, 10 ms] and 20 in
 // (10 ms, 100 ms]; _count 40; _sum within 10% of 0.44 s.
-TEST(KernelHistogramTest, NanosleepLatencyBuckets) {
+using KernelHistogramTest = testing::EngineTest;
+TPE_INSTANTIATE_ENGINES(KernelHistogramTest);
+
+TEST_P(KernelHistogramTest, NanosleepLatencyBuckets) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   int go;
   pid_t child = ForkWaiting(&go, [] {
@@ -90,7 +93,7 @@ TEST(KernelHistogramTest, NanosleepLatencyBuckets) {
 }
 
 // write() of known sizes to /dev/null: exact bucket counts of a value histogram.
-TEST(KernelHistogramTest, WriteSizeHistogramExactBuckets) {
+TEST_P(KernelHistogramTest, WriteSizeHistogramExactBuckets) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   int go;
   pid_t child = ForkWaiting(&go, [] {
@@ -136,7 +139,7 @@ bool Pin(int cpu) {
 // paired with the read it ended. (The end is sys_exit_read rather than the sleeper's switch-in
 // because some kernels — this VM's 6.18 build among them — do not emit sched_switch when a CPU
 // leaves idle for the woken task; ftrace shows the same.)
-TEST(KernelHistogramTest, CrossCpuWakeupPairing) {
+TEST_P(KernelHistogramTest, CrossCpuWakeupPairing) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 CPUs";
   constexpr int kWakeups = 200;

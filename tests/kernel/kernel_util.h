@@ -14,13 +14,46 @@
 #include <string>
 #include <vector>
 
+#include "bpf/loader.h"
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
 #include "tracefs/kernel_enums.h"
+#include "testing/test_util.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe::testing {
+
+// The engine RunPipeline puts every metric on: "auto" (the config's own), or "perf"/"bpf" in
+// the tests parameterized over both engines (EngineTest).
+inline std::string& CurrentEngine() {
+  static std::string engine = "auto";
+  return engine;
+}
+
+// Whether this process can use the bpf engine (probed once).
+inline const bpf::BpfSupport& Bpf() {
+  static const bpf::BpfSupport support = bpf::ProbeBpf();
+  return support;
+}
+
+// A kernel-tier test run once per engine: GetParam() is "perf" or "bpf". Under "bpf" without
+// BPF (privileges, kernel) it skips with the reason, or fails under TPE_REQUIRE_KERNEL=1.
+class EngineTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    CurrentEngine() = GetParam();
+    if (IsBpf() && !Bpf().available) {
+      if (KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: the bpf engine is not available: " << Bpf().reason;
+      GTEST_SKIP() << "the bpf engine is not available: " << Bpf().reason;
+    }
+  }
+  void TearDown() override { CurrentEngine() = "auto"; }
+  bool IsBpf() const { return std::string(GetParam()) == "bpf"; }
+};
+#define TPE_INSTANTIATE_ENGINES(suite)                                          \
+  INSTANTIATE_TEST_SUITE_P(Engines, suite, ::testing::Values("perf", "bpf"), \
+                           [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); })
 
 // Replaces the file at `path` with `text` (a config for a Daemon to load or reload).
 inline void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -70,8 +103,8 @@ class Child {
   int go_;
 };
 
-// Parses `config` (JSON text), opens and starts the pipeline on the live kernel, runs
-// `during`, stops (draining the rings) and returns the snapshot.
+// Parses `config` (JSON text), puts its metrics on CurrentEngine(), opens and starts the
+// pipeline on the live kernel, runs `during`, stops (draining the rings) and returns the snapshot.
 inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during) {
   auto tracefs = Tracefs::Discover("auto");
   EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
@@ -79,7 +112,10 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   auto cfg = ParseConfig(config, "kernel_test.json");
   EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
   if (!cfg.ok()) return {};
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
+  if (CurrentEngine() != "auto") {
+    for (auto& m : cfg->metrics) m.engine = CurrentEngine();
+  }
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, Bpf());
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   if (!plan.ok()) return {};
   Pipeline pipeline(&*tracefs);
