@@ -70,6 +70,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
             "cfg.json: metrics[0].type: \"gauge\" is not one of counter, histogram, latency");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "engine": "ebpf"}]})"),
+            "cfg.json: metrics[0].engine: \"ebpf\" is not one of auto, bpf, perf");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a-b_total", "type": "counter", "event": "s:e"}]})"),
             "cfg.json: metrics[0].name: \"a-b_total\" is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "calls", "type": "counter", "event": "s:e"}]})"),
@@ -81,7 +83,7 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
       "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
   EXPECT_EQ(
       Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
-      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: event, filter, help, labels, name, type, value)");
+      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: engine, event, filter, help, labels, name, type, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": 3}]})"),
             "cfg.json: metrics[0].filter: must be a string, not number");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e"},
