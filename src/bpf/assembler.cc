@@ -114,45 +114,74 @@ namespace {
 
 const char* AluName(uint8_t op) {
   switch (op) {
-    case BPF_ADD: return "+=";
-    case BPF_SUB: return "-=";
-    case BPF_MUL: return "*=";
-    case BPF_DIV: return "/=";
-    case BPF_OR: return "|=";
-    case BPF_AND: return "&=";
-    case BPF_LSH: return "<<=";
-    case BPF_RSH: return ">>=";
-    case BPF_MOD: return "%=";
-    case BPF_XOR: return "^=";
-    case BPF_MOV: return "=";
-    case BPF_ARSH: return "s>>=";
-    default: return "?=";
+    case BPF_ADD:
+      return "+=";
+    case BPF_SUB:
+      return "-=";
+    case BPF_MUL:
+      return "*=";
+    case BPF_DIV:
+      return "/=";
+    case BPF_OR:
+      return "|=";
+    case BPF_AND:
+      return "&=";
+    case BPF_LSH:
+      return "<<=";
+    case BPF_RSH:
+      return ">>=";
+    case BPF_MOD:
+      return "%=";
+    case BPF_XOR:
+      return "^=";
+    case BPF_MOV:
+      return "=";
+    case BPF_ARSH:
+      return "s>>=";
+    default:
+      return "?=";
   }
 }
 
 const char* JmpName(uint8_t op) {
   switch (op) {
-    case BPF_JEQ: return "==";
-    case BPF_JNE: return "!=";
-    case BPF_JGT: return ">";
-    case BPF_JGE: return ">=";
-    case BPF_JLT: return "<";
-    case BPF_JLE: return "<=";
-    case BPF_JSGT: return "s>";
-    case BPF_JSGE: return "s>=";
-    case BPF_JSLT: return "s<";
-    case BPF_JSLE: return "s<=";
-    case BPF_JSET: return "&";
-    default: return "?";
+    case BPF_JEQ:
+      return "==";
+    case BPF_JNE:
+      return "!=";
+    case BPF_JGT:
+      return ">";
+    case BPF_JGE:
+      return ">=";
+    case BPF_JLT:
+      return "<";
+    case BPF_JLE:
+      return "<=";
+    case BPF_JSGT:
+      return "s>";
+    case BPF_JSGE:
+      return "s>=";
+    case BPF_JSLT:
+      return "s<";
+    case BPF_JSLE:
+      return "s<=";
+    case BPF_JSET:
+      return "&";
+    default:
+      return "?";
   }
 }
 
 const char* SizeName(uint8_t size) {
   switch (size) {
-    case BPF_B: return "u8";
-    case BPF_H: return "u16";
-    case BPF_W: return "u32";
-    default: return "u64";
+    case BPF_B:
+      return "u8";
+    case BPF_H:
+      return "u16";
+    case BPF_W:
+      return "u32";
+    default:
+      return "u64";
   }
 }
 
@@ -172,7 +201,8 @@ std::string Disassemble(const std::vector<bpf_insn>& insns) {
         std::snprintf(buf, sizeof(buf), "r%d %s %d", i.dst_reg, AluName(BPF_OP(i.code)), i.imm);
       }
     } else if (i.code == (BPF_LD | BPF_DW | BPF_IMM) && n + 1 < insns.size()) {
-      const uint64_t v = static_cast<uint32_t>(i.imm) | static_cast<uint64_t>(static_cast<uint32_t>(insns[n + 1].imm)) << 32;
+      const uint64_t v = static_cast<uint32_t>(i.imm) | static_cast<uint64_t>(static_cast<uint32_t>(insns[n + 1].imm))
+                                                            << 32;
       if (i.src_reg == BPF_PSEUDO_MAP_FD) {
         std::snprintf(buf, sizeof(buf), "r%d = map[fd %d] ll", i.dst_reg, i.imm);
       } else {
@@ -182,11 +212,13 @@ std::string Disassemble(const std::vector<bpf_insn>& insns) {
       ++n;
       continue;
     } else if (cls == BPF_LDX) {
-      std::snprintf(buf, sizeof(buf), "r%d = *(%s *)(r%d %+d)", i.dst_reg, SizeName(BPF_SIZE(i.code)), i.src_reg, i.off);
+      std::snprintf(buf, sizeof(buf), "r%d = *(%s *)(r%d %+d)", i.dst_reg, SizeName(BPF_SIZE(i.code)), i.src_reg,
+                    i.off);
     } else if (cls == BPF_STX && BPF_MODE(i.code) == BPF_ATOMIC) {
       std::snprintf(buf, sizeof(buf), "lock *(u64 *)(r%d %+d) += r%d", i.dst_reg, i.off, i.src_reg);
     } else if (cls == BPF_STX) {
-      std::snprintf(buf, sizeof(buf), "*(%s *)(r%d %+d) = r%d", SizeName(BPF_SIZE(i.code)), i.dst_reg, i.off, i.src_reg);
+      std::snprintf(buf, sizeof(buf), "*(%s *)(r%d %+d) = r%d", SizeName(BPF_SIZE(i.code)), i.dst_reg, i.off,
+                    i.src_reg);
     } else if (cls == BPF_ST) {
       std::snprintf(buf, sizeof(buf), "*(%s *)(r%d %+d) = %d", SizeName(BPF_SIZE(i.code)), i.dst_reg, i.off, i.imm);
     } else if (cls == BPF_JMP) {

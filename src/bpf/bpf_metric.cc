@@ -349,8 +349,7 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
       if (is_latency()) {
         const LabelSet& start = spec_.starts.front().labels;
         const size_t n = start.KeySize(lk);
-        dead = start.NamesExitedTask(lk.substr(0, n), exited) ||
-               spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
+        dead = start.NamesExitedTask(lk.substr(0, n), exited) || spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
       } else {
         dead = spec_.end.labels.NamesExitedTask(lk, exited);
       }

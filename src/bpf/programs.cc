@@ -10,10 +10,10 @@ namespace tpe::bpf {
 namespace {
 
 // Stack layout (offsets from R10; the stack is the 512 bytes below it).
-constexpr int16_t kIndexOff = -8;      // u32 array index for stats/zero lookups
-constexpr int16_t kValueOff = -16;     // u64 scratch value
-constexpr int16_t kScratchOff = -48;   // 32 bytes for the filter code (COMM)
-constexpr int16_t kMatchOff = -80;     // latency match key: up to 4 fields of 8 bytes
+constexpr int16_t kIndexOff = -8;                                      // u32 array index for stats/zero lookups
+constexpr int16_t kValueOff = -16;                                     // u64 scratch value
+constexpr int16_t kScratchOff = -48;                                   // 32 bytes for the filter code (COMM)
+constexpr int16_t kMatchOff = -80;                                     // latency match key: up to 4 fields of 8 bytes
 constexpr int16_t kKeyOff = -80 - static_cast<int16_t>(kMaxKeyBytes);  // the series key
 constexpr int16_t kStartValOff = kKeyOff - 8;  // latency start value: u64 time, then labels at kKeyOff
 constexpr size_t kMaxMatchFields = 4;
@@ -152,8 +152,7 @@ void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target) {
 
 // Buckets [lo, hi] of R7 by binary search over `t`; each leaf adds 1 to bucket i of the value
 // at R8, then goes to `done`.
-void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, size_t lo, size_t hi,
-                    Label done) {
+void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, size_t lo, size_t hi, Label done) {
   if (lo == hi) {
     a->Mov(R1, 1);
     a->AtomicAdd64(R8, static_cast<int16_t>(8 * lo), R1);

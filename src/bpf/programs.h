@@ -76,7 +76,7 @@ StatusOr<FieldRef> IntegerField(const FieldFormat& f);
 struct KeySegment {
   LabelSource source = LabelSource::kField;
   enum class Kind : uint8_t { kInteger, kCharArray, kString, kBytes } kind = Kind::kInteger;
-  FieldRef field;         // kInteger: the integer; others: offset/size of the record field
+  FieldRef field;  // kInteger: the integer; others: offset/size of the record field
   uint32_t key_offset = 0;
   uint32_t key_size = 0;  // bytes of the slot (multiple of 8)
 };
@@ -126,8 +126,8 @@ struct LatencyStartShape {
 struct LatencyEndShape {
   const FilterExpr* filter = nullptr;
   std::vector<FieldRef> match;
-  uint32_t start_label_bytes = 0;  // the start labels' layout size: the key's first bytes
-  KeyLayout labels;                // end labels, after them in the key
+  uint32_t start_label_bytes = 0;    // the start labels' layout size: the key's first bytes
+  KeyLayout labels;                  // end labels, after them in the key
   std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;           // older starts are expired, not observed
 };

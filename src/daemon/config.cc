@@ -556,9 +556,9 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(
         c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine"}));
   } else if (latency) {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
-                                   {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight",
-                                    "timeout_seconds", "engine"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(
+        j, jp,
+        {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight", "timeout_seconds", "engine"}));
   } else {
     return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }

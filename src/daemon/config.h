@@ -84,7 +84,7 @@ struct EndpointConfig {
 struct MetricConfig {
   std::string name;
   std::string help;
-  std::string type;    // counter | histogram | latency
+  std::string type;  // counter | histogram | latency
   // auto | bpf | perf: which engine aggregates it (daemon/plan.h says how auto chooses).
   std::string engine = "auto";
   std::string event;   // "system:event" (counter, histogram)

@@ -81,9 +81,9 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(
       Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
       "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
-  EXPECT_EQ(
-      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
-      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: engine, event, filter, help, labels, name, type, value)");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
+            "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: engine, event, filter, help, labels, name, "
+            "type, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": 3}]})"),
             "cfg.json: metrics[0].filter: must be a string, not number");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e"},

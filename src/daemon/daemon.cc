@@ -27,8 +27,7 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
   // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();  // once: privileges do not grow later
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                       BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf));
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
   for (size_t i = 0; i < plan->collectors.size(); ++i) {
     TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), plan->engines[i], plan->engine_reasons[i]);

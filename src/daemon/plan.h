@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "bpf/loader.h"
 #include "collectors/collector.h"
 #include "common/cgroup_resolver.h"
 #include "common/scoped_fd.h"
-#include "bpf/loader.h"
 #include "daemon/config.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
@@ -85,9 +85,9 @@ struct Plan {
   // counter)" or "perf: the filter's glob pattern cannot be compiled (bpf)".
   std::vector<std::string> engines;
   std::vector<std::string> engine_reasons;
-  bool needs_comm = false;                             // some label uses source "comm"
-  bool needs_ordering = false;                         // comm labels or latency pairing
-  std::vector<std::string> warnings;                   // degraded but working, e.g. no BTF
+  bool needs_comm = false;            // some label uses source "comm"
+  bool needs_ordering = false;        // comm labels or latency pairing
+  std::vector<std::string> warnings;  // degraded but working, e.g. no BTF
   // cgroup id → path for every "cgroup" label (created with the first one; the cgroup2 mount of
   // /proc/self/mountinfo). Shared: a collector kept across a reload keeps its resolver.
   std::shared_ptr<CgroupResolver> cgroups;
@@ -105,7 +105,7 @@ struct Plan {
 // with the reason in engine_reasons (and one log line by the daemon). bpf metrics' maps are
 // created and programs loaded (verified) here; Pipeline::Open/Reload attach them.
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
-                                          bool check_filters, const bpf::BpfSupport& bpf = bpf::BpfSupport{
-                                                                  false, "not probed"});
+                                          bool check_filters,
+                                          const bpf::BpfSupport& bpf = bpf::BpfSupport{false, "not probed"});
 
 }  // namespace tpe

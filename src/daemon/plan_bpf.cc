@@ -35,8 +35,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       return InvalidArgument(where + ": \"bpf\" cannot run " + m.name + ": " + st.message() +
                              "; use \"auto\" (falls back to the perf engine) or \"perf\"");
     }
-    *why = st.code() == StatusCode::kUnimplemented ? "the bpf engine cannot express it: " + st.message()
-                                                   : st.message();
+    *why = st.code() == StatusCode::kUnimplemented ? "the bpf engine cannot express it: " + st.message() : st.message();
     return false;
   };
 
@@ -120,8 +119,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);
     // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
     const std::string first_line = st.message().substr(0, st.message().find('\n'));
-    plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " runs on the perf engine: " +
-                             st.message());
+    plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
+                             " runs on the perf engine: " + st.message());
     *why = "loading its BPF programs failed: " + first_line;
     return false;
   }

@@ -126,7 +126,8 @@ TEST(KernelBpfTest, ExactAtFullSpeedWithTwoLoadersAndABusyLoop) {
     {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
      "labels": [{"name": "comm", "source": "comm"}]},
     {"name": "a_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
-     "filter": "common_pid == )" + pid_a + R"("},
+     "filter": "common_pid == )" +
+                              pid_a + R"("},
     {"name": "by_tid_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
      "labels": [{"name": "tid", "source": "tid"}, {"name": "cpu", "source": "cpu"}]}
   ]})",

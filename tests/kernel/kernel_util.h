@@ -18,8 +18,8 @@
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
-#include "tracefs/kernel_enums.h"
 #include "testing/test_util.h"
+#include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe::testing {
@@ -51,7 +51,7 @@ class EngineTest : public ::testing::TestWithParam<const char*> {
   void TearDown() override { CurrentEngine() = "auto"; }
   bool IsBpf() const { return std::string(GetParam()) == "bpf"; }
 };
-#define TPE_INSTANTIATE_ENGINES(suite)                                          \
+#define TPE_INSTANTIATE_ENGINES(suite)                                       \
   INSTANTIATE_TEST_SUITE_P(Engines, suite, ::testing::Values("perf", "bpf"), \
                            [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); })
 
