@@ -115,7 +115,11 @@ ENTER = "syscalls:sys_enter_getppid"
 EXIT = "syscalls:sys_exit_getppid"
 COMM = [{"name": "comm", "source": "comm"}]
 LAT = {"name": "getppid_latency_seconds", "type": "latency", "start": {"event": ENTER, "key": ["common_pid"]},
-       "end": {"event": EXIT, "key": ["common_pid"]}, "buckets": {"type": "exp2", "min": 1e-7, "max": 1.0}}
+       "end": {"event": EXIT, "key": ["common_pid"]}, "buckets": {"type": "exp2", "min": 1e-7, "max": 1.0},
+       "engine": "perf"}
+LAT_BPF = dict(LAT, engine="bpf")
+COMM_PERF = {"name": "c_total", "type": "counter", "event": ENTER, "labels": COMM, "engine": "perf"}
+COMM_BPF = dict(COMM_PERF, engine="bpf")
 
 
 def tracers_w1(build, shm):
@@ -126,10 +130,13 @@ def tracers_w1(build, shm):
         ("perf record -c 1", lambda: Tracer("perf record", ["perf", "record", "-a", "-c", "1", "-m", "64", "-e", ENTER,
                                                              "-o", f"{shm}/perf.data"], None)),
         ("bpftrace count()", lambda: Tracer("bpftrace", ["bpftrace", "-e", "tracepoint:syscalls:sys_enter_getppid { @ = count(); }"], "Attaching")),
+        ("bpftrace @[comm] = count()", lambda: Tracer("bpftrace", ["bpftrace", "-e", "tracepoint:syscalls:sys_enter_getppid { @[comm] = count(); }"], "Attaching")),
         ("bpftrace enter→exit hist()", lambda: Tracer("bpftrace", ["bpftrace", "-e", bt_hist], "Attaching")),
         ("exporter: counting-mode counter", lambda: Exporter("exporter", build, [{"name": "c_total", "type": "counter", "event": ENTER}])),
-        ("exporter: sampled counter {comm}", lambda: Exporter("exporter", build, [{"name": "c_total", "type": "counter", "event": ENTER, "labels": COMM}])),
+        ("exporter: sampled counter {comm}", lambda: Exporter("exporter", build, [COMM_PERF])),
         ("exporter: enter→exit latency histogram", lambda: Exporter("exporter", build, [LAT])),
+        ("exporter bpf: counter {comm}", lambda: Exporter("exporter", build, [COMM_BPF])),
+        ("exporter bpf: enter→exit latency histogram", lambda: Exporter("exporter", build, [LAT_BPF])),
     ]
 
 
@@ -143,6 +150,9 @@ def observed(name, tracer, out, scrape, truth):
         return int(m.group(1)) if m else None
     if name.startswith("bpftrace count"):
         m = re.search(r"^@: (\d+)", out, re.M)
+        return int(m.group(1)) if m else None
+    if name.startswith("bpftrace @[comm]"):
+        m = re.search(r"^@\[tpe_bench_loop\]: (\d+)", out, re.M)
         return int(m.group(1)) if m else None
     if name.startswith("bpftrace"):
         return sum(int(c) for c in re.findall(r"^\[.*?\)?\]?\s+(\d+) \|", out, re.M))
@@ -207,8 +217,11 @@ def w2_pipe(build, shm, quick):
             {"name": "a_total", "type": "counter", "event": "sched:sched_switch"},
             {"name": "b_total", "type": "counter", "event": "sched:sched_waking"}])),
         ("exporter: sampled counters {comm}", lambda: Exporter("exporter", build, [
-            {"name": "a_total", "type": "counter", "event": "sched:sched_switch", "labels": COMM},
-            {"name": "b_total", "type": "counter", "event": "sched:sched_waking", "labels": COMM}])),
+            {"name": "a_total", "type": "counter", "event": "sched:sched_switch", "labels": COMM, "engine": "perf"},
+            {"name": "b_total", "type": "counter", "event": "sched:sched_waking", "labels": COMM, "engine": "perf"}])),
+        ("exporter bpf: counters {comm}", lambda: Exporter("exporter", build, [
+            {"name": "a_total", "type": "counter", "event": "sched:sched_switch", "labels": COMM, "engine": "bpf"},
+            {"name": "b_total", "type": "counter", "event": "sched:sched_waking", "labels": COMM, "engine": "bpf"}])),
     ]
     rows = []
     for name, make in tools:
@@ -240,7 +253,8 @@ def w3_ladder(build, shm, quick):
     rates = [250e3, 500e3, 600e3, 700e3, 800e3, 900e3, 1e6, 1.5e6, 0]
     secs = 1.5 if quick else 3
     tools = [("perf record -c 1 -m 64", lambda: Tracer("perf record", ["perf", "record", "-a", "-c", "1", "-m", "64", "-e", ENTER, "-o", f"{shm}/perf3.data"], None)),
-             ("exporter sampled {comm}, 64 pages", lambda: Exporter("exporter", build, [{"name": "c_total", "type": "counter", "event": ENTER, "labels": COMM}], pages=64))]
+             ("exporter sampled {comm}, 64 pages", lambda: Exporter("exporter", build, [COMM_PERF], pages=64)),
+             ("exporter bpf {comm}", lambda: Exporter("exporter", build, [COMM_BPF]))]
     lines = ["| tracer | target calls/s | achieved calls/s | lost |", "|---|---:|---:|---:|"]
     ceilings, ladder_rows = {}, []
     for name, make in tools:
@@ -250,7 +264,8 @@ def w3_ladder(build, shm, quick):
             r = measure(kind, make, build, secs, 1, rate)
             target = "max" if rate == 0 else f"{rate:,.0f}"
             lines.append(f"| {name} | {target} | {r['rate']:,.0f} | {fmt_lost(r)} |")
-            ladder_rows.append(("perf" if name.startswith("perf") else "exporter", rate, r["lost"]))
+            who = "perf" if name.startswith("perf") else "bpf" if "bpf" in name else "exporter"
+            ladder_rows.append((who, rate, r["lost"]))
             if r["lost"] == 0:
                 best = max(best, r["rate"])
             elif r["lost"]:
@@ -261,12 +276,16 @@ def w3_ladder(build, shm, quick):
 
 def w4_burst(build, shm):
     tools = [("perf record -c 1", lambda: Tracer("perf record", ["perf", "record", "-a", "-c", "1", "-m", "64", "-e", ENTER, "-o", f"{shm}/perf4.data"], None)),
-             ("exporter: sampled counter {comm}", lambda: Exporter("exporter", build, [{"name": "c_total", "type": "counter", "event": ENTER, "labels": COMM}]))]
+             ("exporter: sampled counter {comm}", lambda: Exporter("exporter", build, [COMM_PERF])),
+             ("exporter bpf: counter {comm}", lambda: Exporter("exporter", build, [COMM_BPF]))]
     lines = ["| tracer | calls in 100 ms burst | lost |", "|---|---:|---:|"]
+    bpf_lost = None
     for name, make in tools:
         r = measure(name, make, build, 0.1, 1)
         lines.append(f"| {name} | {r['calls']:,} | {fmt_lost(r)} |")
-    return "\n".join(lines)
+        if "bpf" in name:
+            bpf_lost = r["lost"]
+    return "\n".join(lines), bpf_lost
 
 
 def footprint(build):
@@ -297,7 +316,7 @@ def micro(build):
     return "\n".join(rows), results
 
 
-def targets(w1, ceilings, ladder_rows, fp, micro_results):
+def targets(w1, ceilings, ladder_rows, fp, micro_results, w4_bpf_lost):
     def ratio(t, a, b):
         return w1[t][a]["rate"] / w1[t][b]["rate"]
     rows = ["| target | measured | met |", "|---|---|---|"]
@@ -317,6 +336,17 @@ def targets(w1, ceilings, ladder_rows, fp, micro_results):
     for t in (1, 2):
         r = ratio(t, "exporter: enter→exit latency histogram", "bpftrace enter→exit hist()")
         add(f"latency histogram ≥ 0.8 × bpftrace hist()'s rate ({t} CPU)", f"{r:.3f}", r >= 0.8)
+    for t in (1, 2):
+        r = ratio(t, "exporter bpf: counter {comm}", "bpftrace @[comm] = count()")
+        add(f"bpf counter {{comm}} ≥ 1.0 × bpftrace @[comm] = count()'s rate ({t} CPU)", f"{r:.3f}", r >= 1.0)
+        r = ratio(t, "exporter bpf: enter→exit latency histogram", "bpftrace enter→exit hist()")
+        add(f"bpf latency histogram ≥ 1.2 × bpftrace hist()'s rate ({t} CPU)", f"{r:.3f}", r >= 1.2)
+        lost = [w1[t][k]["lost"] for k in ("exporter bpf: counter {comm}", "exporter bpf: enter→exit latency histogram")]
+        add(f"bpf engine loses nothing in W1 ({t} CPU)", ", ".join(str(x) for x in lost), all(x == 0 for x in lost))
+    bpf_lost = [r for r in ladder_rows if r[0] == "bpf" and r[2] != 0]
+    add("bpf engine: zero loss at every W3 rate",
+        "lost at " + ", ".join(f"{x[1]:,.0f}/s" for x in bpf_lost) if bpf_lost else "none lost", not bpf_lost)
+    add("bpf engine: zero loss in W4", f"{w4_bpf_lost}", w4_bpf_lost == 0)
     vals = list(ceilings.values())
     cr = vals[1] / vals[0] if vals[0] else float("inf")
     add("zero-loss ceiling ≥ 2 × perf record's (same 64-page buffer)", f"{cr:.2f} ({vals[1]:,.0f} vs {vals[0]:,.0f} calls/s)", cr >= 2)
@@ -324,6 +354,8 @@ def targets(w1, ceilings, ladder_rows, fp, micro_results):
     add(f"RSS ≤ 30 MiB beyond the rings with {n} metrics", f"VmHWM {st['VmHWM'] / 1024:.1f} MiB", st["VmHWM"] / 1024 <= 30)
     t, unit = micro_results.get("BM_Scrape10kSeries", (0, "ms"))
     add("scrape of 10,000 series < 50 ms", f"{t:.1f} {unit}", unit == "ms" and t < 50)
+    t, unit = micro_results.get("BM_BpfScrape10kSeries", (0, "ms"))
+    add("bpf engine: scrape of 10,000 series < 50 ms", f"{t:.1f} {unit}", unit == "ms" and t < 50)
     return "\n".join(rows)
 
 
@@ -360,7 +392,8 @@ def main():
     sections.append("## W3: rate ladder (paced getppid loop, 1 thread), same buffer size (64 pages per CPU)\n\n" + table +
                     "\n\nZero-loss ceiling: " + ", ".join(f"{k}: {v:,.0f} calls/s" for k, v in ceilings.items()))
     print("W4: burst", file=sys.stderr)
-    sections.append("## W4: a 100 ms burst at full rate\n\n" + w4_burst(build, shm))
+    w4_table, w4_bpf_lost = w4_burst(build, shm)
+    sections.append("## W4: a 100 ms burst at full rate\n\n" + w4_table)
     print("micro-benchmarks", file=sys.stderr)
     micro_table, micro_results = micro(build)
     sections.append("## Micro-benchmarks (Google Benchmark, `build/bench/micro/collectors_bench`)\n\n"
@@ -372,7 +405,7 @@ def main():
                     f"{st['RssAnon'] / 1024:.1f} + RssFile {st['RssFile'] / 1024:.1f} + RssShmem {st['RssShmem'] / 1024:.1f} MiB; "
                     f"mapped rings {rings_kib / 1024:.1f} MiB (64 pages × {os.cpu_count()} CPUs).")
     sections.insert(0, "## Targets (from the tables below, this run)\n\n" +
-                    targets(w1, ceilings, ladder_rows, (n, st, rings_kib), micro_results))
+                    targets(w1, ceilings, ladder_rows, (n, st, rings_kib), micro_results, w4_bpf_lost))
     doc = head + "\n" + "\n\n".join(sections) + "\n"
     open(a.out, "w").write(doc)
     print(doc)

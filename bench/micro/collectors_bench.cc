@@ -3,9 +3,11 @@
 // records/) and feeds it to a collector, as the reader thread does: ns per sample.
 //   build/bench/micro/collectors_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
+#include <bpf/bpf.h>
 
 #include <cstring>
 
+#include "bpf/bpf_metric.h"
 #include "collectors/counter.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
@@ -115,6 +117,43 @@ void BM_Scrape10kSeries(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_Scrape10kSeries)->Unit(benchmark::kMillisecond);
+
+// The bpf engine's scrape: 10,000 series read from a per-CPU hash map (one lookup per key,
+// values summed over CPUs), rendered and serialized. Needs CAP_BPF (skipped without).
+void BM_BpfScrape10kSeries(benchmark::State& state) {
+  Captured w("sched", "sched_waking");
+  std::vector<LabelSpec> specs;
+  specs.push_back({"pid", LabelSource::kField, w.Field("pid"), nullptr});
+  bpf::BpfMetricSpec spec;
+  spec.name = "c_total";
+  spec.help = "h";
+  spec.end.event = "sched:sched_waking";
+  spec.end.labels = LabelSet(std::move(specs));
+  spec.max_series = 10000;
+  auto m = bpf::BpfMetric::Create(std::move(spec));
+  if (!m.ok()) {
+    state.SkipWithError(m.status().ToString().c_str());
+    return;
+  }
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(bpf::PossibleCpus()), 1);
+  for (int64_t pid = 0; pid < 10000; ++pid) {
+    if (bpf_map_update_elem((*m)->values_fd(), &pid, per_cpu.data(), BPF_ANY) != 0) {
+      state.SkipWithError("bpf_map_update_elem failed");
+      return;
+    }
+  }
+  size_t bytes = 0, series = 0;
+  for (auto _ : state) {
+    std::vector<MetricSnapshot> snap{(*m)->Snapshot()};
+    series = snap[0].series.size();
+    std::string text = SerializeText(snap);
+    bytes = text.size();
+    benchmark::DoNotOptimize(text);
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.counters["series"] = static_cast<double>(series);
+}
+BENCHMARK(BM_BpfScrape10kSeries)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tpe

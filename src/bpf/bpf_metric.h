@@ -104,6 +104,8 @@ class BpfMetric : public Collector {
   std::vector<ProgramReport> Programs() const;
   // The generated instructions of each program, disassembled (for --print and tests).
   std::string Disassembly() const;
+  // The map of series (program key → per-CPU values), for tests and benchmarks that fill it.
+  int values_fd() const { return values_.get(); }
 
  private:
   struct Program {
