@@ -50,8 +50,10 @@ void EmitLoadInt(Assembler* a, const FieldRef& f, Reg dst) {
 void EmitCopyFromCtx(Assembler* a, uint32_t src_off, int16_t dst_off, uint32_t bytes) {
   uint32_t done = 0;
   while (done < bytes) {
-    uint32_t n = 8;  // the largest aligned load that fits: the verifier refuses misaligned ctx loads
-    while (n > bytes - done || (src_off + done) % n != 0) n /= 2;
+    // The largest load that fits and is aligned at both ends: the verifier refuses misaligned
+    // ctx loads and stack stores (dst_off is 8-aligned).
+    uint32_t n = 8;
+    while (n > bytes - done || (src_off + done) % n != 0 || done % n != 0) n /= 2;
     a->Load(n, R1, R6, static_cast<int16_t>(src_off + done));
     a->Store(n, R10, static_cast<int16_t>(dst_off + static_cast<int>(done)), R1);
     done += n;
