@@ -550,6 +550,61 @@ TEST_F(CounterProgramTest, FilterSkipsTheUpdateButCountsTheRun) {
   EXPECT_EQ(StatOf(&in, kRuns), static_cast<uint64_t>(kHits));
 }
 
+// __data_loc strings (up to 127 bytes: kStringSlotBytes) and byte arrays key as BuildKey does.
+TEST(CounterStringsTest, DataLocStringsAndByteArrays) {
+  auto f = ParseFormat(
+      "name: synth\nID: 1\nformat:\n"
+      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+      "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+      "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+      "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+      "\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n"
+      "\tfield:u8 addr[6];\toffset:12;\tsize:6;\tsigned:0;\n"
+      "\tfield:s16 small;\toffset:18;\tsize:2;\tsigned:1;\n"
+      "\nprint fmt: \"\"\n",
+      "synth");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<LabelSpec> specs;
+  specs.push_back(FieldLabel(*f, "msg"));
+  specs.push_back(FieldLabel(*f, "addr"));
+  specs.push_back(FieldLabel(*f, "small"));
+  LabelSet labels(std::move(specs));
+  auto layout = LayoutKey(labels);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  ASSERT_EQ(layout->segments.size(), 3u);
+  EXPECT_EQ(layout->segments[0].kind, KeySegment::Kind::kString);
+  EXPECT_EQ(layout->segments[1].kind, KeySegment::Kind::kBytes);
+  CounterShape shape;
+  shape.key = *layout;
+  auto prog = EmitCounter(shape, Fds());
+  ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, layout->MapKeySize(), 8, 100);
+  CommTable comms(NoProc);
+  std::map<std::string, uint64_t> want;
+  const std::string msgs[] = {"", "hello", std::string(100, 'x'), std::string(127, 'y'), "hello"};
+  int16_t small = -3;
+  for (const std::string& m : msgs) {
+    std::string rec(24, '\0');
+    const uint32_t loc = static_cast<uint32_t>(m.size() + 1) << 16 | 24;
+    std::memcpy(rec.data() + 8, &loc, 4);
+    for (int i = 0; i < 6; ++i) rec[12 + i] = static_cast<char>(i == 0 ? 0 : 0xf0 + i + m.size() % 2);
+    std::memcpy(rec.data() + 18, &small, 2);
+    small = static_cast<int16_t>(-small);
+    rec += m;
+    rec.push_back('\0');
+    rec.resize((rec.size() + 7) / 8 * 8, '\0');
+    std::string key;
+    ASSERT_TRUE(labels.BuildKey(SampleOf(rec, FakeTask{}), &comms, &key));
+    ++want[key];
+    RunProg(&in, *prog, rec, FakeTask{});
+  }
+  std::map<std::string, uint64_t> got;
+  for (const auto& [k, v] : in.map(kValuesFd)->entries) got[ToLabelKey(*layout, k)] += U64s(v)[0];
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want.size(), 5u);  // "hello" twice, with different small values
+}
+
 // ---------------------------------------------------------------------------------------------
 // Histogram: differential against HistogramCollector.
 
@@ -865,6 +920,54 @@ TEST_F(LatencyProgramTest, CommonPidKeysComeFromTheTaskTid) {
   ASSERT_EQ(in_.map(kStartsFd)->entries.size(), 1u);
   const int64_t want = static_cast<int32_t>(0x80000001u);
   EXPECT_EQ(in_.map(kStartsFd)->entries.begin()->first, std::string(reinterpret_cast<const char*>(&want), 8));
+}
+
+TEST(LatencyNoLabelsTest, OneSeriesUnderAZeroKey) {
+  EventFormat sw = Event("sched", "sched_switch");
+  LatencyStartShape st;
+  st.match = {*IntegerField(*sw.FindField("prev_pid")), *IntegerField(*sw.FindField("prev_prio"))};
+  auto sp = EmitLatencyStart(st, Fds());
+  ASSERT_TRUE(sp.ok()) << sp.status().ToString();
+  LatencyEndShape en;
+  en.match = {*IntegerField(*sw.FindField("next_pid")), *IntegerField(*sw.FindField("next_prio"))};
+  en.thresholds = Thresholds(*Buckets::Explicit({1e-6, 1e-3}), 1e-9, false);
+  en.timeout_ns = 1'000'000'000;
+  auto ep = EmitLatencyEnd(en, Fds());
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  Interpreter in;
+  AddMaps(&in, 8, HistogramValueBytes(en.thresholds.size()), 10);
+  FakeMap starts;
+  starts.key_size = 16;
+  starts.value_size = 16;
+  starts.max_entries = 10;
+  in.AddMap(kStartsFd, starts);
+  std::string s = Switch("a", 5, -7, 0, "b", 0), e = Switch("c", 0, 0, 0, "d", 5);
+  std::memcpy(e.data() + 60, s.data() + 28, 4);  // next_prio = prev_prio: the second key field
+  RunProg(&in, *sp, s, FakeTask{0, 0, 0, "", 0, 100});
+  RunProg(&in, *ep, Switch("c", 0, 0, 0, "d", 5), FakeTask{0, 0, 0, "", 0, 200});  // prio differs
+  EXPECT_EQ(StatOf(&in, kNoStart), 1u);
+  RunProg(&in, *ep, e, FakeTask{0, 0, 0, "", 0, 2'000'100});
+  ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
+  EXPECT_EQ(in.map(kValuesFd)->entries.begin()->first, std::string(8, '\0'));
+  EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second), (std::vector<uint64_t>{0, 0, 1, 2'000'000}));
+}
+
+TEST(LatencyNoLabelsTest, TooManyMatchFieldsOrKeyBytesAreRefused) {
+  EventFormat sw = Event("sched", "sched_switch");
+  LatencyStartShape st;
+  for (int i = 0; i < 5; ++i) st.match.push_back(*IntegerField(*sw.FindField("prev_pid")));
+  EXPECT_FALSE(EmitLatencyStart(st, Fds()).ok());
+  LatencyEndShape en;
+  en.match = {*IntegerField(*sw.FindField("next_pid"))};
+  en.start_label_bytes = 128;
+  std::vector<LabelSpec> specs;
+  for (int i = 0; i < 9; ++i) specs.push_back(SourceLabel("c" + std::to_string(i), LabelSource::kComm));
+  auto l = LayoutKey(LabelSet(std::move(specs)));
+  ASSERT_TRUE(l.ok());
+  en.labels = *l;
+  auto ep = EmitLatencyEnd(en, Fds());
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), StatusCode::kUnimplemented);
 }
 
 // ---------------------------------------------------------------------------------------------
