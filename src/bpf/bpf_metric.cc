@@ -61,10 +61,12 @@ Status BpfMetric::Build(bool create) {
                            " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
     }
     key_size_ = std::max<uint32_t>(8, start_key_.size + key_.size);
+    TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
     thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
   } else {
     key_size_ = key_.MapKeySize();
     if (spec_.kind == Kind::kHistogram) {
+      TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed));
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
     }
   }

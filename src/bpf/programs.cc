@@ -376,6 +376,18 @@ std::vector<uint64_t> Thresholds(const Buckets& buckets, double scale, bool is_s
   return out;
 }
 
+Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
+  if (!(scale > 0)) {
+    return Unimplemented("a histogram scale of " + std::to_string(scale) + " (the bpf engine takes scales > 0)");
+  }
+  const double lowest = is_signed ? static_cast<double>(std::numeric_limits<int64_t>::min()) : 0.0;
+  if (buckets.Index(lowest * scale) > 0) {
+    return Unimplemented("bucket bounds below the smallest value the field can have (" + std::to_string(lowest * scale) +
+                         ")");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel();

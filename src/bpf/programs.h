@@ -99,6 +99,11 @@ std::string ToLabelKey(const KeyLayout& layout, std::string_view bpf_key);
 // t[i-1] < raw <= t[i] (signed or unsigned compare), the +Inf bucket those above t[n-1]. Computed
 // with Buckets::Index itself, so both engines place every value in the same bucket.
 std::vector<uint64_t> Thresholds(const Buckets& buckets, double scale, bool is_signed);
+// Whether Thresholds() describes `buckets` for raw × scale: Unimplemented for a scale <= 0
+// (the bucket would fall as the raw value rises) and when the smallest raw value already lies
+// above the first bound (bounds below 0 for an unsigned field or a latency): the perf engine
+// leaves those low buckets empty, ascending thresholds cannot.
+Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed);
 
 struct MapFds {
   int stats = -1;   // per-CPU array, kStatCount u64

@@ -278,20 +278,25 @@ TEST(ThresholdsTest, EveryValueNearEveryBoundInIndexBucket) {
   }
 }
 
-// Known bug (not fixed here): when even the smallest raw value lies above a bound (bounds below
-// zero with an unsigned field or latency; bounds below INT64_MIN × scale with a signed one),
-// the lowest buckets must stay empty, but Thresholds can only say "t[i] = the smallest value",
-// and the program then puts that value in bucket 0: e.g. linear {start: -5, width: 2.5} and an
-// unsigned 0 goes to le=-5 instead of le=0. Fixing it needs the first non-empty bucket carried
-// from Thresholds to the shapes (bpf_metric.cc), or the planner refusing such layouts.
-TEST(ThresholdsTest, DISABLED_NegativeBoundsLeaveLowBucketsEmpty) {
+// When even the smallest raw value lies above a bound (bounds below zero with an unsigned field
+// or latency; bounds below INT64_MIN × scale with a signed one) the perf engine leaves the lowest
+// buckets empty; ascending thresholds cannot, so such layouts are refused (they run on perf).
+TEST(ThresholdsTest, NegativeBoundsBelowTheFieldAreRefused) {
   for (const Layout& l : NegativeLayouts()) {
     for (double scale : kScales) {
       for (bool is_signed : {false, true}) {
-        EXPECT_EQ(CheckThresholds(l, scale, is_signed, 300, 3), 0);
+        Status st = ::tpe::bpf::CheckThresholds(l.buckets, scale, is_signed);
+        if (st.ok()) {
+          EXPECT_EQ(CheckThresholds(l, scale, is_signed, 300, 3), 0) << l.name << " scale " << scale;
+        } else {
+          EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+          EXPECT_NE(st.message().find("below the smallest value"), std::string::npos) << st.message();
+        }
       }
     }
   }
+  EXPECT_FALSE(::tpe::bpf::CheckThresholds(*Buckets::Linear(-5, 2.5, 10), 1, false).ok());
+  EXPECT_TRUE(::tpe::bpf::CheckThresholds(*Buckets::Linear(-5, 2.5, 10), 1, true).ok());
 }
 
 // Signed fields with bounds in range of every raw value are fine.
@@ -300,12 +305,14 @@ TEST(ThresholdsTest, NegativeBoundsWithSignedFields) {
   for (double scale : kScales) EXPECT_EQ(CheckThresholds(l, scale, true, 300, 3), 0);
 }
 
-// Known bug (not fixed here): the config accepts a negative histogram scale, and the bpf
-// planner takes it, but Index(raw × scale) then decreases with raw and no ascending thresholds
-// express it. The planner should leave negative scales to the perf engine.
-TEST(ThresholdsTest, DISABLED_NegativeScale) {
+// A negative scale makes the bucket fall as the raw value rises: refused (runs on perf).
+TEST(ThresholdsTest, NegativeScaleIsRefused) {
   for (const Layout& l : Layouts()) {
-    for (bool is_signed : {false, true}) EXPECT_EQ(CheckThresholds(l, -1, is_signed, 300, 3), 0);
+    for (bool is_signed : {false, true}) {
+      Status st = ::tpe::bpf::CheckThresholds(l.buckets, -1, is_signed);
+      EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+      EXPECT_NE(st.message().find("scale"), std::string::npos);
+    }
   }
 }
 
