@@ -36,6 +36,12 @@ Status BpfMetric::CheckExpressible(const BpfMetricSpec& spec) {
   return m.Build(false);  // emitting needs no map: map fds are only immediates
 }
 
+StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::CreateUnloaded(BpfMetricSpec spec) {
+  std::unique_ptr<BpfMetric> m(new BpfMetric(std::move(spec)));
+  TPE_RETURN_IF_ERROR(m->Build(false));
+  return m;
+}
+
 StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::Create(BpfMetricSpec spec) {
   std::unique_ptr<BpfMetric> m(new BpfMetric(std::move(spec)));
   TPE_RETURN_IF_ERROR(m->Build(true));
@@ -161,6 +167,7 @@ Status BpfMetric::Build(bool create) {
 
 Status BpfMetric::Attach() {
   if (attached()) return Status::Ok();
+  if (!loaded()) return Internal(spec_.name + ": its BPF maps and programs were never loaded");
   std::vector<ScopedFd> fds;
   for (const Program& p : programs_) {
     auto fd = AttachTracepoint(p.fd.get(), p.endpoint->tracepoint_id);

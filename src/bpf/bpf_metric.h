@@ -73,6 +73,11 @@ class BpfMetric : public Collector {
   static StatusOr<std::unique_ptr<BpfMetric>> Create(BpfMetricSpec spec);
   // The same checks without creating anything: OK or Unimplemented with the reason.
   static Status CheckExpressible(const BpfMetricSpec& spec);
+  // A metric checked like Create but with no maps and no programs (needs no privilege): for a
+  // reload, where the running pipeline's metric of the same identity is kept in its place.
+  // Attach() on it fails.
+  static StatusOr<std::unique_ptr<BpfMetric>> CreateUnloaded(BpfMetricSpec spec);
+  bool loaded() const { return values_.valid(); }
   ~BpfMetric() override;
 
   // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.

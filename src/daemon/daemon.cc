@@ -1,6 +1,8 @@
 #include "daemon/daemon.h"
 
 #include <ctime>
+#include <set>
+#include <string>
 
 #include "common/log.h"
 #include "daemon/config.h"
@@ -21,13 +23,19 @@ Daemon::Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnum
 Daemon::~Daemon() { Stop(); }
 
 namespace {
+// `running`: the running plan on a reload (its bpf metrics are kept, not loaded again), or null.
 StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const Tracefs& tracefs,
-                                         const KernelEnums& enums) {
+                                         const KernelEnums& enums, const Plan* running) {
   TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
   // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();  // once: privileges do not grow later
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf));
+  std::set<std::string> running_bpf;
+  for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
+    if (running->engines[i] == "bpf") running_bpf.insert(running->identities[i]);
+  }
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                       BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf, running_bpf));
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
   for (size_t i = 0; i < plan->collectors.size(); ++i) {
     TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), plan->engines[i], plan->engine_reasons[i]);
@@ -38,7 +46,7 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
 
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
                                                  const KernelEnums& enums) {
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, LoadPlan(config_path, tracefs, enums));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, LoadPlan(config_path, tracefs, enums, nullptr));
   auto pipeline = std::make_unique<Pipeline>(&tracefs);
   TPE_RETURN_IF_ERROR(pipeline->Open(std::move(plan)));
   return pipeline;
@@ -56,7 +64,7 @@ Status Daemon::Start() {
 Status Daemon::Reload() {
   // The config is read and planned while the current plan keeps running; the pipeline then opens
   // the new perf events and swaps (Pipeline::Reload), keeping unchanged metrics' perf events.
-  auto next = LoadPlan(config_path_, *tracefs_, *enums_);
+  auto next = LoadPlan(config_path_, *tracefs_, *enums_, &pipeline_->plan());
   Status st = next.ok() ? pipeline_->Reload(std::move(*next)) : next.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (!st.ok()) {

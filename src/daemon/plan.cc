@@ -230,13 +230,15 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
 }  // namespace
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
-                                          bool check_filters, const bpf::BpfSupport& bpf) {
+                                          bool check_filters, const bpf::BpfSupport& bpf,
+                                          const std::set<std::string>& running_bpf) {
   auto plan = std::make_unique<Plan>();
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
   for (const auto& m : cfg.metrics) {
     std::string why;
-    TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, &why));
+    TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf,
+                                                    running_bpf.count(m.canonical) > 0, &why));
     if (on_bpf) continue;
     plan->engines.push_back("perf");
     plan->engine_reasons.push_back(why);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,9 +104,13 @@ struct Plan {
 // InvalidArgument saying what). "auto" (the default) takes bpf when both hold, except for a
 // label-less counter, which the kernel already counts exactly in counting mode; otherwise perf,
 // with the reason in engine_reasons (and one log line by the daemon). bpf metrics' maps are
-// created and programs loaded (verified) here; Pipeline::Open/Reload attach them.
+// created and programs loaded (verified) here; Pipeline::Open/Reload attach them. For a
+// reload, `running_bpf` holds the identities (MetricConfig::canonical) of the running pipeline's
+// bpf metrics: those are planned without loading anything (Pipeline::Reload keeps the running
+// ones), so an unchanged config reloads even after capabilities were dropped.
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters,
-                                          const bpf::BpfSupport& bpf = bpf::BpfSupport{false, "not probed"});
+                                          const bpf::BpfSupport& bpf = bpf::BpfSupport{false, "not probed"},
+                                          const std::set<std::string>& running_bpf = {});
 
 }  // namespace tpe

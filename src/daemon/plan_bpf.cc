@@ -9,7 +9,7 @@
 
 namespace tpe::plan_internal {
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why) {
   using bpf::BpfEndpoint;
   using bpf::BpfMetricSpec;
@@ -23,7 +23,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;
   }
-  if (!bpf.available) {
+  if (!bpf.available && !running) {
     if (forced) return PermissionDenied(where + ": \"bpf\" for " + m.name + ": " + bpf.reason);
     *why = "the bpf engine is not available: " + bpf.reason;
     return false;
@@ -112,7 +112,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.buckets = std::move(*b);
   }
   if (Status st = bpf::BpfMetric::CheckExpressible(spec); !st.ok()) return not_bpf(st);
-  auto metric = bpf::BpfMetric::Create(std::move(spec));
+  auto metric = running ? bpf::BpfMetric::CreateUnloaded(std::move(spec)) : bpf::BpfMetric::Create(std::move(spec));
   if (!metric.ok()) {
     const Status& st = metric.status();
     if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);

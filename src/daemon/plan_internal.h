@@ -29,9 +29,10 @@ StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b);
 // (the collector, identity and engine are appended to `plan`), false when the metric should go
 // to the perf engine (plan->engines' reason is then set by the caller from *why). Errors: a
 // metric with "engine": "bpf" that cannot run on it (PermissionDenied naming CAP_BPF, or
-// InvalidArgument with what cannot be expressed), and the verifier's rejection.
+// InvalidArgument with what cannot be expressed), and the verifier's rejection. `running`: the
+// running pipeline has this very metric on bpf and keeps it; nothing is loaded for it.
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why);
 
 }  // namespace tpe::plan_internal
