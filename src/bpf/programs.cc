@@ -382,8 +382,8 @@ Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
   }
   const double lowest = is_signed ? static_cast<double>(std::numeric_limits<int64_t>::min()) : 0.0;
   if (buckets.Index(lowest * scale) > 0) {
-    return Unimplemented("bucket bounds below the smallest value the field can have (" + std::to_string(lowest * scale) +
-                         ")");
+    return Unimplemented("bucket bounds below the smallest value the field can have (" +
+                         std::to_string(lowest * scale) + ")");
   }
   return Status::Ok();
 }
