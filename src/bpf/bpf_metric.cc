@@ -1,6 +1,7 @@
 #include "bpf/bpf_metric.h"
 
 #include <bpf/bpf.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -302,8 +303,9 @@ MetricSnapshot BpfMetric::Snapshot() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, v] : values) {
-      auto it = series_.find(key);
-      if (it != series_.end()) it->second.scraped = Total(v, counter);
+      // The value a scrape exported: a series of an exited task may go once this is final.
+      SeriesState& st = series_[key];
+      st.scraped = Total(v, counter);
       auto& m = merged[LabelKey(key)];
       if (m.empty()) m.assign(v.size(), 0);
       for (size_t i = 0; i < v.size(); ++i) m[i] += v[i];
@@ -332,7 +334,12 @@ MetricSnapshot BpfMetric::Snapshot() const {
   return s;
 }
 
-void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
+void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited_record) {
+  // The reader knows exits from PERF_RECORD_EXIT only when some ring is open; a bpf-only plan
+  // has none, so a task is also gone when /proc has no entry for it.
+  const TaskExited exited = [&exited_record](uint32_t tid) {
+    return exited_record(tid) || ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0;
+  };
   const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
   std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
   ReadValues(&values);
@@ -345,7 +352,7 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
       auto it = series_.find(key);
       if (it != series_.end()) st = it->second;
       const uint64_t total = Total(v, counter);
-      if (it == series_.end() || total != st.total) {
+      if (it == series_.end() || st.changed_ns == 0 || total != st.total) {  // 0: first seen by a scrape
         st.total = total;
         st.changed_ns = now_ns;
       }

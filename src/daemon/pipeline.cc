@@ -51,6 +51,11 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
   o.cgroup = ep->cgroup;
+  // Watermark wakeups, as the ring's owner: without it a sampled event asks for a wakeup per
+  // sample (wakeup_events = 1), and every sample costs the traced task an irq_work and the
+  // reader a wakeup (measured: 46,000 instead of ~1,000,000 getppid() calls/s).
+  o.wakeup_watermark_bytes =
+      static_cast<uint32_t>(static_cast<uint64_t>(plan_->settings.ring_buffer_pages) * ::sysconf(_SC_PAGESIZE) / 4);
   TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu));
   if (!ep->filter.empty()) {
     Status st = SetFilter(fd.get(), ep->filter);

@@ -1,8 +1,9 @@
 // Kernel tier: CPU hotplug. A per-CPU perf event dies when its CPU goes offline and stays dead
 // when the CPU comes back; the pipeline must notice and reopen that CPU's ring and events. A
 // child pinned to the CPU that went away and came back makes a known number of calls: the
-// counting-mode and the sampled counter must both say exactly that many, and the self-metrics
-// must show the reopen.
+// counting-mode and the {cpu} counter must both say exactly that many, and the self-metrics
+// must show the reopen. (Under "engine": "auto" the {cpu} counter runs on the bpf engine when it
+// can: its program is CPU-agnostic and must keep counting on the CPU that came back.)
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,0 +1,148 @@
+// Kernel tier, bpf engine only: what the engine-parameterized tests do not cover — engine
+// choice and its messages, series lifetime (idle and exited tasks) swept from BPF maps, latency
+// starts expired by the user-space sweep, and the program self-metrics (hits = runs + misses).
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "kernel/kernel_util.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+using testing::Child;
+using testing::FindSeries;
+using testing::RunPipeline;
+
+#define TPE_REQUIRE_BPF_OR_SKIP()                                                                                \
+  do {                                                                                                           \
+    TPE_REQUIRE_KERNEL_OR_SKIP();                                                                                \
+    if (!testing::Bpf().available) {                                                                             \
+      if (testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: no bpf engine: " << testing::Bpf().reason; \
+      GTEST_SKIP() << "the bpf engine is not available: " << testing::Bpf().reason;                              \
+    }                                                                                                            \
+  } while (0)
+
+StatusOr<std::unique_ptr<Plan>> Plan(const std::string& config) {
+  auto tracefs = Tracefs::Discover("auto");
+  if (!tracefs.ok()) return tracefs.status();
+  auto cfg = ParseConfig(config, "t.json");
+  if (!cfg.ok()) return cfg.status();
+  return BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, testing::Bpf());
+}
+
+TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto plan = Plan(R"({"metrics": [
+    {"name": "a_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "b_total", "type": "counter", "event": "syscalls:sys_enter_getppid"},
+    {"name": "c_total", "type": "counter", "event": "sched:sched_switch", "filter": "prev_comm ~ \"a?c\"",
+     "labels": [{"name": "cpu", "source": "cpu"}]},
+    {"name": "d_total", "type": "counter", "event": "sched:sched_switch", "engine": "perf",
+     "labels": [{"name": "cpu", "source": "cpu"}]}]})");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->engines, (std::vector<std::string>{"bpf", "perf", "perf", "perf"}));
+  EXPECT_NE((*plan)->engine_reasons[1].find("counting mode"), std::string::npos);
+  EXPECT_NE((*plan)->engine_reasons[2].find("glob"), std::string::npos) << (*plan)->engine_reasons[2];
+  EXPECT_NE((*plan)->engine_reasons[3].find("\"perf\" in the config"), std::string::npos);
+  // "bpf" refuses what it cannot express, naming it and the way out.
+  auto forced = Plan(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "sched:sched_switch",
+     "filter": "prev_comm ~ \"a?c\"", "engine": "bpf"}]})");
+  ASSERT_FALSE(forced.ok());
+  EXPECT_NE(forced.status().message().find("t.json: metrics[0].engine: \"bpf\" cannot run c_total"), std::string::npos)
+      << forced.status().message();
+  EXPECT_NE(forced.status().message().find("glob"), std::string::npos);
+  // Without the privilege, "bpf" names CAP_BPF.
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "a_total", "type": "counter",
+     "event": "syscalls:sys_enter_getppid", "engine": "bpf"}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  auto denied = BuildPlan(*cfg, *tracefs, KernelEnums(), false, bpf::BpfSupport{false, "CAP_BPF missing"});
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.status().message().find("CAP_BPF"), std::string::npos);
+}
+
+// The series of a task that exited is removed once its final value was scraped, and an idle
+// series after series_idle_timeout_seconds; both from the BPF map, counted by reason.
+TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"settings": {"series_idle_timeout_seconds": 1.5}, "metrics": [
+    {"name": "by_tid_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+     "filter": "comm == \"tpe_bpf_life\"", "labels": [{"name": "tid", "source": "tid"}]},
+    {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+     "filter": "comm == \"tpe_bpf_life\"", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  Pipeline pipeline(&*tracefs);
+  ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  Child child("tpe_bpf_life", 100);
+  const std::string tid = std::to_string(child.pid());
+  child.RunToExit();
+  auto first = pipeline.Snapshot();  // the final value is exported...
+  ASSERT_NE(FindSeries(first, "by_tid_total", {{"tid", tid}}), nullptr);
+  EXPECT_EQ(FindSeries(first, "by_tid_total", {{"tid", tid}})->value, 100);
+  // ...so the next sweep (about once a second) removes the exited task's series; the comm
+  // series goes once idle for 1.5 s.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  auto later = pipeline.Snapshot();
+  pipeline.Stop();
+  EXPECT_EQ(FindSeries(later, "by_tid_total", {{"tid", tid}}), nullptr);
+  EXPECT_EQ(FindSeries(later, "by_comm_total", {{"comm", "tpe_bpf_life"}}), nullptr);
+  EXPECT_EQ(FindSeries(later, "tracepoint_exporter_series_removed_total",
+                       {{"metric", "by_tid_total"}, {"reason", "task_exited"}})
+                ->value,
+            1);
+  EXPECT_EQ(
+      FindSeries(later, "tracepoint_exporter_series_removed_total", {{"metric", "by_comm_total"}, {"reason", "idle"}})
+          ->value,
+      1);
+}
+
+// A start whose end never comes is expired by the sweep after timeout_seconds, counted, and no
+// longer in flight; an end after the timeout is not observed either (counted in the kernel).
+TEST(BpfEngineTest, LatencyStartsExpire) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  Child child("tpe_bpf_exp", 3);
+  const std::string pid = std::to_string(child.pid());
+  auto snap = RunPipeline(R"({"metrics": [{"name": "never_seconds", "type": "latency", "engine": "bpf",
+      "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid + R"("},
+      "end": {"event": "syscalls:sys_enter_getpgid", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid +
+                              R"("},
+      "timeout_seconds": 0.2, "buckets": {"type": "exp2", "min": 1e-6, "max": 1}}]})",
+                          [&] {
+                            child.RunToExit();  // 3 starts for one key: 2 replaced, 1 pending
+                            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+                          });
+  auto reason = [&](const char* r) {
+    const SeriesSnapshot* s =
+        FindSeries(snap, "tracepoint_exporter_latency_unmatched_total", {{"metric", "never_seconds"}, {"reason", r}});
+    return s ? s->value : -1;
+  };
+  EXPECT_EQ(reason("replaced"), 2);
+  EXPECT_EQ(reason("expired"), 1);
+  EXPECT_EQ(reason("no_start"), 0);
+  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_latency_inflight", {{"metric", "never_seconds"}})->value, 0);
+  // hits = runs + misses: the start program ran for every getppid() on the host (>= 3).
+  const SeriesSnapshot* runs = FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total",
+                                          {{"metric", "never_seconds"}, {"program", "start"}});
+  ASSERT_NE(runs, nullptr);
+  EXPECT_GE(runs->value, 3);
+}
+
+}  // namespace
+}  // namespace tpe
