@@ -8,23 +8,14 @@
 #include "bpf/interpreter.h"
 #include "common/file_util.h"
 #include "format/event_format.h"
+#include "testing/formats.h"
 #include "testing/test_util.h"
 
 namespace tpe::bpf {
 namespace {
 
-const std::string kDir = testing::DataDir() + "/linux-6.18";
-
-EventFormat LoadFormat(const std::string& path) {
-  auto text = ReadFileToString(path);
-  EXPECT_TRUE(text.ok()) << path;
-  auto f = ParseFormat(text.ok() ? *text : "", path);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  return f.ok() ? *f : EventFormat{};
-}
-EventFormat Event(const std::string& sys, const std::string& ev) {
-  return LoadFormat(kDir + "/events/" + sys + "/" + ev + "/format");
-}
+using testing::LoadFormat;
+EventFormat Event(const std::string& sys, const std::string& ev) { return testing::CapturedFormat(sys, ev); }
 
 // Every integer size and signedness, a misaligned int and u64, a 5-byte char array, a 2-byte
 // array (compared as one unsigned integer) and a 200-byte char array.

@@ -22,23 +22,15 @@
 #include "decode/sample.h"
 #include "filter/filter.h"
 #include "format/event_format.h"
+#include "testing/formats.h"
 #include "testing/test_util.h"
 
 namespace tpe::bpf {
 namespace {
 
-const std::string kDir = testing::DataDir() + "/linux-6.18";
-
 int NoProc(uint32_t, char*, size_t) { return -1; }
 
-EventFormat Event(const std::string& sys, const std::string& ev) {
-  const std::string path = kDir + "/events/" + sys + "/" + ev + "/format";
-  auto text = ReadFileToString(path);
-  EXPECT_TRUE(text.ok()) << path;
-  auto f = ParseFormat(text.ok() ? *text : "", path);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  return f.ok() ? *f : EventFormat{};
-}
+EventFormat Event(const std::string& sys, const std::string& ev) { return testing::CapturedFormat(sys, ev); }
 
 // Map fds the programs refer to (any numbers will do: they are immediates).
 constexpr int kStatsFd = 11, kValuesFd = 12, kZeroFd = 13, kStartsFd = 14;

@@ -7,6 +7,7 @@
 #include "common/file_util.h"
 #include "decode/sample.h"
 #include "format/event_format.h"
+#include "testing/formats.h"
 #include "testing/hex.h"
 #include "testing/test_util.h"
 
@@ -15,16 +16,8 @@ namespace {
 
 const std::string kDir = testing::DataDir() + "/linux-6.18";
 
-EventFormat LoadFormat(const std::string& path) {
-  auto text = ReadFileToString(path);
-  EXPECT_TRUE(text.ok()) << path;
-  auto f = ParseFormat(text.ok() ? *text : "", path);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  return f.ok() ? *f : EventFormat{};
-}
-EventFormat Event(const std::string& sys, const std::string& ev) {
-  return LoadFormat(kDir + "/events/" + sys + "/" + ev + "/format");
-}
+using testing::LoadFormat;
+EventFormat Event(const std::string& sys, const std::string& ev) { return testing::CapturedFormat(sys, ev); }
 
 // A raw tracepoint record built by hand, laid out as a format file says.
 class Record {
