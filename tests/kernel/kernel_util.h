@@ -58,8 +58,8 @@ class EngineTest : public ::testing::TestWithParam<const char*> {
 // Replaces the file at `path` with `text` (a config for a Daemon to load or reload).
 inline void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// Forks a child that waits for RunToExit(), renames itself `name`, optionally pins itself to
-// `cpu`, makes `calls` getppid() and exits.
+// Forks a child that optionally pins itself to `cpu`, waits for Release() (or RunToExit()),
+// renames itself `name`, makes `calls` getppid() and exits.
 class Child {
  public:
   Child(const char* name, int calls, int cpu = -1) {
@@ -68,7 +68,6 @@ class Child {
     pid_ = fork();
     if (pid_ == 0) {
       close(p[1]);
-      prctl(PR_SET_NAME, name);
       if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -77,6 +76,10 @@ class Child {
       }
       char c;
       if (read(p[0], &c, 1) != 1) _exit(2);
+      // Renamed once released, i.e. while the pipeline runs: the name reaches the reader as a
+      // PERF_RECORD_COMM. (Named before the pipeline opened and gone before the reader's first
+      // read, a task's name would be nowhere: not in a record, no longer in /proc.)
+      prctl(PR_SET_NAME, name);
       for (int i = 0; i < calls; ++i) syscall(SYS_getppid);
       _exit(0);
     }
