@@ -32,11 +32,6 @@ std::vector<std::string> Keys(int fd, uint32_t key_size) {
 
 BpfMetric::~BpfMetric() { Detach(); }
 
-Status BpfMetric::CheckExpressible(const BpfMetricSpec& spec) {
-  BpfMetric m(spec);
-  return m.Build(false);  // emitting needs no map: map fds are only immediates
-}
-
 StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::CreateUnloaded(BpfMetricSpec spec) {
   std::unique_ptr<BpfMetric> m(new BpfMetric(std::move(spec)));
   TPE_RETURN_IF_ERROR(m->Build(false));
@@ -181,29 +176,34 @@ Status BpfMetric::Attach() {
 
 void BpfMetric::Detach() { attach_fds_.clear(); }
 
+namespace {
+
+// Slot `slot` of a per-CPU stats map, summed over CPUs (0 if unreadable).
+uint64_t ReadStat(int stats_fd, uint32_t slot) {
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
+  if (bpf_map_lookup_elem(stats_fd, &slot, per_cpu.data()) != 0) return 0;
+  uint64_t sum = 0;
+  for (uint64_t v : per_cpu) sum += v;
+  return sum;
+}
+
+}  // namespace
+
 std::array<uint64_t, kStatCount> BpfMetric::Stats() const {
   std::array<uint64_t, kStatCount> out{};
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
   for (const Program& p : programs_) {
-    for (uint32_t slot = 0; slot < kStatCount; ++slot) {
-      if (bpf_map_lookup_elem(p.stats.get(), &slot, per_cpu.data()) != 0) continue;
-      for (uint64_t v : per_cpu) out[slot] += v;
-    }
+    for (uint32_t slot = 0; slot < kStatCount; ++slot) out[slot] += ReadStat(p.stats.get(), slot);
   }
   return out;
 }
 
 std::vector<BpfMetric::ProgramReport> BpfMetric::Programs() const {
   std::vector<ProgramReport> out;
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
   for (const Program& p : programs_) {
     ProgramReport r;
     r.role = p.role;
     r.event = p.endpoint->event;
-    const uint32_t slot = kRuns;
-    if (bpf_map_lookup_elem(p.stats.get(), &slot, per_cpu.data()) == 0) {
-      for (uint64_t v : per_cpu) r.runs += v;
-    }
+    r.runs = ReadStat(p.stats.get(), kRuns);
     r.kernel = ReadProgramStats(p.fd.get());
     out.push_back(std::move(r));
   }
@@ -341,10 +341,19 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
     return exited_record(tid) || ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0;
   };
   const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
+  // Reading every series costs a syscall each: only when some series could be removed.
+  auto names_tasks_in = [](const LabelSet& set) {
+    for (const LabelSpec& l : set.labels()) {
+      if (l.source == LabelSource::kPid || l.source == LabelSource::kTid) return true;
+    }
+    return false;
+  };
+  const bool names_tasks =
+      names_tasks_in(spec_.end.labels) || (!spec_.starts.empty() && names_tasks_in(spec_.starts.front().labels));
   std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
-  ReadValues(&values);
   std::vector<std::pair<std::string, bool>> remove;  // (key, idle)
-  {
+  if (idle_ns != 0 || names_tasks) {
+    ReadValues(&values);
     std::lock_guard<std::mutex> lock(mu_);
     std::map<std::string, SeriesState> next;
     for (auto& [key, v] : values) {

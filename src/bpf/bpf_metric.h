@@ -71,8 +71,6 @@ class BpfMetric : public Collector {
   // the maps and loads the programs (the verifier's errors are Internal with its log;
   // PermissionDenied names CAP_BPF). Nothing is attached yet.
   static StatusOr<std::unique_ptr<BpfMetric>> Create(BpfMetricSpec spec);
-  // The same checks without creating anything: OK or Unimplemented with the reason.
-  static Status CheckExpressible(const BpfMetricSpec& spec);
   // A metric checked like Create but with no maps and no programs (needs no privilege): for a
   // reload, where the running pipeline's metric of the same identity is kept in its place.
   // Attach() on it fails.

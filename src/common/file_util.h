@@ -17,4 +17,8 @@ Status WriteStringToFile(const std::string& path, const std::string& data);
 // Removes leading and trailing ASCII whitespace.
 std::string Trim(const std::string& s);
 
+// File descriptors this process has open now (entries of /proc/self/fd, not counting the one
+// used to list them); 0 when /proc is not mounted.
+size_t OpenFdCount();
+
 }  // namespace tpe

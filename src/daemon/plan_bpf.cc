@@ -111,12 +111,11 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!b.ok()) return not_bpf(b.status());
     spec.buckets = std::move(*b);
   }
-  if (Status st = bpf::BpfMetric::CheckExpressible(spec); !st.ok()) return not_bpf(st);
   auto metric = running ? bpf::BpfMetric::CreateUnloaded(std::move(spec)) : bpf::BpfMetric::Create(std::move(spec));
   if (!metric.ok()) {
     const Status& st = metric.status();
+    if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);  // checked before any map exists
     if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
-    if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);
     // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
     const std::string first_line = st.message().substr(0, st.message().find('\n'));
     plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +

@@ -1,6 +1,5 @@
 #include "exporter/exporter.h"
 
-#include <dirent.h>
 #include <prometheus/collectable.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -132,13 +131,7 @@ std::vector<MetricSnapshot> ProcessMetrics() {
     out.push_back(Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                         btime + field(22) / ticks));
   }
-  double fds = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (dirent* e = ::readdir(d)) fds += e->d_name[0] != '.';
-    ::closedir(d);
-    fds -= 1;  // the directory stream itself
-  }
-  out.push_back(Gauge("process_open_fds", "Number of open file descriptors.", fds));
+  out.push_back(Gauge("process_open_fds", "Number of open file descriptors.", static_cast<double>(OpenFdCount())));
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
     out.push_back(

@@ -1,6 +1,5 @@
 #include "exporter/http_server.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
@@ -22,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/scoped_fd.h"
 #include "exporter/basic_auth.h"
@@ -112,11 +112,7 @@ Status CheckCertificateAndKey(const HttpServerOptions& o) {
 unsigned EffectiveConnectionLimit(unsigned wanted) {
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return wanted;
-  int64_t open = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (dirent* e = ::readdir(d)) open += e->d_name[0] != '.';
-    ::closedir(d);
-  }
+  const int64_t open = static_cast<int64_t>(OpenFdCount());
   const int64_t room = static_cast<int64_t>(rl.rlim_cur) - 2 * open - 64;
   return static_cast<unsigned>(std::min<int64_t>(wanted, std::max<int64_t>(room, 16)));
 }

@@ -18,15 +18,6 @@ using testing::Child;
 using testing::FindSeries;
 using testing::RunPipeline;
 
-#define TPE_REQUIRE_BPF_OR_SKIP()                                                                                \
-  do {                                                                                                           \
-    TPE_REQUIRE_KERNEL_OR_SKIP();                                                                                \
-    if (!testing::Bpf().available) {                                                                             \
-      if (testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: no bpf engine: " << testing::Bpf().reason; \
-      GTEST_SKIP() << "the bpf engine is not available: " << testing::Bpf().reason;                              \
-    }                                                                                                            \
-  } while (0)
-
 StatusOr<std::unique_ptr<Plan>> Plan(const std::string& config) {
   auto tracefs = Tracefs::Discover("auto");
   if (!tracefs.ok()) return tracefs.status();

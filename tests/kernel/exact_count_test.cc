@@ -108,11 +108,7 @@ TEST_P(KernelEngineTest, ExactCountsOfAChildsGetppidCalls) {
 // they can, beside a busy-looping process, all counted exactly with nothing lost — where the
 // perf engine's rings would overflow (issue: 997,641 of 1,000,000 with 64-page rings).
 TEST(KernelBpfTest, ExactAtFullSpeedWithTwoLoadersAndABusyLoop) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
-  if (!testing::Bpf().available) {
-    if (testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: no bpf engine: " << testing::Bpf().reason;
-    GTEST_SKIP() << "the bpf engine is not available: " << testing::Bpf().reason;
-  }
+  TPE_REQUIRE_BPF_OR_SKIP();
   constexpr int kLoad = 1000000;
   pid_t busy = fork();
   if (busy == 0) {

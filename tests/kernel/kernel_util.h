@@ -37,16 +37,24 @@ inline const bpf::BpfSupport& Bpf() {
   return support;
 }
 
+// Skips (or fails under TPE_REQUIRE_KERNEL=1) when the kernel tier or the bpf engine cannot run.
+#define TPE_REQUIRE_BPF_OR_SKIP()                                                                            \
+  do {                                                                                                       \
+    TPE_REQUIRE_KERNEL_OR_SKIP();                                                                            \
+    if (!::tpe::testing::Bpf().available) {                                                                  \
+      if (::tpe::testing::KernelRequired())                                                                  \
+        FAIL() << "TPE_REQUIRE_KERNEL=1: the bpf engine is not available: " << ::tpe::testing::Bpf().reason; \
+      GTEST_SKIP() << "the bpf engine is not available: " << ::tpe::testing::Bpf().reason;                   \
+    }                                                                                                        \
+  } while (0)
+
 // A kernel-tier test run once per engine: GetParam() is "perf" or "bpf". Under "bpf" without
 // BPF (privileges, kernel) it skips with the reason, or fails under TPE_REQUIRE_KERNEL=1.
 class EngineTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     CurrentEngine() = GetParam();
-    if (IsBpf() && !Bpf().available) {
-      if (KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: the bpf engine is not available: " << Bpf().reason;
-      GTEST_SKIP() << "the bpf engine is not available: " << Bpf().reason;
-    }
+    if (IsBpf()) TPE_REQUIRE_BPF_OR_SKIP();
   }
   void TearDown() override { CurrentEngine() = "auto"; }
   bool IsBpf() const { return std::string(GetParam()) == "bpf"; }

@@ -6,9 +6,9 @@
 // each time while the unchanged ones keep theirs.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 
+#include "common/file_util.h"
 #include "daemon/daemon.h"
 #include "kernel/kernel_util.h"
 #include "testing/test_util.h"
@@ -43,13 +43,6 @@ std::string Config(bool with_extra, const std::string& engine) {
   return c + "]}";
 }
 
-// Open file descriptors of this process.
-size_t OpenFds() {
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.exists() ? 1 : 0;
-  return n;
-}
-
 using ReloadExactTest = testing::EngineTest;
 TPE_INSTANTIATE_ENGINES(ReloadExactTest);
 
@@ -70,11 +63,11 @@ TEST_P(ReloadExactTest, ManyReloadsWhileCountingNeitherDoubleNorMiss) {
     testing::WriteFile(path, Config(reloads % 2 == 0, GetParam()));
     Status st = daemon.Reload();
     ASSERT_TRUE(st.ok()) << st.ToString();
-    if (reloads == 1) fds_warm = OpenFds();
+    if (reloads == 1) fds_warm = OpenFdCount();
   }
   // Removed metrics' perf events, programs and maps are closed: after 98 more reloads on the
   // same config as reload 1, exactly as many fds are open.
-  EXPECT_EQ(OpenFds(), fds_warm);
+  EXPECT_EQ(OpenFdCount(), fds_warm);
   child.RunToExit();
   daemon.Stop();
   auto snap = daemon.Snapshot();
