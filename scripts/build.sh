@@ -8,7 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja \
+# ccache, when installed, is used (developers' worktrees share one cache; CI has none).
+LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
   -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
