@@ -22,6 +22,19 @@
 
 namespace {
 
+// SIGHUP's default action ends the process. systemd (ExecReload) or a user may send it while the
+// daemon is still starting (reading the kernel's enums and the config, opening perf events: tens
+// of ms), so it is blocked before any of main's work, in a constructor that runs once the shared
+// libraries are loaded; main's sigwait() picks up a pending SIGHUP as a reload once the daemon
+// serves. SIGTERM and SIGINT keep their default action until main blocks them: a stop request
+// during start-up ends the process, as it should.
+__attribute__((constructor)) void BlockSighupBeforeMain() {
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, nullptr);
+}
+
 int Fail(const tpe::Status& st) {
   std::fprintf(stderr, "tracepoint_exporter: %s\n", st.message().c_str());
   return 1;
