@@ -1,6 +1,7 @@
 // tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
 // The only place in the project that exits the process.
 #include <signal.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
@@ -36,7 +37,15 @@ __attribute__((constructor)) void BlockSighupBeforeMain() {
 }
 
 int Fail(const tpe::Status& st) {
-  std::fprintf(stderr, "tracepoint_exporter: %s\n", st.message().c_str());
+  std::string msg = st.message();
+  // EMFILE can come from any step (tracefs files, perf events, BPF maps, sockets): say once
+  // what to do about it, whichever step ran out.
+  if (msg.find("Too many open files") != std::string::npos && msg.find("ulimit -n") == std::string::npos) {
+    rlimit nofile{};
+    ::getrlimit(RLIMIT_NOFILE, &nofile);
+    msg += "; raise LimitNOFILE / ulimit -n (now " + std::to_string(nofile.rlim_cur) + ")";
+  }
+  std::fprintf(stderr, "tracepoint_exporter: %s\n", msg.c_str());
   return 1;
 }
 

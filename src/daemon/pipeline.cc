@@ -12,6 +12,7 @@
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "perf/perf_event.h"
 
 namespace tpe {
@@ -61,8 +62,8 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
     Status st = SetFilter(fd.get(), ep->filter);
     if (!st.ok()) {
       Status why = tracefs_ ? tracefs_->CheckFilter(ep->event, ep->filter) : st;
-      return InvalidArgument(plan_->config_path + ": filter \"" + ep->filter + "\" on " + ep->event.ToString() + ": " +
-                             (why.ok() ? st.message() : why.message()));
+      return InvalidArgument(plan_->config_path + ": filter \"" + Abbreviate(ep->filter) + "\" on " +
+                             ep->event.ToString() + ": " + (why.ok() ? st.message() : why.message()));
     }
   }
   if (ep->sampled) {

@@ -4,6 +4,7 @@
 
 #include "bpf/bpf_metric.h"
 #include "bpf/filter_compiler.h"
+#include "common/utf8.h"
 #include "daemon/plan_internal.h"
 #include "filter/filter.h"
 
@@ -57,7 +58,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!filter.empty()) {
       auto expr = ParseFilter(filter, ep->format);
       if (!expr.ok()) {
-        return Unimplemented("filter \"" + filter + "\" on " + out->event + ": " + expr.status().message());
+        return Unimplemented("filter \"" + Abbreviate(filter) + "\" on " + out->event + ": " + expr.status().message());
       }
       TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
       out->filter = std::move(*expr);

@@ -180,6 +180,19 @@ if command -v setpriv >/dev/null; then
   check "missing privileges: exit 1 naming CAP_PERFMON and perf_event_paranoid" bash -c "[[ $rc == 1 ]] && grep -q 'CAP_PERFMON missing' '$WORK/out' && grep -q 'perf_event_paranoid=' '$WORK/out'"
 fi
 
+# Too few file descriptors: whichever step runs out (perf events, BPF maps, the HTTP server), the
+# error says to raise the limit and carries no unrelated library complaint.
+fd_msgs_ok=1
+for n in 25 30 35 40 45 50 55 60; do
+  (ulimit -n $n; timeout 5 "$BIN" --config.file="$SRC/config/default.json" --web.listen-address=127.0.0.1:0 >"$WORK/out" 2>&1) && continue
+  last=$(grep '^tracepoint_exporter: ' "$WORK/out" | tail -1)
+  [[ -z "$last" ]] && continue  # ran until the timeout: enough descriptors
+  if ! grep -q 'LimitNOFILE / ulimit -n' <<<"$last" || grep -q 'MHD_OPTION' <<<"$last"; then
+    fd_msgs_ok=0; echo "ulimit -n $n: $last"
+  fi
+done
+check "ulimit -n 25..60: every start-up failure says to raise LimitNOFILE, with no libmicrohttpd option complaint" test $fd_msgs_ok == 1
+
 "$BIN" --config.file="$SRC/config/default.json" --config.check >"$WORK/out" 2>&1
 check "--config.check accepts config/default.json" bash -c "[[ $? == 0 ]] && grep -q OK '$WORK/out'"
 "$BIN" --list-events='sched:sched_sw*' >"$WORK/out" 2>&1
