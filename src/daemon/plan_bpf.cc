@@ -7,6 +7,7 @@
 #include "common/utf8.h"
 #include "daemon/plan_internal.h"
 #include "filter/filter.h"
+#include "perf/perf_event.h"
 
 namespace tpe::plan_internal {
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
@@ -59,6 +60,11 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       auto expr = ParseFilter(filter, ep->format);
       if (!expr.ok()) {
         return Unimplemented("filter \"" + Abbreviate(filter) + "\" on " + out->event + ": " + expr.status().message());
+      }
+      // The kernel's verdict on CPUS{...} for the machine (the perf engine gets it from the kernel).
+      if (auto cpus = PossibleCpus(); cpus.ok() && !cpus->empty()) {
+        TPE_RETURN_IF_ERROR(CheckFilterCpus(*expr, static_cast<uint32_t>(cpus->back() + 1))
+                                .WithContext(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) + "\""));
       }
       TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
       out->filter = std::move(*expr);
