@@ -25,6 +25,7 @@ EventCount EventPlan::ReadKernelCounts() const {
     if (c.ok()) {
       total.count += c->count;
       total.lost += c->lost;
+      total.lost_known &= c->lost_known;
     }
   }
   return total;
@@ -120,6 +121,21 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
     if (!l.source.empty()) {
       s.source = *ParseLabelSource(l.source);
       if (s.source == LabelSource::kCgroup) {
+        const KernelFeatures& kf = plan->features;
+        if (!kf.cgroup.v2_labels) {
+          return Unavailable(cfg.path + ": " + l.json_path + ".source: a cgroup label needs tasks in cgroup v2 (" +
+                             kf.cgroup.why +
+                             "), so every task would show the v2 root as one series; boot with "
+                             "systemd.unified_cgroup_hierarchy=1 or remove the label");
+        }
+        bool perf_engine = false;
+        for (const auto& e : plan->events) perf_engine |= e.get() == sampled_ep;
+        if (perf_engine && !kf.perf.sample_cgroup) {
+          return Unavailable(cfg.path + ": " + l.json_path + ".source: a cgroup label on the perf engine needs " +
+                             "PERF_SAMPLE_CGROUP (Linux 5.7), which this kernel (" + kf.bpf.release +
+                             ") refuses; use \"engine\": \"bpf\" (bpf_get_current_cgroup_id) or remove "
+                             "the label");
+        }
         if (!plan->cgroups) {
           plan->cgroups = std::make_shared<CgroupResolver>(DiscoverCgroup2Mount());
           if (plan->cgroups->root().empty()) {
@@ -231,10 +247,18 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters, const bpf::BpfSupport& bpf,
-                                          const std::set<std::string>& running_bpf) {
+                                          const std::set<std::string>& running_bpf, const KernelFeatures& features) {
   auto plan = std::make_unique<Plan>();
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
+  plan->features = features;
+  for (const auto& row : DescribeFeatures(features)) {
+    if (!row.available) {
+      plan->kernel_notes.push_back(row.feature + " (Linux " + row.since + ") unavailable on " + features.bpf.release +
+                                   ": " + row.cost);
+    }
+  }
+  bpf::SetLoadOptions(ChooseLoadOptions(features));
   for (const auto& m : cfg.metrics) {
     std::string why;
     TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf,
