@@ -67,8 +67,9 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
 // How maps are created and programs loaded, chosen by the plan from BpfFeatures and set before
 // any metric is created (process-wide; not changed while a map is being created).
 struct LoadOptions {
-  // Clear BPF_F_NO_PREALLOC: a hash map of max_entries x (key + value) bytes (x possible CPUs
-  // for per-CPU values) is allocated when created, none in the tracepoint.
+  // Clear BPF_F_NO_PREALLOC: a hash map's max_entries x (key + value) bytes (for a per-CPU hash
+  // max_entries x (key + value x possible CPUs)) are allocated when it is created, none in the
+  // tracepoint.
   bool preallocate_maps = false;
   // Rewrite calls of probe_read_kernel(_str) to probe_read(_str) (the pre-5.5 helpers, which
   // read kernel memory the same way on the architectures without a separate user space).

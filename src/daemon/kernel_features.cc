@@ -66,7 +66,7 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
        "programs call bpf_probe_read(_str) instead: the same reads of tracepoint records"},
       {"bpf_runtime_alloc_safe", "6.1 (not PREEMPT_RT)", f.bpf.runtime_alloc_safe,
        "bpf hash maps are preallocated: each costs max_entries x (key + value) bytes of kernel memory up front "
-       "(x possible CPUs for per-CPU values), whatever the series count"},
+       "(max_entries x (key + value x possible CPUs) for the per-CPU series map), whatever the series count"},
       {"bpf_tracepoint_misses", "6.7", f.bpf.tracepoint_misses,
        "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
        "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
