@@ -26,10 +26,9 @@ const char* kCapsHint =
     "the bpf engine needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); grant them (systemd "
     "AmbientCapabilities, Kubernetes securityContext.capabilities.add) or use \"engine\": \"perf\"";
 
-std::mutex mu;                   // guards the three below
+std::mutex mu;                   // guards the two below
 LoadOptions load_options;        // SetLoadOptions
 BpfFault* fault_hook = nullptr;  // owned; SetBpfFaultForTesting
-bool memlock_charged = false;    // ProbeBpfFeatures
 
 // CAP_BPF (39) or CAP_SYS_ADMIN in the effective set.
 bool Privileged() {
@@ -41,12 +40,7 @@ bool Privileged() {
 }
 
 Status BpfError(int err, const std::string& what) {
-  bool charged;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    charged = memlock_charged;
-  }
-  return BpfErrnoStatus(err, what, (err == EPERM || err == EACCES) && Privileged(), charged);
+  return BpfErrnoStatus(err, what, (err == EPERM || err == EACCES) && Privileged(), GetLoadOptions().memlock_charged);
 }
 
 // The injected errno for `call`, or 0.
@@ -191,8 +185,6 @@ BpfFeatures ProbeBpfFeatures() {
           (rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_cur / 1024) + " KiB");
     }
   }
-  std::lock_guard<std::mutex> lock(mu);
-  memlock_charged = f.memlock_charged;
   return f;
 }
 

@@ -74,6 +74,9 @@ struct LoadOptions {
   // Rewrite calls of probe_read_kernel(_str) to probe_read(_str) (the pre-5.5 helpers, which
   // read kernel memory the same way on the architectures without a separate user space).
   bool probe_read_fallback = false;
+  // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
+  // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
+  bool memlock_charged = false;
 };
 void SetLoadOptions(const LoadOptions& options);
 LoadOptions GetLoadOptions();

@@ -82,6 +82,7 @@ bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {
   bpf::LoadOptions o;
   o.preallocate_maps = !f.bpf.runtime_alloc_safe;
   o.probe_read_fallback = !f.bpf.probe_read_kernel_str;
+  o.memlock_charged = f.bpf.memlock_charged;
   return o;
 }
 

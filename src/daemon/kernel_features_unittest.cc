@@ -3,6 +3,10 @@
 #include "daemon/kernel_features.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include "daemon/plan.h"
 #include "testing/test_util.h"
@@ -102,6 +106,71 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
             0u)
       << (*p)->kernel_notes[0];
   bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// An old kernel's answer to BPF_MAP_CREATE (injected: no map reaches this kernel), through the
+// plan: "auto" runs the metric on perf and says why; "bpf" refuses to start with the reason.
+struct MapErrnoRow {
+  const char* release;
+  int err;
+  const char* auto_reason;  // in engine_reasons under "auto"
+};
+
+TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBpf) {
+  const MapErrnoRow rows[] = {
+      {"5.10.0-28-amd64", ENOMEM,
+       "Cannot allocate memory (kernel memory: the memory cgroup's limit, or "
+       "RLIMIT_MEMLOCK before Linux 5.11)"},
+      {"5.4.0-170-generic", E2BIG, "Argument list too long (larger than this kernel allows"},
+      {"6.12.9-amd64", ENOMEM, "Cannot allocate memory (kernel memory: the memory cgroup's limit);"},
+  };
+  constexpr char kComm[] =
+      R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "%s",
+          "labels": [{"name": "comm", "source": "comm"}]})";
+  for (const auto& r : rows) {
+    bpf::SetBpfFaultForTesting([&](const bpf::BpfCall& c) { return c.cmd == BPF_MAP_CREATE ? r.err : EPERM; });
+    char metric[512];
+    std::snprintf(metric, sizeof(metric), kComm, "auto");
+    auto cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
+    ASSERT_TRUE(cfg.ok());
+    auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
+    ASSERT_TRUE(p.ok()) << r.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "perf") << r.release;
+    EXPECT_NE((*p)->engine_reasons[0].find(r.auto_reason), std::string::npos)
+        << r.release << ": " << (*p)->engine_reasons[0];
+    std::snprintf(metric, sizeof(metric), kComm, "bpf");
+    cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
+    ASSERT_TRUE(cfg.ok());
+    p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
+    ASSERT_FALSE(p.ok()) << r.release;
+    EXPECT_NE(p.status().message().find(r.auto_reason), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find("\"bpf\" for c_total"), std::string::npos) << p.status().message();
+  }
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// Linux 5.10: an EPERM creating a map while CAP_BPF/CAP_SYS_ADMIN are held is RLIMIT_MEMLOCK.
+TEST(KernelFeaturesPlanTest, MemlockEpermIsNamedWhenCharged) {
+  EXPECT_TRUE(ChooseLoadOptions(On("5.10.0-28-amd64")).memlock_charged);
+  EXPECT_FALSE(ChooseLoadOptions(On("5.15.0-91-generic")).memlock_charged);
+  bpf::SetBpfFaultForTesting([](const bpf::BpfCall&) { return EPERM; });
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "engine": "bpf",
+      "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok());
+  auto old = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On("5.10.0-28-amd64"));
+  auto now = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On("6.12.9-amd64"));
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+  ASSERT_FALSE(old.ok());
+  ASSERT_FALSE(now.ok());
+  // 5.11+: EPERM is capabilities whatever we hold.
+  EXPECT_NE(now.status().message().find("needs CAP_BPF"), std::string::npos) << now.status().message();
+  if (geteuid() == 0) {  // root holds CAP_SYS_ADMIN: before 5.11 the EPERM is RLIMIT_MEMLOCK
+    EXPECT_NE(old.status().message().find("this is RLIMIT_MEMLOCK"), std::string::npos) << old.status().message();
+    EXPECT_EQ(old.status().message().find("needs CAP_BPF"), std::string::npos) << old.status().message();
+  }
 }
 
 }  // namespace
