@@ -74,7 +74,8 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
        "BPF memory is charged to RLIMIT_MEMLOCK: " +
            (f.bpf.memlock_note.empty() ? std::string("not raised") : f.bpf.memlock_note)},
       {"cgroup_v2_labels", "cgroup2 holding tasks", f.cgroup.v2_labels,
-       "cgroup labels are refused: " + (f.cgroup.why.empty() ? std::string("cgroup v2 unused") : f.cgroup.why)},
+       "cgroup labels are left out of the metrics that have them (a warning names each): " +
+           (f.cgroup.why.empty() ? std::string("cgroup v2 unused") : f.cgroup.why)},
   };
 }
 

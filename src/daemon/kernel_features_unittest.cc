@@ -63,14 +63,22 @@ TEST(KernelFeaturesPlanTest, CgroupLabelOnPerfNeedsSampleCgroup) {
   EXPECT_TRUE(Build(kCgroupPerf, On("5.10.0-28-amd64")).ok());
 }
 
-TEST(KernelFeaturesPlanTest, CgroupLabelRefusedWhereV2HoldsNoTasks) {
+TEST(KernelFeaturesPlanTest, CgroupLabelLeftOutWhereV2HoldsNoTasks) {
   KernelFeatures f = On("6.1.0-18-amd64");
   f.cgroup = DetectCgroupFacts(kV1Mounts, "4:memory:/system.slice/tpe.service\n");
-  auto p = Build(kCgroupPerf, f);
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("a cgroup label needs tasks in cgroup v2 (no cgroup2 filesystem"),
+  auto p = Build(R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+        "labels": [{"name": "comm", "source": "comm"}, {"name": "cgroup", "source": "cgroup"}]})",
+                 f);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE((*p)->events[0]->cgroup);  // no PERF_SAMPLE_CGROUP, no cgroup label
+  EXPECT_EQ((*p)->cgroups, nullptr);
+  ASSERT_EQ((*p)->warnings.size(), 1u);
+  EXPECT_NE((*p)->warnings[0].find("metrics[0].labels[1]: cgroup label \"cgroup\" left out: it needs tasks in cgroup "
+                                   "v2 (no cgroup2 filesystem"),
             std::string::npos)
-      << p.status().message();
+      << (*p)->warnings[0];
+  ASSERT_EQ((*p)->kernel_notes.size(), 2u);  // misses (6.1) and cgroup
+  EXPECT_NE((*p)->kernel_notes[1].find("cgroup labels are left out"), std::string::npos);
 }
 
 TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {

@@ -1,5 +1,7 @@
 #include "daemon/plan.h"
 
+#include <algorithm>
+
 #include "collectors/counter.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
@@ -123,10 +125,14 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
       if (s.source == LabelSource::kCgroup) {
         const KernelFeatures& kf = plan->features;
         if (!kf.cgroup.v2_labels) {
-          return Unavailable(cfg.path + ": " + l.json_path + ".source: a cgroup label needs tasks in cgroup v2 (" +
-                             kf.cgroup.why +
-                             "), so every task would show the v2 root as one series; boot with "
-                             "systemd.unified_cgroup_hierarchy=1 or remove the label");
+          // Every task would show the v2 root: the label is left out (never one false series),
+          // and the log, --config.check and the warnings say so.
+          const std::string w = cfg.path + ": " + l.json_path + ": cgroup label \"" + l.name +
+                                "\" left out: it needs tasks in cgroup v2 (" + kf.cgroup.why +
+                                "), else every task shows the v2 root as one series; boot with "
+                                "systemd.unified_cgroup_hierarchy=1 to have it";
+          if (std::find(warnings->begin(), warnings->end(), w) == warnings->end()) warnings->push_back(w);
+          continue;
         }
         bool perf_engine = false;
         for (const auto& e : plan->events) perf_engine |= e.get() == sampled_ep;

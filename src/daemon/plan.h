@@ -116,9 +116,9 @@ struct Plan {
 //
 // `features` (ProbeKernelFeatures; the default is a current kernel) decides the fallbacks: the
 // loader's options (bpf::SetLoadOptions: preallocated maps, probe_read helpers), perf events
-// without PERF_FORMAT_LOST, and refusals: a cgroup label on the perf engine without
-// PERF_SAMPLE_CGROUP, or on any engine where cgroup v2 holds no tasks (Unavailable naming
-// the metric and what would work).
+// without PERF_FORMAT_LOST, cgroup labels left out (with a warning) where cgroup v2 holds no
+// tasks, and a refusal of a cgroup label on the perf engine without PERF_SAMPLE_CGROUP
+// (Unavailable naming the metric and what would work).
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters,
                                           const bpf::BpfSupport& bpf = bpf::BpfSupport{false, "not probed"},
