@@ -155,5 +155,35 @@ TEST(KernelFeaturesTest, BpfOnLinux5_4) {
   EXPECT_EQ(Feature(snap, "bpf_probe_read_kernel_str"), 0);
 }
 
+// A program the kernel refuses with E2BIG (over an older kernel's instruction limit; injected):
+// under "auto" the metric runs on perf, says why, and counts exactly.
+TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  bpf::SetBpfFaultForTesting([](const bpf::BpfCall& c) { return c.cmd == BPF_PROG_LOAD ? E2BIG : 0; });
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->engines[0], "perf");
+  EXPECT_NE((*plan)->engine_reasons[0].find("Argument list too long (larger than this kernel allows"),
+            std::string::npos)
+      << (*plan)->engine_reasons[0];
+  constexpr int kCalls = 1000;
+  Child child("tpe_e2big", kCalls);
+  auto snap = RunWith(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "labels": [{"name": "comm", "source": "comm"}]}]})",
+                      KernelFeatures{}, [&] { child.RunToExit(); });
+  bpf::SetBpfFaultForTesting(nullptr);
+  const SeriesSnapshot* s = FindSeries(snap, "big_total", {{"comm", "tpe_e2big"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->value, kCalls);
+  EXPECT_NE(FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", "big_total"}, {"engine", "perf"}}),
+            nullptr);
+}
+
 }  // namespace
 }  // namespace tpe
