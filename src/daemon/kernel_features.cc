@@ -73,7 +73,7 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
       {"bpf_memlock_uncharged", "5.11", !f.bpf.memlock_charged,
        "BPF memory is charged to RLIMIT_MEMLOCK: " +
            (f.bpf.memlock_note.empty() ? std::string("not raised") : f.bpf.memlock_note)},
-      {"cgroup_v2_labels", "cgroup2 holding tasks", f.cgroup.v2_labels,
+      {"cgroup_v2_labels", "a cgroup2 mount holding tasks", f.cgroup.v2_labels,
        "cgroup labels are left out of the metrics that have them (a warning names each): " +
            (f.cgroup.why.empty() ? std::string("cgroup v2 unused") : f.cgroup.why)},
   };

@@ -108,10 +108,11 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
   }
   auto p = Build(kCounter, On("5.10.0-28-amd64"));
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ((*p)->kernel_notes[0].rfind("perf_format_lost (Linux 6.0) unavailable on 5.10.0-28-amd64: per-event lost "
-                                        "samples are not counted",
-                                        0),
-            0u)
+  EXPECT_EQ(
+      (*p)->kernel_notes[0].rfind("perf_format_lost (needs Linux 6.0) unavailable on 5.10.0-28-amd64: per-event lost "
+                                  "samples are not counted",
+                                  0),
+      0u)
       << (*p)->kernel_notes[0];
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }

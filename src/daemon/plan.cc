@@ -260,8 +260,9 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   plan->features = features;
   for (const auto& row : DescribeFeatures(features)) {
     if (!row.available) {
-      plan->kernel_notes.push_back(row.feature + " (Linux " + row.since + ") unavailable on " + features.bpf.release +
-                                   ": " + row.cost);
+      const bool version = !row.since.empty() && row.since[0] >= '0' && row.since[0] <= '9';
+      plan->kernel_notes.push_back(row.feature + " (needs " + (version ? "Linux " : "") + row.since +
+                                   ") unavailable on " + features.bpf.release + ": " + row.cost);
     }
   }
   bpf::SetLoadOptions(ChooseLoadOptions(features));
