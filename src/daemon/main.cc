@@ -123,8 +123,10 @@ int main(int argc, char** argv) {
         std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                     plan.engine_reasons[i].c_str());
       }
+      for (const auto& n : plan.kernel_notes) std::printf("  kernel: %s\n", n.c_str());
       return 0;
     }
+    for (const auto& n : plan.kernel_notes) std::fprintf(stderr, "kernel: %s\n", n.c_str());
     for (size_t i = 0; i < plan.collectors.size(); ++i) {
       std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                    plan.engine_reasons[i].c_str());
