@@ -221,6 +221,7 @@ std::string BpfMetric::Disassembly() const {
 
 uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
+uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
 
 uint64_t BpfMetric::unmatched(Reason r) const {
   const auto st = Stats();

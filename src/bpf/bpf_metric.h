@@ -92,6 +92,9 @@ class BpfMetric : public Collector {
   std::pair<uint64_t, uint64_t> series_removed() const override;
   uint64_t series_dropped() const override;
   uint64_t decode_errors() const override;
+  // Hits not counted because a map update failed with ENOMEM (the kernel could not allocate
+  // the element; kNoMemory in every program): not a cardinality drop.
+  uint64_t no_memory() const;
 
   bool is_latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
   uint64_t unmatched(Reason r) const;

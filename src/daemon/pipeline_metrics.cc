@@ -196,6 +196,12 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                         "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
                         "sysctl kernel.bpf_stats_enabled is 1).",
                         MetricKind::kCounter);
+  auto no_memory = Family("tracepoint_exporter_bpf_map_no_memory_total",
+                          "Hits a bpf-engine metric could not count because the kernel failed to allocate a map "
+                          "element (ENOMEM from the map update; not the cardinality limit, which is "
+                          "series_dropped_total, nor the in-flight limit, which is latency_unmatched_total "
+                          "{reason=\"table_full\"}).",
+                          MetricKind::kCounter);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
@@ -203,6 +209,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     const auto* b = dynamic_cast<const bpf::BpfMetric*>(c);
     if (b == nullptr) continue;
+    Add(&no_memory, {{"metric", c->name()}}, static_cast<double>(b->no_memory()));
     for (const auto& p : b->Programs()) {
       LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
       Add(&runs, l, static_cast<double>(p.runs));
@@ -215,6 +222,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(runs));
     out->push_back(std::move(misses));
     out->push_back(std::move(seconds));
+    out->push_back(std::move(no_memory));
   }
 }
 
