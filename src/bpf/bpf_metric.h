@@ -13,9 +13,10 @@
 // expired) and by the user-space sweep (expired). So runs == observed + filtered + counted
 // drops, and hits == runs + misses.
 //
-// Series lifetime as for the perf engine (Collector::Sweep): series unchanged for idle_ns, and
-// series of exited tasks once scraped, are deleted from the map; latency starts older than the
-// timeout are deleted and counted as expired.
+// Series lifetime as for the perf engine (Collector::Sweep), in MapSeries (map_series.h): series
+// unchanged for idle_ns, and series of exited tasks, leave the map at the sweep (no scrape
+// needed) and their final values stay in user space until a scrape has exported them; latency
+// starts older than the timeout are deleted and counted as expired.
 //
 // Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the reader thread;
 // Snapshot and the counters from any thread (map reads are syscalls; user-space state is
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "bpf/loader.h"
+#include "bpf/map_series.h"
 #include "bpf/programs.h"
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
@@ -126,8 +128,6 @@ class BpfMetric : public Collector {
   Status Build(bool create);
   // Sums the per-CPU stats slots of every program.
   std::array<uint64_t, kStatCount> Stats() const;
-  // Every (key, value) of the values map; per-CPU values summed slot by slot.
-  void ReadValues(std::vector<std::pair<std::string, std::vector<uint64_t>>>* out) const;
   std::string LabelKey(std::string_view bpf_key) const;
   LabelPairs Render(std::string_view bpf_key) const;
 
@@ -141,13 +141,11 @@ class BpfMetric : public Collector {
   std::vector<Program> programs_;
   std::vector<ScopedFd> attach_fds_;
 
-  mutable std::mutex mu_;  // guards the series state below
-  struct SeriesState {
-    uint64_t total = 0, changed_ns = 0, scraped = UINT64_MAX;
-  };
-  mutable std::map<std::string, SeriesState> series_;
+  std::unique_ptr<MapSeries> series_;  // the values map's series, live and retired
+  mutable std::mutex mu_;              // guards the counts below
   uint64_t removed_idle_ = 0, removed_exited_ = 0, expired_ = 0;
   size_t inflight_ = 0;
+  bool starts_batch_ = true;  // sweep thread only: BPF_MAP_LOOKUP_BATCH on the starts map
 };
 
 }  // namespace tpe::bpf
