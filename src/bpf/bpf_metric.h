@@ -18,7 +18,7 @@
 // needed) and their final values stay in user space until a scrape has exported them; latency
 // starts older than the timeout are deleted and counted as expired.
 //
-// Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the reader thread;
+// Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the sweeper thread;
 // Snapshot and the counters from any thread (map reads are syscalls; user-space state is
 // guarded by a mutex).
 #pragma once
@@ -91,6 +91,7 @@ class BpfMetric : public Collector {
   bool NeedsComm() const override { return false; }
   bool NeedsOrdering() const override { return false; }
   void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
+  bool SweepsOffReader() const override { return true; }
   std::pair<uint64_t, uint64_t> series_removed() const override;
   uint64_t series_dropped() const override;
   uint64_t decode_errors() const override;

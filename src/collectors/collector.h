@@ -46,6 +46,9 @@ class Collector {
   // that `exited` become removable. A metric that is full also sweeps for exited tasks at once
   // (at most every 100 ms) when a new label set arrives, so a new task's series gets in.
   virtual void Sweep(uint64_t /*now_ns*/, uint64_t /*idle_ns*/, const TaskExited& /*exited*/) {}
+  // True when Sweep does syscalls (the bpf engine reads its maps): it then runs on the sweeper
+  // thread (collectors/sweeper.h), not on the reader's, and is given no exited-task records.
+  virtual bool SweepsOffReader() const { return false; }
   // Series removed so far: {idle, task exited}.
   virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 

@@ -160,6 +160,8 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
 Status Pipeline::StartThread() {
   running_ = true;
   thread_ = std::thread([this] { Run(); });
+  const double idle_s = plan_->settings.series_idle_timeout_seconds;
+  sweeper_.Start(&plan_->collectors, idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0);
   return Status::Ok();
 }
 
@@ -322,6 +324,7 @@ Status Pipeline::ReopenCpu(int cpu) {
 }
 
 void Pipeline::StopThread() {
+  sweeper_.Stop();
   if (running_.exchange(false)) {
     uint64_t one = 1;
     (void)!::write(stop_fd_.get(), &one, sizeof(one));
