@@ -217,6 +217,16 @@ std::string BpfMetric::Disassembly() const {
 uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
 uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
+uint64_t BpfMetric::map_memory_bytes() const {
+  uint64_t n = 0;
+  for (const ScopedFd* fd : {&values_, &zero_, &starts_}) {
+    if (fd->valid()) n += MapMemoryBytes(fd->get());
+  }
+  for (const Program& p : programs_) {
+    if (p.stats.valid()) n += MapMemoryBytes(p.stats.get());
+  }
+  return n;
+}
 
 uint64_t BpfMetric::unmatched(Reason r) const {
   const auto st = Stats();

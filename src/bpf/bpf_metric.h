@@ -98,6 +98,9 @@ class BpfMetric : public Collector {
   // Hits not counted because a map update failed with ENOMEM (the kernel could not allocate
   // the element; kNoMemory in every program): not a cardinality drop.
   uint64_t no_memory() const;
+  // Kernel memory of this metric's maps (values, starts, zero and stats maps), bytes, as the
+  // kernel charges it (MapMemoryBytes). 0 when not loaded.
+  uint64_t map_memory_bytes() const;
 
   bool is_latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
   uint64_t unmatched(Reason r) const;

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <set>
+
+#include "common/file_util.h"
 
 namespace tpe::bpf {
 namespace {
@@ -35,6 +38,14 @@ int KernelMap::LookupBatch(const void* in_batch, void* out_batch, void* keys, vo
   errno = 0;
   return Result(
       bpf_map_lookup_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count, /*opts=*/nullptr));
+}
+
+uint64_t MapMemoryBytes(int fd) {
+  auto text = ReadFileToString("/proc/self/fdinfo/" + std::to_string(fd));
+  if (!text.ok()) return 0;
+  const size_t at = text->find("memlock:");
+  if (at == std::string::npos) return 0;
+  return std::strtoull(text->c_str() + at + 8, nullptr, 10);
 }
 
 bool Unsupported(int err) { return err == -EINVAL || err == -kENOTSUPP || err == -EOPNOTSUPP; }

@@ -76,6 +76,11 @@ std::vector<MapEntry> ReadMap(MapAccess* map, const MapShape& shape, bool* batch
 // Sums `cpus` copies of `slots` u64 in `raw` into `slots` values.
 std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus);
 
+// The kernel memory charged to the map behind `fd` (bytes): the "memlock:" line of
+// /proc/self/fdinfo/<fd> (kernel/bpf/syscall.c bpf_map_show_fdinfo; bpf_map_memory_usage() on
+// 6.4+, an estimate of the up-front allocation before). 0 when unreadable.
+uint64_t MapMemoryBytes(int fd);
+
 // Whether `err` (negative errno) means "this kernel does not have the command for this map".
 bool Unsupported(int err);
 

@@ -202,6 +202,11 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                           "series_dropped_total, nor the in-flight limit, which is latency_unmatched_total "
                           "{reason=\"table_full\"}).",
                           MetricKind::kCounter);
+  auto map_memory = Family("tracepoint_exporter_bpf_map_memory_bytes",
+                           "Kernel memory of a bpf-engine metric's maps, as the kernel charges it (the memlock line "
+                           "of /proc/self/fdinfo: a hash map's bucket array is allocated up front for "
+                           "max_series_per_metric, elements as series appear).",
+                           MetricKind::kGauge);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
@@ -210,6 +215,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     const auto* b = dynamic_cast<const bpf::BpfMetric*>(c);
     if (b == nullptr) continue;
     Add(&no_memory, {{"metric", c->name()}}, static_cast<double>(b->no_memory()));
+    Add(&map_memory, {{"metric", c->name()}}, static_cast<double>(b->map_memory_bytes()));
     for (const auto& p : b->Programs()) {
       LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
       Add(&runs, l, static_cast<double>(p.runs));
@@ -223,6 +229,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(misses));
     out->push_back(std::move(seconds));
     out->push_back(std::move(no_memory));
+    out->push_back(std::move(map_memory));
   }
 }
 

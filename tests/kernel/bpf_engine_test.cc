@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "kernel/kernel_util.h"
@@ -189,6 +190,25 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
     for (const SeriesSnapshot& s : m.series) dead += s.value;
   }
   EXPECT_EQ(dead - 1000, static_cast<double>(kTasks - dropped));
+}
+
+// Issue 17 #10: the maps' kernel memory is exported, and it shows the up-front cost of a large
+// max_series_per_metric (the hash map's bucket array) even with one series.
+TEST(BpfEngineTest, MapMemoryIsExported) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto bytes = [](int max_series) {
+    auto snap = RunPipeline(R"({"settings": {"max_series_per_metric": )" + std::to_string(max_series) + R"(},
+      "metrics": [{"name": "mem_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "engine": "bpf", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                            [] { syscall(SYS_getppid); });
+    const SeriesSnapshot* s = FindSeries(snap, "tracepoint_exporter_bpf_map_memory_bytes", {{"metric", "mem_total"}});
+    return s ? s->value : -1.0;
+  };
+  const double small = bytes(1000), large = bytes(1000000);
+  std::printf("bpf map memory: max_series 1000 -> %.0f bytes, 1000000 -> %.0f bytes\n", small, large);
+  EXPECT_GT(small, 0);
+  EXPECT_GT(large, 16.0 * 1000000);  // >= 2^20 buckets of 16 bytes, allocated up front
+  EXPECT_LT(small, large / 100);
 }
 
 }  // namespace
