@@ -217,6 +217,22 @@ std::string BpfMetric::Disassembly() const {
 uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
 uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
+std::vector<EngineStat> BpfMetric::EngineStats() const {
+  std::vector<EngineStat> out;
+  for (const ProgramReport& p : Programs()) {
+    LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
+    out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
+    out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    out.push_back(
+        {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
+  }
+  out.push_back(
+      {"tracepoint_exporter_bpf_map_no_memory_total", {{"metric", spec_.name}}, static_cast<double>(no_memory())});
+  out.push_back(
+      {"tracepoint_exporter_bpf_map_memory_bytes", {{"metric", spec_.name}}, static_cast<double>(map_memory_bytes())});
+  return out;
+}
+
 uint64_t BpfMetric::map_memory_bytes() const {
   uint64_t n = 0;
   for (const ScopedFd* fd : {&values_, &zero_, &starts_}) {
@@ -231,17 +247,17 @@ uint64_t BpfMetric::map_memory_bytes() const {
 uint64_t BpfMetric::unmatched(Reason r) const {
   const auto st = Stats();
   switch (r) {
-    case kReplaced:
+    case LatencyUnmatched::kReplaced:
       return st[bpf::kReplaced];
-    case kNoStart:
+    case LatencyUnmatched::kNoStart:
       return st[bpf::kNoStart];
-    case kTableFull:
+    case LatencyUnmatched::kTableFull:
       return st[bpf::kTableFull];
-    case kExpired: {
+    case LatencyUnmatched::kExpired: {
       std::lock_guard<std::mutex> lock(mu_);
       return st[bpf::kExpired] + expired_;
     }
-    case kSeriesLimit:
+    case LatencyUnmatched::kSeriesLimit:
       return st[bpf::kDropped];
     default:
       return 0;

@@ -67,7 +67,7 @@ struct BpfMetricSpec {
 
 class BpfMetric : public Collector {
  public:
-  enum Reason { kReplaced, kNoStart, kTableFull, kExpired, kSeriesLimit, kReasonCount };  // as LatencyCollector
+  using Reason = LatencyUnmatched::Reason;
 
   // Checks that every part can be expressed (Unimplemented with the reason otherwise), creates
   // the maps and loads the programs (the verifier's errors are Internal with its log;
@@ -81,8 +81,8 @@ class BpfMetric : public Collector {
   ~BpfMetric() override;
 
   // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.
-  Status Attach();
-  void Detach();
+  Status Attach() override;
+  void Detach() override;
   bool attached() const { return !attach_fds_.empty(); }
 
   const std::string& name() const override { return spec_.name; }
@@ -102,9 +102,11 @@ class BpfMetric : public Collector {
   // kernel charges it (MapMemoryBytes). 0 when not loaded.
   uint64_t map_memory_bytes() const;
 
-  bool is_latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
-  uint64_t unmatched(Reason r) const;
-  size_t inflight() const;
+  bool is_latency() const override { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
+  uint64_t unmatched(Reason r) const override;
+  size_t inflight() const override;
+  // Program runs, misses and run time (per program), no_memory and map_memory_bytes.
+  std::vector<EngineStat> EngineStats() const override;
 
   // Per program ("event", or "start", "start1", ..., "end"): its tracepoint, runs counted by
   // the program, and the kernel's stats.

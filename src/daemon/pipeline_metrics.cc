@@ -105,16 +105,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       Family("tracepoint_exporter_latency_inflight",
              "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
   for (const auto& c : plan_->collectors) {
-    const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
-    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c.get());
-    if (l == nullptr && (b == nullptr || !b->is_latency())) continue;
-    for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
-      auto reason = static_cast<LatencyCollector::Reason>(r);
-      const uint64_t n = l ? l->unmatched(reason) : b->unmatched(static_cast<bpf::BpfMetric::Reason>(r));
-      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
-          static_cast<double>(n));
+    if (c == nullptr || !c->is_latency()) continue;
+    for (int r = 0; r < LatencyUnmatched::kReasonCount; ++r) {
+      auto reason = static_cast<LatencyUnmatched::Reason>(r);
+      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyUnmatched::Name(reason)}},
+          static_cast<double>(c->unmatched(reason)));
     }
-    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l ? l->inflight() : b->inflight()));
+    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(c->inflight()));
   }
   if (!unmatched.series.empty()) {
     out.push_back(std::move(unmatched));
@@ -212,15 +209,10 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     if (c == nullptr) continue;
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
-    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c);
-    if (b == nullptr) continue;
-    Add(&no_memory, {{"metric", c->name()}}, static_cast<double>(b->no_memory()));
-    Add(&map_memory, {{"metric", c->name()}}, static_cast<double>(b->map_memory_bytes()));
-    for (const auto& p : b->Programs()) {
-      LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
-      Add(&runs, l, static_cast<double>(p.runs));
-      Add(&misses, l, static_cast<double>(p.kernel.recursion_misses));
-      Add(&seconds, l, static_cast<double>(p.kernel.run_time_ns) * 1e-9);
+    for (EngineStat& st : c->EngineStats()) {
+      for (MetricSnapshot* f : {&runs, &misses, &seconds, &no_memory, &map_memory}) {
+        if (f->name == st.family) Add(f, std::move(st.labels), st.value);
+      }
     }
   }
   out->push_back(std::move(info));
