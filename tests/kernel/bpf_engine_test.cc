@@ -2,11 +2,13 @@
 // choice and its messages, series lifetime (idle and exited tasks) swept from BPF maps, latency
 // starts expired by the user-space sweep, and the program self-metrics (hits = runs + misses).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -209,6 +211,71 @@ TEST(BpfEngineTest, MapMemoryIsExported) {
   EXPECT_GT(small, 0);
   EXPECT_GT(large, 16.0 * 1000000);  // >= 2^20 buckets of 16 bytes, allocated up front
   EXPECT_LT(small, large / 100);
+}
+
+// Issue 14 #5, with fork churn: scrapes overlapping the sweep (which takes exited tasks' series
+// out of the map) never count a series twice: a live task's counter never decreases from one
+// scrape to the next, and no dead task (one call each) ever shows more than 1.
+TEST(BpfEngineTest, ScrapesDuringForkChurnNeverCountTwice) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [
+    {"name": "churn2_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+     "filter": "comm == \"tpe_churn2\"", "labels": [{"name": "tid", "source": "tid"}]}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  Pipeline pipeline(&*tracefs);
+  ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  pid_t live = fork();
+  ASSERT_GE(live, 0);
+  if (live == 0) {
+    prctl(PR_SET_NAME, "tpe_churn2");
+    for (;;) syscall(SYS_getppid);
+  }
+  std::atomic<bool> done{false};
+  std::thread churn([&] {
+    for (int i = 0; i < 1500; ++i) {
+      pid_t p = fork();
+      if (p == 0) {
+        prctl(PR_SET_NAME, "tpe_churn2");
+        syscall(SYS_getppid);
+        _exit(0);
+      }
+      if (p > 0) waitpid(p, nullptr, 0);
+    }
+    done = true;
+  });
+  const std::string live_tid = std::to_string(live);
+  double last = 0;
+  int scrapes = 0, dead_seen = 0;
+  while (!done || scrapes < 20) {
+    auto snap = pipeline.Snapshot();
+    ++scrapes;
+    for (const MetricSnapshot& m : snap) {
+      if (m.name != "churn2_total") continue;
+      for (const SeriesSnapshot& s : m.series) {
+        if (s.labels == LabelPairs{{"tid", live_tid}}) {
+          EXPECT_GE(s.value, last) << "scrape " << scrapes;
+          last = s.value;
+        } else {
+          ++dead_seen;
+          EXPECT_EQ(s.value, 1) << s.labels[0].second << " at scrape " << scrapes;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  churn.join();
+  kill(live, SIGKILL);
+  waitpid(live, nullptr, 0);
+  pipeline.Stop();
+  EXPECT_GT(last, 0);
+  EXPECT_GT(dead_seen, 0);
+  std::printf("%d scrapes, %d dead-task series seen, live counter %.0f\n", scrapes, dead_seen, last);
 }
 
 }  // namespace
