@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "common/clock.h"
 
@@ -13,19 +14,6 @@ namespace {
 
 std::string ProgramName(const std::string& metric, const std::string& role) {
   return "tpe_" + role.substr(0, 3) + "_" + metric;  // cut to 15 characters by the loader
-}
-
-// Every key of `fd` (key_size bytes each), in map order.
-std::vector<std::string> Keys(int fd, uint32_t key_size) {
-  std::vector<std::string> keys;
-  std::string cur(key_size, '\0'), next(key_size, '\0');
-  const void* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
-    keys.push_back(next);
-    cur = next;
-    prev = cur.data();
-  }
-  return keys;
 }
 
 }  // namespace
@@ -158,6 +146,13 @@ Status BpfMetric::Build(bool create) {
     loaded.push_back(std::move(p));
   }
   programs_ = std::move(loaded);
+  MapShape shape;
+  shape.key_size = key_size_;
+  shape.slots = value_slots_;
+  shape.cpus = static_cast<uint32_t>(PossibleCpus());
+  shape.max_entries = max_series;
+  series_ = std::make_unique<MapSeries>(std::make_unique<KernelMap>(values_.get()), shape,
+                                        [this](std::string_view k) { return LabelKey(k); });
   return Status::Ok();
 }
 
@@ -221,21 +216,48 @@ std::string BpfMetric::Disassembly() const {
 
 uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
+uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
+std::vector<EngineStat> BpfMetric::EngineStats() const {
+  std::vector<EngineStat> out;
+  for (const ProgramReport& p : Programs()) {
+    LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
+    out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
+    out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    out.push_back(
+        {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
+  }
+  out.push_back(
+      {"tracepoint_exporter_bpf_map_no_memory_total", {{"metric", spec_.name}}, static_cast<double>(no_memory())});
+  out.push_back(
+      {"tracepoint_exporter_bpf_map_memory_bytes", {{"metric", spec_.name}}, static_cast<double>(map_memory_bytes())});
+  return out;
+}
+
+uint64_t BpfMetric::map_memory_bytes() const {
+  uint64_t n = 0;
+  for (const ScopedFd* fd : {&values_, &zero_, &starts_}) {
+    if (fd->valid()) n += MapMemoryBytes(fd->get());
+  }
+  for (const Program& p : programs_) {
+    if (p.stats.valid()) n += MapMemoryBytes(p.stats.get());
+  }
+  return n;
+}
 
 uint64_t BpfMetric::unmatched(Reason r) const {
   const auto st = Stats();
   switch (r) {
-    case kReplaced:
+    case LatencyUnmatched::kReplaced:
       return st[bpf::kReplaced];
-    case kNoStart:
+    case LatencyUnmatched::kNoStart:
       return st[bpf::kNoStart];
-    case kTableFull:
+    case LatencyUnmatched::kTableFull:
       return st[bpf::kTableFull];
-    case kExpired: {
+    case LatencyUnmatched::kExpired: {
       std::lock_guard<std::mutex> lock(mu_);
       return st[bpf::kExpired] + expired_;
     }
-    case kSeriesLimit:
+    case LatencyUnmatched::kSeriesLimit:
       return st[bpf::kDropped];
     default:
       return 0;
@@ -250,20 +272,6 @@ size_t BpfMetric::inflight() const {
 std::pair<uint64_t, uint64_t> BpfMetric::series_removed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {removed_idle_, removed_exited_};
-}
-
-void BpfMetric::ReadValues(std::vector<std::pair<std::string, std::vector<uint64_t>>>* out) const {
-  out->clear();
-  const size_t cpus = static_cast<size_t>(PossibleCpus());
-  std::vector<uint64_t> buf(cpus * value_slots_);
-  for (std::string& key : Keys(values_.get(), key_size_)) {
-    if (bpf_map_lookup_elem(values_.get(), key.data(), buf.data()) != 0) continue;  // deleted meanwhile
-    std::vector<uint64_t> sum(value_slots_, 0);
-    for (size_t c = 0; c < cpus; ++c) {
-      for (size_t i = 0; i < value_slots_; ++i) sum[i] += buf[c * value_slots_ + i];
-    }
-    out->emplace_back(std::move(key), std::move(sum));
-  }
 }
 
 std::string BpfMetric::LabelKey(std::string_view bpf_key) const {
@@ -283,34 +291,11 @@ LabelPairs BpfMetric::Render(std::string_view label_key) const {
   return out;
 }
 
-namespace {
-
-uint64_t Total(const std::vector<uint64_t>& v, bool counter) {
-  if (counter) return v[0];
-  uint64_t n = 0;
-  for (size_t i = 0; i + 1 < v.size(); ++i) n += v[i];  // the buckets, not the sum
-  return n;
-}
-
-}  // namespace
-
 MetricSnapshot BpfMetric::Snapshot() const {
   const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
-  std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
-  ReadValues(&values);
-  // Program keys whose labels render the same (e.g. bytes after a string's NUL) merge.
+  // By label key: program keys whose labels render the same merge, and retired values join.
   std::map<std::string, std::vector<uint64_t>> merged;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [key, v] : values) {
-      // The value a scrape exported: a series of an exited task may go once this is final.
-      SeriesState& st = series_[key];
-      st.scraped = Total(v, counter);
-      auto& m = merged[LabelKey(key)];
-      if (m.empty()) m.assign(v.size(), 0);
-      for (size_t i = 0; i < v.size(); ++i) m[i] += v[i];
-    }
-  }
+  if (series_) merged = series_->Read();
   MetricSnapshot s;
   s.name = spec_.name;
   s.help = spec_.help;
@@ -340,8 +325,8 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   const TaskExited exited = [&exited_record](uint32_t tid) {
     return exited_record(tid) || ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0;
   };
-  const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
-  // Reading every series costs a syscall each: only when some series could be removed.
+  // A series names a task when a pid/tid label does; reading every series costs a syscall
+  // each, so only when some series could be removed (MapSeries::Sweep).
   auto names_tasks_in = [](const LabelSet& set) {
     for (const LabelSpec& l : set.labels()) {
       if (l.source == LabelSource::kPid || l.source == LabelSource::kTid) return true;
@@ -350,47 +335,18 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   };
   const bool names_tasks =
       names_tasks_in(spec_.end.labels) || (!spec_.starts.empty() && names_tasks_in(spec_.starts.front().labels));
-  std::vector<std::pair<std::string, std::vector<uint64_t>>> values;
-  std::vector<std::pair<std::string, bool>> remove;  // (key, idle)
-  if (idle_ns != 0 || names_tasks) {
-    ReadValues(&values);
-    std::lock_guard<std::mutex> lock(mu_);
-    std::map<std::string, SeriesState> next;
-    for (auto& [key, v] : values) {
-      SeriesState st;
-      auto it = series_.find(key);
-      if (it != series_.end()) st = it->second;
-      const uint64_t total = Total(v, counter);
-      if (it == series_.end() || st.changed_ns == 0 || total != st.total) {  // 0: first seen by a scrape
-        st.total = total;
-        st.changed_ns = now_ns;
-      }
-      if (idle_ns != 0 && now_ns - st.changed_ns >= idle_ns) {
-        remove.emplace_back(key, true);
-        continue;
-      }
-      const std::string lk = LabelKey(key);
-      bool dead = false;
-      if (is_latency()) {
-        const LabelSet& start = spec_.starts.front().labels;
-        const size_t n = start.KeySize(lk);
-        dead = start.NamesExitedTask(lk.substr(0, n), exited) || spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
-      } else {
-        dead = spec_.end.labels.NamesExitedTask(lk, exited);
-      }
-      if (dead && st.scraped == total) {
-        remove.emplace_back(key, false);
-        continue;
-      }
-      next.emplace(key, st);
-    }
-    series_.swap(next);
+  std::function<bool(const std::string&)> dead;
+  if (names_tasks) {
+    dead = [&](const std::string& lk) {
+      if (!is_latency()) return spec_.end.labels.NamesExitedTask(lk, exited);
+      const LabelSet& start = spec_.starts.front().labels;
+      const size_t n = start.KeySize(lk);
+      return start.NamesExitedTask(lk.substr(0, n), exited) || spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
+    };
   }
-  uint64_t idle = 0, gone = 0;
-  for (const auto& [key, is_idle] : remove) {
-    if (bpf_map_delete_elem(values_.get(), key.data()) != 0) continue;
-    ++(is_idle ? idle : gone);
-  }
+  MapSeries::Removed removed;
+  if (series_) removed = series_->Sweep(now_ns, idle_ns, dead);
+  const uint64_t idle = removed.idle, gone = removed.exited;
   // Latency starts older than the timeout: expired (the end program also refuses them).
   uint64_t expired = 0;
   size_t inflight = 0;
@@ -398,12 +354,15 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
     const uint64_t now = MonotonicNs();  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
     const uint32_t match_bytes = static_cast<uint32_t>(8 * spec_.end.match.size());
     std::vector<char> value(8 + start_key_.MapKeySize());
-    for (std::string& key : Keys(starts_.get(), match_bytes)) {
-      if (bpf_map_lookup_elem(starts_.get(), key.data(), value.data()) != 0) continue;
-      uint64_t t = 0;
-      std::memcpy(&t, value.data(), sizeof(t));
+    KernelMap starts(starts_.get());
+    MapShape shape;
+    shape.key_size = match_bytes;
+    shape.slots = static_cast<uint32_t>(value.size() / 8);
+    shape.max_entries = static_cast<uint32_t>(spec_.max_inflight);
+    for (MapEntry& e : ReadMap(&starts, shape, &starts_batch_)) {
+      const uint64_t t = e.value[0];
       if (now > t && now - t > spec_.timeout_ns) {
-        if (bpf_map_delete_elem(starts_.get(), key.data()) == 0) ++expired;
+        if (starts.Delete(e.key.data()) == 0) ++expired;
         continue;
       }
       ++inflight;

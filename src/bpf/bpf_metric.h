@@ -13,11 +13,12 @@
 // expired) and by the user-space sweep (expired). So runs == observed + filtered + counted
 // drops, and hits == runs + misses.
 //
-// Series lifetime as for the perf engine (Collector::Sweep): series unchanged for idle_ns, and
-// series of exited tasks once scraped, are deleted from the map; latency starts older than the
-// timeout are deleted and counted as expired.
+// Series lifetime as for the perf engine (Collector::Sweep), in MapSeries (map_series.h): series
+// unchanged for idle_ns, and series of exited tasks, leave the map at the sweep (no scrape
+// needed) and their final values stay in user space until a scrape has exported them; latency
+// starts older than the timeout are deleted and counted as expired.
 //
-// Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the reader thread;
+// Thread-safety: Create/Attach/Detach on the owning (main) thread; Sweep on the sweeper thread;
 // Snapshot and the counters from any thread (map reads are syscalls; user-space state is
 // guarded by a mutex).
 #pragma once
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "bpf/loader.h"
+#include "bpf/map_series.h"
 #include "bpf/programs.h"
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
@@ -65,7 +67,7 @@ struct BpfMetricSpec {
 
 class BpfMetric : public Collector {
  public:
-  enum Reason { kReplaced, kNoStart, kTableFull, kExpired, kSeriesLimit, kReasonCount };  // as LatencyCollector
+  using Reason = LatencyUnmatched::Reason;
 
   // Checks that every part can be expressed (Unimplemented with the reason otherwise), creates
   // the maps and loads the programs (the verifier's errors are Internal with its log;
@@ -79,8 +81,8 @@ class BpfMetric : public Collector {
   ~BpfMetric() override;
 
   // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.
-  Status Attach();
-  void Detach();
+  Status Attach() override;
+  void Detach() override;
   bool attached() const { return !attach_fds_.empty(); }
 
   const std::string& name() const override { return spec_.name; }
@@ -89,13 +91,22 @@ class BpfMetric : public Collector {
   bool NeedsComm() const override { return false; }
   bool NeedsOrdering() const override { return false; }
   void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
+  bool SweepsOffReader() const override { return true; }
   std::pair<uint64_t, uint64_t> series_removed() const override;
   uint64_t series_dropped() const override;
   uint64_t decode_errors() const override;
+  // Hits not counted because a map update failed with ENOMEM (the kernel could not allocate
+  // the element; kNoMemory in every program): not a cardinality drop.
+  uint64_t no_memory() const;
+  // Kernel memory of this metric's maps (values, starts, zero and stats maps), bytes, as the
+  // kernel charges it (MapMemoryBytes). 0 when not loaded.
+  uint64_t map_memory_bytes() const;
 
-  bool is_latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
-  uint64_t unmatched(Reason r) const;
-  size_t inflight() const;
+  bool is_latency() const override { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
+  uint64_t unmatched(Reason r) const override;
+  size_t inflight() const override;
+  // Program runs, misses and run time (per program), no_memory and map_memory_bytes.
+  std::vector<EngineStat> EngineStats() const override;
 
   // Per program ("event", or "start", "start1", ..., "end"): its tracepoint, runs counted by
   // the program, and the kernel's stats.
@@ -123,8 +134,6 @@ class BpfMetric : public Collector {
   Status Build(bool create);
   // Sums the per-CPU stats slots of every program.
   std::array<uint64_t, kStatCount> Stats() const;
-  // Every (key, value) of the values map; per-CPU values summed slot by slot.
-  void ReadValues(std::vector<std::pair<std::string, std::vector<uint64_t>>>* out) const;
   std::string LabelKey(std::string_view bpf_key) const;
   LabelPairs Render(std::string_view bpf_key) const;
 
@@ -138,13 +147,11 @@ class BpfMetric : public Collector {
   std::vector<Program> programs_;
   std::vector<ScopedFd> attach_fds_;
 
-  mutable std::mutex mu_;  // guards the series state below
-  struct SeriesState {
-    uint64_t total = 0, changed_ns = 0, scraped = UINT64_MAX;
-  };
-  mutable std::map<std::string, SeriesState> series_;
+  std::unique_ptr<MapSeries> series_;  // the values map's series, live and retired
+  mutable std::mutex mu_;              // guards the counts below
   uint64_t removed_idle_ = 0, removed_exited_ = 0, expired_ = 0;
   size_t inflight_ = 0;
+  bool starts_batch_ = true;  // sweep thread only: BPF_MAP_LOOKUP_BATCH on the starts map
 };
 
 }  // namespace tpe::bpf

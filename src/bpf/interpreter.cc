@@ -35,8 +35,8 @@ uint64_t Neg(int e) { return static_cast<uint64_t>(-static_cast<int64_t>(e)); }
 
 class Machine {
  public:
-  Machine(std::map<int, FakeMap>* maps, std::string_view record, const FakeTask& task)
-      : maps_(maps), ctx_(record), stack_(kStackBytes, '\0'), task_(task) {}
+  Machine(std::map<int, FakeMap>* maps, std::string_view record, const FakeTask& task, const BeforeHelper& hook)
+      : maps_(maps), ctx_(record), stack_(kStackBytes, '\0'), task_(task), hook_(hook) {}
 
   StatusOr<uint64_t> Exec(const std::vector<bpf_insn>& insns);
 
@@ -63,6 +63,7 @@ class Machine {
   std::string ctx_;
   std::string stack_;
   const FakeTask& task_;
+  const BeforeHelper& hook_;
   uint64_t r_[11] = {};
   size_t pc_ = 0;
   // Map value regions handed out by lookups: (fd, key).
@@ -82,6 +83,7 @@ uint8_t* Machine::Resolve(uint64_t addr, uint64_t size, bool write) {
     const auto& [fd, key] = values_[tag - kValueTagBase];
     auto m = maps_->find(fd);
     if (m == maps_->end()) return nullptr;
+    if (write && m->second.values_read_only) return nullptr;
     auto e = m->second.entries.find(key);
     if (e == m->second.entries.end()) return nullptr;  // deleted since the lookup
     mem = &e->second;
@@ -100,6 +102,7 @@ StatusOr<FakeMap*> Machine::MapArg(uint64_t v) {
 }
 
 Status Machine::CallHelper(int32_t id) {
+  if (hook_) hook_(id);
   uint64_t ret = 0;
   switch (id) {
     case BPF_FUNC_map_lookup_elem: {
@@ -145,6 +148,8 @@ Status Machine::CallHelper(int32_t id) {
         ret = Neg(ENOENT);
       } else if (!exists && m->entries.size() >= m->max_entries) {
         ret = Neg(E2BIG);
+      } else if (!exists && m->insert_errno != 0) {
+        ret = Neg(m->insert_errno);
       } else {
         m->entries[key] = value;
       }
@@ -514,7 +519,7 @@ FakeMap* Interpreter::map(int fd) {
 }
 
 StatusOr<uint64_t> Interpreter::Run(const std::vector<bpf_insn>& insns, std::string_view record, const FakeTask& task) {
-  Machine m(&maps_, record, task);
+  Machine m(&maps_, record, task, before_helper_);
   return m.Exec(insns);
 }
 

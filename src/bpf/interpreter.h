@@ -29,6 +29,7 @@
 #include <linux/bpf.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -53,7 +54,17 @@ struct FakeMap {
   uint32_t type = BPF_MAP_TYPE_HASH;
   uint32_t key_size = 0, value_size = 0, max_entries = 0;
   std::map<std::string, std::string> entries;  // key bytes -> value bytes
+  // Fault injection: an update that would insert a new key fails with -insert_errno
+  // (e.g. ENOMEM, as htab_map_update_elem when the element cannot be allocated); 0 = none.
+  int insert_errno = 0;
+  // When set, a program store into a value of this map is an error: the test asserts that the
+  // program replaces values only through map_update_elem (atomic for concurrent readers).
+  bool values_read_only = false;
 };
+
+// Called before each helper call with the helper's id (BPF_FUNC_*): a test injects what
+// another CPU does at that moment (e.g. deletes a map entry), deterministically.
+using BeforeHelper = std::function<void(int helper_id)>;
 
 class Interpreter {
  public:
@@ -63,6 +74,8 @@ class Interpreter {
   void AddMap(int fd, FakeMap map);
   // The map under `fd`, or null.
   FakeMap* map(int fd);
+  // Installs (or clears, with nullptr) the hook run before every helper call.
+  void set_before_helper(BeforeHelper hook) { before_helper_ = std::move(hook); }
 
   // Runs `insns` with R1 = pointer to a copy of `record` (the tracepoint record; ctx loads at
   // constant offsets read it), R10 = the top of a 512-byte zeroed stack. Returns R0 at exit.
@@ -73,6 +86,7 @@ class Interpreter {
 
  private:
   std::map<int, FakeMap> maps_;
+  BeforeHelper before_helper_;
 };
 
 }  // namespace tpe::bpf

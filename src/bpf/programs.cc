@@ -71,20 +71,39 @@ void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
             EmitLoadInt(a, s.field, R1);
             a->Store(8, R10, off, R1);
             break;
-          case KeySegment::Kind::kCharArray:
           case KeySegment::Kind::kBytes:
             EmitCopyFromCtx(a, s.field.offset, off, s.field.size);
             break;
-          case KeySegment::Kind::kString:
-            // r3 = ctx + (loc & 0xffff): the string the __data_loc word points at.
+          case KeySegment::Kind::kCharArray: {
+            // Byte by byte up to the first NUL; the slot is zeroed, so what follows stays 0.
+            Label end = a->NewLabel();
+            for (uint32_t i = 0; i < s.field.size; ++i) {
+              a->Load(1, R1, R6, static_cast<int16_t>(s.field.offset + i));
+              a->Jump(BPF_JEQ, R1, 0, end);
+              a->Store(1, R10, static_cast<int16_t>(off + static_cast<int>(i)), R1);
+            }
+            a->Bind(end);
+            break;
+          }
+          case KeySegment::Kind::kString: {
+            // r3 = ctx + (loc & 0xffff): the string the __data_loc word points at; r2 = its
+            // length (loc >> 16, the NUL included), at most the slot less its final NUL.
+            Label skip = a->NewLabel(), bounded = a->NewLabel();
             a->Load(4, R3, R6, static_cast<int16_t>(s.field.offset));
+            a->MovReg(R2, R3);
+            a->Alu(BPF_RSH, R2, 16);
+            a->Jump(BPF_JEQ, R2, 0, skip);
+            a->Jump(BPF_JLE, R2, static_cast<int32_t>(s.key_size - 1), bounded);
+            a->Mov(R2, static_cast<int32_t>(s.key_size - 1));
+            a->Bind(bounded);
             a->Alu(BPF_AND, R3, 0xffff);
             a->AluReg(BPF_ADD, R3, R6);
             a->MovReg(R1, R10);
             a->Alu(BPF_ADD, R1, off);
-            a->Mov(R2, static_cast<int32_t>(s.key_size));
-            a->Call(BPF_FUNC_probe_read_kernel_str);
+            a->Call(BPF_FUNC_probe_read_kernel);  // exactly r2 bytes; ToLabelKey cuts at the NUL
+            a->Bind(skip);
             break;
+          }
         }
         break;
       case LabelSource::kComm:
@@ -170,9 +189,9 @@ void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed
 }
 
 // R8 = the histogram value of the key at R10 + kKeyOff, created zeroed from the `zero` map when
-// new; a full map counts kDropped and goes to `out`.
+// new; a full map counts kDropped (ENOMEM: kNoMemory) and goes to `out`.
 void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
-  Label have = a->NewLabel(), again = a->NewLabel(), full = a->NewLabel();
+  Label have = a->NewLabel(), again = a->NewLabel(), full = a->NewLabel(), nomem = a->NewLabel();
   a->LoadMapFd(R1, maps.values);
   StackPtr(a, R2, kKeyOff);
   a->Call(BPF_FUNC_map_lookup_elem);
@@ -189,6 +208,7 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
   a->Mov(R4, BPF_NOEXIST);
   a->Call(BPF_FUNC_map_update_elem);
   a->Jump(BPF_JEQ, R0, 0, again);
+  a->Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a->Jump(BPF_JNE, R0, -EEXIST, full);  // else another task created it first
   a->Bind(again);
   a->LoadMapFd(R1, maps.values);
@@ -198,6 +218,9 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
   a->Jump(BPF_JNE, R8, 0, have);
   a->Bind(full);
   EmitStat(a, maps, kDropped);
+  a->Goto(out);
+  a->Bind(nomem);
+  EmitStat(a, maps, kNoMemory);
   a->Goto(out);
   a->Bind(have);
 }
@@ -390,7 +413,7 @@ Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
 
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel();
+  Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
   if (s.value) {
     EmitLoadInt(&a, *s.value, R7);
@@ -420,6 +443,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   a.Mov(R4, BPF_NOEXIST);
   a.Call(BPF_FUNC_map_update_elem);
   a.Jump(BPF_JEQ, R0, 0, out);
+  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a.Jump(BPF_JNE, R0, -EEXIST, full);
   a.LoadMapFd(R1, maps.values);  // another task on this CPU created it first
   StackPtr(&a, R2, kKeyOff);
@@ -429,6 +453,9 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   a.Goto(out);
   a.Bind(full);
   EmitStat(&a, maps, kDropped);
+  a.Goto(out);
+  a.Bind(nomem);
+  EmitStat(&a, maps, kNoMemory);
   a.Bind(out);
   a.Bind(filtered);
   EmitReturn(&a);
@@ -453,33 +480,43 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps) {
   TPE_RETURN_IF_ERROR(CheckMatch(s.match));
   Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), fresh = a.NewLabel(), full = a.NewLabel();
+  Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
   EmitMatchKey(&a, s.match);
   a.ZeroStack(kKeyOff, s.labels.MapKeySize());
   EmitKey(&a, s.labels, kKeyOff);
   a.Call(BPF_FUNC_ktime_get_ns);
   a.Store(8, R10, kStartValOff, R0);
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JEQ, R0, 0, fresh);
-  // A start for this key is pending: it is replaced (the new start wins, as in the perf engine).
-  a.MovReg(R8, R0);
-  const uint32_t value_bytes = 8 + s.labels.MapKeySize();
-  for (uint32_t i = 0; i < value_bytes; i += 8) {
-    a.Load(8, R1, R10, static_cast<int16_t>(kStartValOff + static_cast<int>(i)));
-    a.Store(8, R8, static_cast<int16_t>(i), R1);
-  }
+  // Insert, or replace a pending start whole (the new start wins, as in the perf engine). A
+  // replace whose start an end consumed meanwhile (-ENOENT) inserts once more.
+  Label replace = a.NewLabel(), nomem = a.NewLabel(), insert_again = a.NewLabel();
+  auto update = [&](int32_t flags) {
+    a.LoadMapFd(R1, maps.starts);
+    StackPtr(&a, R2, kMatchOff);
+    StackPtr(&a, R3, kStartValOff);
+    a.Mov(R4, flags);
+    a.Call(BPF_FUNC_map_update_elem);
+  };
+  update(BPF_NOEXIST);
+  a.Jump(BPF_JEQ, R0, 0, out);
+  a.Jump(BPF_JEQ, R0, -EEXIST, replace);
+  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+  a.Goto(full);
+  a.Bind(replace);
+  update(BPF_EXIST);
+  a.Jump(BPF_JEQ, R0, -ENOENT, insert_again);
+  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+  a.Jump(BPF_JNE, R0, 0, full);
   EmitStat(&a, maps, kReplaced);
   a.Goto(out);
-  a.Bind(fresh);
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  StackPtr(&a, R3, kStartValOff);
-  a.Mov(R4, BPF_ANY);
-  a.Call(BPF_FUNC_map_update_elem);
+  a.Bind(insert_again);
+  update(BPF_NOEXIST);
   a.Jump(BPF_JEQ, R0, 0, out);
+  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+  a.Goto(full);
+  a.Bind(nomem);
+  EmitStat(&a, maps, kNoMemory);
+  a.Goto(out);
   a.Bind(full);
   EmitStat(&a, maps, kTableFull);
   a.Bind(out);
@@ -522,7 +559,11 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   a.LoadMapFd(R1, maps.starts);
   StackPtr(&a, R2, kMatchOff);
   a.Call(BPF_FUNC_map_delete_elem);
-  Label in_time = a.NewLabel();
+  Label in_time = a.NewLabel(), mine = a.NewLabel();
+  a.Jump(BPF_JEQ, R0, 0, mine);
+  EmitStat(&a, maps, kNoStart);  // another end (another CPU) consumed this start first
+  a.Goto(out);
+  a.Bind(mine);
   a.LoadImm64(R1, s.timeout_ns);
   a.JumpReg(BPF_JLE, R7, R1, in_time);
   EmitStat(&a, maps, kExpired);

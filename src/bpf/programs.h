@@ -11,9 +11,17 @@
 //   histogram   key → per-CPU hash of u64[n + 2]: n + 1 bucket counts (the last is +Inf), then
 //               the integer sum of the raw field values; the bucket is chosen in the program by
 //               an unrolled binary search over integer thresholds (Thresholds below)
-//   latency     start: match key → hash of {u64 start ns (bpf_ktime_get_ns), start labels};
-//               end: look the match key up, delete it, observe now - start (ns) into a
-//               histogram map keyed by start labels ++ end labels
+//   latency     start: match key → hash of {u64 start ns (bpf_ktime_get_ns), start labels},
+//               inserted with BPF_NOEXIST; a pending start is replaced with map_update_elem
+//               (BPF_EXIST), never rewritten in place, so an end on another CPU reads either the
+//               old start or the new one, whole (htab_map_update_elem swaps elements under RCU);
+//               end: look the match key up, delete it, and observe now - start (ns) into a
+//               histogram map keyed by start labels ++ end labels only when that delete
+//               returned 0 — of two ends racing on two CPUs for one start, exactly one observes
+//               (the other counts kNoStart)
+// Keys: a char-array label is copied up to its first NUL (the bytes after it stay zero, so stale
+// tails never split a series); a __data_loc string is read for at most the length its
+// __data_loc word gives (high 16 bits; offset in the low 16), as the perf engine's decoder.
 // All counts are added with atomic instructions: a tracepoint program may be preempted (faultable
 // syscall tracepoints run under migrate_disable only), and a plain read-modify-write could lose
 // an add to another task on the same CPU.
@@ -52,6 +60,8 @@ enum Stat : uint32_t {
   kNoStart,       // latency end: no start for the key
   kTableFull,     // latency start: the start map was full (max_inflight)
   kExpired,       // latency end: its start was older than timeout_seconds (not observed)
+  kNoMemory,      // a map update failed with ENOMEM (the kernel could not allocate the element):
+                  // not a cardinality drop, so counted apart from kDropped and kTableFull
   kStatCount,
 };
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1051,6 +1052,181 @@ TEST(LayoutKeyTest, ToLabelKeyOnTruncatedKeysReadsZeros) {
     (void)labels.Render(got);  // renders without reading past the key
   }
   EXPECT_EQ(ToLabelKey(*layout, ""), ToLabelKey(*layout, std::string(layout->size, '\0')));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Map-access defects of issue 14 (each fails on the program shapes before the fix).
+
+// sched_switch prev_comm "abc\0xyz" and "abc\0qqq": one series, not one per stale tail (the
+// program used to key all 16 bytes).
+TEST_F(CounterProgramTest, CharArrayKeysStopAtTheNul) {
+  std::vector<LabelSpec> specs;
+  specs.push_back(FieldLabel(fmt_, "prev_comm"));
+  LabelSet labels(std::move(specs));
+  auto layout = LayoutKey(labels);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  CounterShape shape;
+  shape.key = *layout;
+  auto prog = EmitCounter(shape, Fds());
+  ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, layout->MapKeySize(), 8, 100);
+  RunProg(&in, *prog, Switch(std::string("abc\0xyz", 7), 0, 0, 0, "n", 1), FakeTask{});
+  RunProg(&in, *prog, Switch(std::string("abc\0qqqqqqqqqqqq", 16), 0, 0, 0, "n", 1), FakeTask{});
+  RunProg(&in, *prog, Switch("abc", 0, 0, 0, "n", 1), FakeTask{});
+  RunProg(&in, *prog, Switch("exactly16bytes!!", 0, 0, 0, "n", 1), FakeTask{});
+  ASSERT_EQ(in.map(kValuesFd)->entries.size(), 2u);
+  std::map<std::string, uint64_t> got;
+  for (const auto& [k, v] : in.map(kValuesFd)->entries) {
+    got[labels.Render(ToLabelKey(*layout, k))[0].second] = U64s(v)[0];
+  }
+  EXPECT_EQ(got, (std::map<std::string, uint64_t>{{"abc", 3}, {"exactly16bytes!!", 1}}));
+}
+
+// A __data_loc string is read for at most its length (loc >> 16), as the perf decoder reads it:
+// a length of 3 over "abcdef\0" is "abc" on both engines (the program used to read to the NUL).
+TEST(CounterStringsTest, DataLocReadIsBoundedByItsLength) {
+  auto f = ParseFormat(
+      "name: synth\nID: 1\nformat:\n"
+      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+      "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+      "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+      "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+      "\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n"
+      "\nprint fmt: \"\"\n",
+      "synth");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<LabelSpec> specs;
+  specs.push_back(FieldLabel(*f, "msg"));
+  LabelSet labels(std::move(specs));
+  auto layout = LayoutKey(labels);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  CounterShape shape;
+  shape.key = *layout;
+  auto prog = EmitCounter(shape, Fds());
+  ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, layout->MapKeySize(), 8, 100);
+  CommTable comms(NoProc);
+  std::map<std::string, uint64_t> want;
+  // (length in the __data_loc word, bytes at the offset)
+  const std::pair<uint32_t, std::string> cases[] = {{3, std::string("abcdef\0", 7)},
+                                                    {0, std::string("zzz\0", 4)},
+                                                    {7, std::string("abcdef\0", 7)},
+                                                    {128, std::string(127, 'q') + '\0'}};
+  for (const auto& [len, bytes] : cases) {
+    std::string rec(16, '\0');
+    const uint32_t loc = len << 16 | 16;
+    std::memcpy(rec.data() + 8, &loc, 4);
+    rec += bytes;
+    rec.resize((rec.size() + 7) / 8 * 8 + 8, '\0');
+    std::string key;
+    ASSERT_TRUE(labels.BuildKey(SampleOf(rec, FakeTask{}), &comms, &key));
+    ++want[key];
+    RunProg(&in, *prog, rec, FakeTask{});
+  }
+  std::map<std::string, uint64_t> got;
+  std::vector<std::string> rendered;
+  for (const auto& [k, v] : in.map(kValuesFd)->entries) {
+    got[ToLabelKey(*layout, k)] += U64s(v)[0];
+    rendered.push_back(labels.Render(ToLabelKey(*layout, k))[0].second);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_NE(std::find(rendered.begin(), rendered.end(), "abc"), rendered.end());
+  EXPECT_NE(std::find(rendered.begin(), rendered.end(), ""), rendered.end());
+}
+
+// ENOMEM from the kernel's element allocation is kNoMemory, not a cardinality drop.
+TEST_F(CounterProgramTest, EnomemIsCountedApartFromDrops) {
+  std::vector<LabelSpec> specs;
+  specs.push_back(FieldLabel(fmt_, "next_pid"));
+  LabelSet labels(std::move(specs));
+  auto layout = LayoutKey(labels);
+  ASSERT_TRUE(layout.ok());
+  CounterShape shape;
+  shape.key = *layout;
+  auto prog = EmitCounter(shape, Fds());
+  ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, layout->MapKeySize(), 8, 1);
+  RunProg(&in, *prog, Switch("a", 0, 0, 0, "n", 1), FakeTask{});
+  in.map(kValuesFd)->insert_errno = ENOMEM;
+  RunProg(&in, *prog, Switch("a", 0, 0, 0, "n", 1), FakeTask{});  // existing: still counted
+  RunProg(&in, *prog, Switch("a", 0, 0, 0, "n", 2), FakeTask{});  // full (max 1): a drop
+  in.map(kValuesFd)->max_entries = 10;
+  RunProg(&in, *prog, Switch("a", 0, 0, 0, "n", 3), FakeTask{});  // room, but no memory
+  EXPECT_EQ(StatOf(&in, kDropped), 1u);
+  EXPECT_EQ(StatOf(&in, kNoMemory), 1u);
+  ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
+  EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second)[0], 2u);
+}
+
+TEST_F(LatencyProgramTest, EnomemIsCountedApartFromTableFullAndDrops) {
+  ASSERT_NO_FATAL_FAILURE(Build(10, 1'000'000'000));
+  in_.map(kStartsFd)->insert_errno = ENOMEM;
+  RunProg(&in_, start_, Waking("a", 1), FakeTask{});
+  EXPECT_EQ(StatOf(&in_, kNoMemory), 1u);
+  EXPECT_EQ(StatOf(&in_, kTableFull), 0u);
+  in_.map(kStartsFd)->insert_errno = 0;
+  in_.map(kValuesFd)->insert_errno = ENOMEM;
+  RunProg(&in_, start_, Waking("a", 1), FakeTask{});
+  RunProg(&in_, end_, Switch("p", 0, 0, 0, "a", 1), FakeTask{});
+  EXPECT_EQ(StatOf(&in_, kNoMemory), 2u);
+  EXPECT_EQ(StatOf(&in_, kDropped), 0u);
+}
+
+// Two ends on two CPUs look up one start; the other CPU's end deletes it between this end's
+// lookup and its delete (injected before the delete helper). Exactly one observes: this one
+// counts kNoStart (it used to observe the start a second time).
+TEST_F(LatencyProgramTest, EndWhoseDeleteFailsDoesNotObserve) {
+  ASSERT_NO_FATAL_FAILURE(Build(10, 1'000'000'000));
+  RunProg(&in_, start_, Waking("a", 1), FakeTask{1, 1, 0, "w", 0, 1000});
+  bool injected = false;
+  in_.set_before_helper([&](int helper) {
+    if (helper == BPF_FUNC_map_delete_elem && !injected) {
+      injected = true;
+      in_.map(kStartsFd)->entries.clear();  // the other CPU's end won the start
+    }
+  });
+  RunProg(&in_, end_, Switch("p", 0, 0, 0, "a", 1), FakeTask{0, 0, 1, "e", 0, 2000});
+  in_.set_before_helper(nullptr);
+  EXPECT_TRUE(injected);
+  EXPECT_TRUE(in_.map(kValuesFd)->entries.empty());
+  EXPECT_EQ(StatOf(&in_, kNoStart), 1u);
+}
+
+// A replaced start is written whole by map_update_elem (an element swap the kernel makes under
+// RCU), never store by store into the value other CPUs' ends read: the interpreter refuses
+// program stores into the starts map's values (the old shape failed here).
+TEST_F(LatencyProgramTest, ReplacedStartIsNeverWrittenInPlace) {
+  ASSERT_NO_FATAL_FAILURE(Build(10, 1'000'000'000));
+  in_.map(kStartsFd)->values_read_only = true;
+  const FakeTask first{1, 1, 0, "first", 0, 1000};
+  const FakeTask second{2, 2, 0, "second", 0, 5000};
+  const FakeTask end{3, 3, 1, "end", 0, 9000};
+  const std::string w1 = Waking("one", 7), w2 = Waking("two", 7);
+  const std::string s = Switch("p", 0, 0, 0, "", 7);
+  RunProg(&in_, start_, w1, first);
+  RunProg(&in_, start_, w2, second);
+  EXPECT_EQ(StatOf(&in_, kReplaced), 1u);
+  RunProg(&in_, end_, s, end);
+  std::map<std::string, std::vector<uint64_t>> want;
+  want[PerfKey(w2, second, s, end)] = Observation(4000);
+  EXPECT_EQ(Series(), want);
+  // A replace whose start an end consumed meanwhile inserts it again (not "replaced").
+  RunProg(&in_, start_, w1, first);
+  bool injected = false;
+  in_.set_before_helper([&](int helper) {
+    if (helper == BPF_FUNC_map_update_elem && !injected) {
+      injected = true;  // before the first (BPF_NOEXIST) update: the entry is there
+    } else if (helper == BPF_FUNC_map_update_elem && injected) {
+      in_.map(kStartsFd)->entries.clear();  // an end consumed it before the BPF_EXIST update
+      in_.set_before_helper(nullptr);
+    }
+  });
+  RunProg(&in_, start_, w2, second);
+  EXPECT_EQ(StatOf(&in_, kReplaced), 1u);
+  EXPECT_EQ(in_.map(kStartsFd)->entries.size(), 1u);
 }
 
 }  // namespace

@@ -10,9 +10,12 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "collectors/comm_table.h"
+#include "collectors/label_set.h"
 #include "collectors/snapshot.h"
+#include "common/status.h"
 #include "decode/sample.h"
 
 namespace tpe {
@@ -23,6 +26,21 @@ struct RelaxedCounter {
   void Add(uint64_t d) { v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
   uint64_t Get() const { return v.load(std::memory_order_relaxed); }
   uint64_t Count() const { return Get(); }  // for SeriesTable
+};
+
+// Why a latency start or end made no observation, on both engines
+// (tracepoint_exporter_latency_unmatched_total{reason}).
+struct LatencyUnmatched {
+  enum Reason { kReplaced, kNoStart, kTableFull, kExpired, kSeriesLimit, kReasonCount };
+  static const char* Name(Reason r);
+};
+
+// One value of an engine self-metric family a collector reports (the family's name and help
+// live with the exporter's self-metrics: daemon/pipeline_metrics.cc).
+struct EngineStat {
+  std::string family;  // e.g. "tracepoint_exporter_bpf_program_runs_total"
+  LabelPairs labels;
+  double value = 0;
 };
 
 // Whether the task with this thread id (as PERF_RECORD_EXIT reports it) has exited.
@@ -46,6 +64,9 @@ class Collector {
   // that `exited` become removable. A metric that is full also sweeps for exited tasks at once
   // (at most every 100 ms) when a new label set arrives, so a new task's series gets in.
   virtual void Sweep(uint64_t /*now_ns*/, uint64_t /*idle_ns*/, const TaskExited& /*exited*/) {}
+  // True when Sweep does syscalls (the bpf engine reads its maps): it then runs on the sweeper
+  // thread (collectors/sweeper.h), not on the reader's, and is given no exited-task records.
+  virtual bool SweepsOffReader() const { return false; }
   // Series removed so far: {idle, task exited}.
   virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 
@@ -55,7 +76,19 @@ class Collector {
   uint64_t active_since_ns() const { return active_since_ns_; }
   void set_active_since_ns(uint64_t t) { active_since_ns_ = t; }
 
+  // Lifecycle: Attach starts counting where the kernel does it for the collector (the bpf
+  // engine's programs); Detach stops it (counts freeze, Snapshot still reads them). Collectors
+  // fed by samples do nothing here. Owning (main) thread.
+  virtual Status Attach() { return Status::Ok(); }
+  virtual void Detach() {}
+
   // Self-metric inputs.
+  // Latency metrics: unmatched starts/ends by reason and starts in flight.
+  virtual bool is_latency() const { return false; }
+  virtual uint64_t unmatched(LatencyUnmatched::Reason /*r*/) const { return 0; }
+  virtual size_t inflight() const { return 0; }
+  // Engine-specific self-metric values (the bpf engine's program runs, misses, map memory).
+  virtual std::vector<EngineStat> EngineStats() const { return {}; }
   virtual uint64_t series_dropped() const { return series_dropped_.Get(); }
   virtual uint64_t decode_errors() const { return decode_errors_.Get(); }
 

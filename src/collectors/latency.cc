@@ -2,7 +2,7 @@
 
 namespace tpe {
 
-const char* LatencyCollector::ReasonName(Reason r) {
+const char* LatencyUnmatched::Name(Reason r) {
   switch (r) {
     case kReplaced:
       return "replaced";

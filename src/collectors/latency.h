@@ -36,8 +36,9 @@ struct LatencyEndpoint {
 
 class LatencyCollector : public Collector {
  public:
-  enum Reason { kReplaced, kNoStart, kTableFull, kExpired, kSeriesLimit, kReasonCount };
-  static const char* ReasonName(Reason r);
+  using Reason = LatencyUnmatched::Reason;
+  using enum LatencyUnmatched::Reason;
+  static const char* ReasonName(Reason r) { return LatencyUnmatched::Name(r); }
 
   // Event index i < starts.size() is starts[i]; index starts.size() is the end. Labels render
   // as the start labels (those of starts[0]; all starts must have the same ones) then the end's.
@@ -53,8 +54,9 @@ class LatencyCollector : public Collector {
   void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
   std::pair<uint64_t, uint64_t> series_removed() const override { return table_.series_removed(); }
 
-  uint64_t unmatched(Reason r) const { return unmatched_[r].Get(); }
-  size_t inflight() const { return inflight_gauge_.load(std::memory_order_relaxed); }
+  bool is_latency() const override { return true; }
+  uint64_t unmatched(Reason r) const override { return unmatched_[r].Get(); }
+  size_t inflight() const override { return inflight_gauge_.load(std::memory_order_relaxed); }
 
  private:
   bool BuildKey(const LatencyEndpoint& e, const Sample& s, std::string* key);

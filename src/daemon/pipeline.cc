@@ -149,7 +149,7 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
   for (int cpu : possible.ok() ? *possible : cpus) (void)Cpu(cpu);
   for (int cpu : cpus) TPE_RETURN_IF_ERROR(OpenCpu(cpu));
   for (auto& c : plan_->collectors) {
-    if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) TPE_RETURN_IF_ERROR(b->Attach());
+    if (c) TPE_RETURN_IF_ERROR(c->Attach());  // the bpf engine's programs; nothing for perf
   }
   reader_->SetPlan(plan_.get());
   size_t nfds = 0;
@@ -164,6 +164,8 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
 Status Pipeline::StartThread() {
   running_ = true;
   thread_ = std::thread([this] { Run(); });
+  const double idle_s = plan_->settings.series_idle_timeout_seconds;
+  sweeper_.Start(&plan_->collectors, idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0);
   return Status::Ok();
 }
 
@@ -326,6 +328,7 @@ Status Pipeline::ReopenCpu(int cpu) {
 }
 
 void Pipeline::StopThread() {
+  sweeper_.Stop();
   if (running_.exchange(false)) {
     uint64_t one = 1;
     (void)!::write(stop_fd_.get(), &one, sizeof(one));
@@ -371,7 +374,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     std::swap(plan_, next);
     // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps).
     for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
-      auto* b = dynamic_cast<bpf::BpfMetric*>(next->collectors[i].get());
+      Collector* b = next->collectors[i].get();
       if (b == nullptr) continue;
       bool kept_metric = false;
       for (size_t j = 0; j < plan_->collectors.size(); ++j) {
@@ -458,7 +461,7 @@ void Pipeline::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : plan_->collectors) {
-      if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) b->Detach();  // counts freeze; maps stay readable
+      if (c) c->Detach();  // bpf: counts freeze; maps stay readable
     }
     for (auto& ep : plan_->events) {
       for (auto& fd : ep->fds) {

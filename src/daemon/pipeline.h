@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "collectors/snapshot.h"
+#include "collectors/sweeper.h"
 #include "common/scoped_fd.h"
 #include "daemon/plan.h"
 #include "daemon/reader.h"
@@ -108,6 +109,7 @@ class Pipeline {
   std::deque<CpuRing> rings_;
   std::deque<CpuState> cpus_;  // by CPU number (deque: stable addresses, atomics inside)
   std::unique_ptr<Reader> reader_;
+  Sweeper sweeper_;                             // sweeps the bpf metrics' maps; runs while thread_ does
   std::unique_ptr<CpuHotplugMonitor> hotplug_;  // null when uevents cannot be received
   ScopedFd epoll_fd_;
   ScopedFd stop_fd_;  // eventfd that wakes the reader to stop

@@ -107,16 +107,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       Family("tracepoint_exporter_latency_inflight",
              "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
   for (const auto& c : plan_->collectors) {
-    const auto* l = dynamic_cast<const LatencyCollector*>(c.get());
-    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c.get());
-    if (l == nullptr && (b == nullptr || !b->is_latency())) continue;
-    for (int r = 0; r < LatencyCollector::kReasonCount; ++r) {
-      auto reason = static_cast<LatencyCollector::Reason>(r);
-      const uint64_t n = l ? l->unmatched(reason) : b->unmatched(static_cast<bpf::BpfMetric::Reason>(r));
-      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyCollector::ReasonName(reason)}},
-          static_cast<double>(n));
+    if (c == nullptr || !c->is_latency()) continue;
+    for (int r = 0; r < LatencyUnmatched::kReasonCount; ++r) {
+      auto reason = static_cast<LatencyUnmatched::Reason>(r);
+      Add(&unmatched, {{"metric", c->name()}, {"reason", LatencyUnmatched::Name(reason)}},
+          static_cast<double>(c->unmatched(reason)));
     }
-    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(l ? l->inflight() : b->inflight()));
+    Add(&inflight, {{"metric", c->name()}}, static_cast<double>(c->inflight()));
   }
   if (!unmatched.series.empty()) {
     out.push_back(std::move(unmatched));
@@ -206,20 +203,30 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                         "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
                         "sysctl kernel.bpf_stats_enabled is 1).",
                         MetricKind::kCounter);
+  auto no_memory = Family("tracepoint_exporter_bpf_map_no_memory_total",
+                          "Hits a bpf-engine metric could not count because the kernel failed to allocate a map "
+                          "element (ENOMEM from the map update; not the cardinality limit, which is "
+                          "series_dropped_total, nor the in-flight limit, which is latency_unmatched_total "
+                          "{reason=\"table_full\"}).",
+                          MetricKind::kCounter);
+  auto map_memory = Family("tracepoint_exporter_bpf_map_memory_bytes",
+                           "Kernel memory of a bpf-engine metric's maps, as the kernel charges it (the memlock line "
+                           "of /proc/self/fdinfo: a hash map's bucket array is allocated up front for "
+                           "max_series_per_metric, elements as series appear).",
+                           MetricKind::kGauge);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
-    const auto* b = dynamic_cast<const bpf::BpfMetric*>(c);
-    if (b == nullptr) continue;
-    for (const auto& p : b->Programs()) {
-      LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
-      Add(&runs, l, static_cast<double>(p.runs));
-      // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
-      // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
-      if (plan_->features.bpf.tracepoint_misses) Add(&misses, l, static_cast<double>(p.kernel.recursion_misses));
-      Add(&seconds, l, static_cast<double>(p.kernel.run_time_ns) * 1e-9);
+    for (EngineStat& st : c->EngineStats()) {
+      for (MetricSnapshot* f : {&runs, &misses, &seconds, &no_memory, &map_memory}) {
+        if (f->name != st.family) continue;
+        // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
+        // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
+        if (f == &misses && !plan_->features.bpf.tracepoint_misses) continue;
+        Add(f, std::move(st.labels), st.value);
+      }
     }
   }
   out->push_back(std::move(info));
@@ -227,6 +234,8 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(runs));
     if (!misses.series.empty()) out->push_back(std::move(misses));
     out->push_back(std::move(seconds));
+    out->push_back(std::move(no_memory));
+    out->push_back(std::move(map_memory));
   }
 }
 

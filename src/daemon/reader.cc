@@ -222,7 +222,7 @@ void Reader::Round(bool flush_all) {
     const uint64_t idle_ns = idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0;
     const TaskExited exited = [this](uint32_t tid) { return comms_.HasExited(tid); };
     for (auto& c : plan_->collectors) {
-      if (c) c->Sweep(now, idle_ns, exited);
+      if (c && !c->SweepsOffReader()) c->Sweep(now, idle_ns, exited);  // the others: collectors/sweeper.h
     }
   }
 }

@@ -1,0 +1,123 @@
+#include "bpf/map_access.h"
+
+#include <bpf/bpf.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <set>
+
+#include "common/file_util.h"
+
+namespace tpe::bpf {
+namespace {
+
+constexpr int kENOTSUPP = 524;  // the kernel-internal ENOTSUPP that bpf(2) can return
+
+int Result(int r) { return r < 0 ? (errno != 0 ? -errno : r) : 0; }
+
+}  // namespace
+
+int KernelMap::GetNextKey(const void* key, void* next) {
+  errno = 0;
+  return Result(bpf_map_get_next_key(fd_, key, next));
+}
+int KernelMap::Lookup(const void* key, void* value) {
+  errno = 0;
+  return Result(bpf_map_lookup_elem(fd_, key, value));
+}
+int KernelMap::Delete(const void* key) {
+  errno = 0;
+  return Result(bpf_map_delete_elem(fd_, key));
+}
+int KernelMap::LookupAndDelete(const void* key, void* value) {
+  errno = 0;
+  return Result(bpf_map_lookup_and_delete_elem(fd_, key, value));
+}
+int KernelMap::LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) {
+  errno = 0;
+  return Result(
+      bpf_map_lookup_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count, /*opts=*/nullptr));
+}
+
+uint64_t MapMemoryBytes(int fd) {
+  auto text = ReadFileToString("/proc/self/fdinfo/" + std::to_string(fd));
+  if (!text.ok()) return 0;
+  const size_t at = text->find("memlock:");
+  if (at == std::string::npos) return 0;
+  return std::strtoull(text->c_str() + at + 8, nullptr, 10);
+}
+
+bool Unsupported(int err) { return err == -EINVAL || err == -kENOTSUPP || err == -EOPNOTSUPP; }
+
+std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus) {
+  std::vector<uint64_t> sum(slots, 0);
+  for (uint32_t c = 0; c < cpus; ++c) {
+    for (uint32_t i = 0; i < slots; ++i) sum[i] += raw[static_cast<size_t>(c) * slots + i];
+  }
+  return sum;
+}
+
+namespace {
+
+// BPF_MAP_LOOKUP_BATCH: false when the kernel refused it before returning anything.
+bool ReadBatch(MapAccess* map, const MapShape& shape, std::vector<MapEntry>* out) {
+  const size_t value_words = static_cast<size_t>(shape.slots) * shape.cpus;
+  uint32_t chunk = 256;
+  uint64_t in_batch = 0, out_batch = 0;
+  bool first = true;
+  std::vector<char> keys;
+  std::vector<uint64_t> values;
+  for (;;) {
+    keys.resize(static_cast<size_t>(chunk) * shape.key_size);
+    values.resize(chunk * value_words);
+    uint32_t count = chunk;
+    const int r = map->LookupBatch(first ? nullptr : &in_batch, &out_batch, keys.data(), values.data(), &count);
+    if (r == 0 || r == -ENOENT) {
+      for (uint32_t i = 0; i < count; ++i) {
+        MapEntry e;
+        e.key.assign(keys.data() + static_cast<size_t>(i) * shape.key_size, shape.key_size);
+        e.value = SumCpus(values.data() + i * value_words, shape.slots, shape.cpus);
+        out->push_back(std::move(e));
+      }
+      if (r == -ENOENT) return true;
+      in_batch = out_batch;
+      first = false;
+      continue;
+    }
+    if (r == -ENOSPC && chunk < (1u << 20)) {  // one bucket holds more than `chunk` entries
+      chunk *= 2;
+      continue;
+    }
+    out->clear();
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<MapEntry> ReadMap(MapAccess* map, const MapShape& shape, bool* batch) {
+  std::vector<MapEntry> out;
+  if (*batch) {
+    if (ReadBatch(map, shape, &out)) return out;
+    *batch = false;  // refused (an old kernel) or failed midway: the get_next_key walk from here on
+  }
+  const size_t value_words = static_cast<size_t>(shape.slots) * shape.cpus;
+  std::vector<uint64_t> raw(value_words);
+  std::set<std::string> seen;
+  std::string cur(shape.key_size, '\0'), next(shape.key_size, '\0');
+  const void* prev = nullptr;
+  // A walk restarts at the first key whenever its previous key was deleted: bounded so that a
+  // map emptied and refilled faster than we walk cannot keep us here.
+  const size_t max_steps = 4 * static_cast<size_t>(std::max<uint32_t>(shape.max_entries, 1)) + 64;
+  for (size_t step = 0; step < max_steps && map->GetNextKey(prev, next.data()) == 0; ++step) {
+    cur = next;
+    prev = cur.data();
+    if (!seen.insert(cur).second) continue;                  // a restart: read already
+    if (map->Lookup(cur.data(), raw.data()) != 0) continue;  // deleted meanwhile
+    out.push_back(MapEntry{cur, SumCpus(raw.data(), shape.slots, shape.cpus)});
+  }
+  return out;
+}
+
+}  // namespace tpe::bpf

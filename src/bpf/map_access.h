@@ -1,0 +1,87 @@
+// User-space access to one BPF hash map (BPF_MAP_TYPE_HASH or PERCPU_HASH), behind an interface
+// so that tests can replay what other CPUs and processes do to the map between two syscalls.
+//
+// MapAccess is the bpf(2) commands we use (include/uapi/linux/bpf.h; libbpf's bpf.h wrappers):
+//   BPF_MAP_GET_NEXT_KEY, BPF_MAP_LOOKUP_ELEM, BPF_MAP_DELETE_ELEM,
+//   BPF_MAP_LOOKUP_AND_DELETE_ELEM (hash maps since 5.14) and BPF_MAP_LOOKUP_BATCH (5.6).
+// Each returns 0 or a negative errno, as the kernel does.
+//
+// ReadMap() reads every entry exactly once, whatever deletes happen meanwhile:
+//   * with BPF_MAP_LOOKUP_BATCH where the kernel has it (the walk goes bucket by bucket and never
+//     restarts);
+//   * otherwise with get_next_key, which restarts from the first key when the key it was given has
+//     been deleted meanwhile (htab_map_get_next_key: "key was not found, return the first key"), so
+//     keys already read are skipped: no entry is counted twice.
+//
+// Thread-safety: a MapAccess is as thread-safe as the kernel's map (KernelMap: any thread);
+// ReadMap keeps no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpe::bpf {
+
+class MapAccess {
+ public:
+  virtual ~MapAccess() = default;
+  // `key` null: the first key. -ENOENT after the last key.
+  virtual int GetNextKey(const void* key, void* next) = 0;
+  // `value`: value_size bytes, or one 8-byte-rounded value per possible CPU for per-CPU maps.
+  virtual int Lookup(const void* key, void* value) = 0;
+  virtual int Delete(const void* key) = 0;
+  // The value, and the entry unlinked, in one command. -EINVAL/-ENOTSUPP/-EOPNOTSUPP where the
+  // kernel does not have it for this map type.
+  virtual int LookupAndDelete(const void* key, void* value) = 0;
+  // Up to *count entries from the position `in_batch` (null: the start) names; *count is set to
+  // the number returned and `out_batch` to the next position (8 bytes). -ENOENT: the walk is done
+  // (*count entries were still returned); -ENOSPC: one bucket holds more than *count entries.
+  virtual int LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) = 0;
+};
+
+// The map behind a map fd, through libbpf. Does not own the fd.
+class KernelMap : public MapAccess {
+ public:
+  explicit KernelMap(int fd) : fd_(fd) {}
+  int GetNextKey(const void* key, void* next) override;
+  int Lookup(const void* key, void* value) override;
+  int Delete(const void* key) override;
+  int LookupAndDelete(const void* key, void* value) override;
+  int LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) override;
+
+ private:
+  int fd_;
+};
+
+// The shape of a map's values as user space reads them: `slots` u64 per CPU copy, `cpus` copies
+// (PossibleCpus() for per-CPU maps, 1 otherwise), summed slot by slot.
+struct MapShape {
+  uint32_t key_size = 8;
+  uint32_t slots = 1;
+  uint32_t cpus = 1;
+  uint32_t max_entries = 0;  // bounds the get_next_key walk (a map that keeps changing)
+};
+
+struct MapEntry {
+  std::string key;
+  std::vector<uint64_t> value;  // `slots` u64, summed over CPUs
+};
+
+// Every entry of the map, each once (see above). `batch`: in/out — whether to try
+// BPF_MAP_LOOKUP_BATCH; set to false when the kernel refused it (EINVAL, ENOTSUPP, EOPNOTSUPP), so
+// later reads go straight to the fallback.
+std::vector<MapEntry> ReadMap(MapAccess* map, const MapShape& shape, bool* batch);
+
+// Sums `cpus` copies of `slots` u64 in `raw` into `slots` values.
+std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus);
+
+// The kernel memory charged to the map behind `fd` (bytes): the "memlock:" line of
+// /proc/self/fdinfo/<fd> (kernel/bpf/syscall.c bpf_map_show_fdinfo; bpf_map_memory_usage() on
+// 6.4+, an estimate of the up-front allocation before). 0 when unreadable.
+uint64_t MapMemoryBytes(int fd);
+
+// Whether `err` (negative errno) means "this kernel does not have the command for this map".
+bool Unsupported(int err);
+
+}  // namespace tpe::bpf

@@ -1,0 +1,77 @@
+#include "collectors/sweeper.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace tpe {
+namespace {
+
+class FakeCollector : public Collector {
+ public:
+  explicit FakeCollector(bool off_reader) : off_reader_(off_reader) {}
+  const std::string& name() const override { return name_; }
+  void OnSample(size_t, const Sample&, CommTable*) override {}
+  MetricSnapshot Snapshot() const override { return {}; }
+  bool NeedsComm() const override { return false; }
+  void Sweep(uint64_t, uint64_t idle_ns, const TaskExited& exited) override {
+    EXPECT_EQ(idle_ns, 7u);
+    EXPECT_FALSE(exited(1));
+    sweeps.fetch_add(1);
+  }
+  bool SweepsOffReader() const override { return off_reader_; }
+  uint64_t series_dropped() const override { return dropped.load(); }
+  std::atomic<uint64_t> sweeps{0}, dropped{0};
+
+ private:
+  bool off_reader_;
+  std::string name_ = "fake";
+};
+
+// Waits (at most 10 s: a bound for a loaded host, not a timing assertion) for `done`.
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+// Only collectors whose Sweep does syscalls are swept here (the reader sweeps the others); a full
+// map (series_dropped rising) is swept without waiting for the second; Stop joins and no sweep
+// runs after it.
+TEST(SweeperTest, SweepsOffReaderCollectorsAndStopsCleanly) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  cs.push_back(std::make_unique<FakeCollector>(true));
+  cs.push_back(std::make_unique<FakeCollector>(false));
+  cs.push_back(nullptr);  // a slot a reload emptied
+  auto* off = static_cast<FakeCollector*>(cs[0].get());
+  auto* on = static_cast<FakeCollector*>(cs[1].get());
+  Sweeper s;
+  s.Start(&cs, 7);
+  off->dropped = 1;
+  EXPECT_TRUE(Eventually([&] { return off->sweeps.load() >= 1; }));
+  s.Stop();
+  const uint64_t after = off->sweeps.load();
+  off->dropped = 2;
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_EQ(off->sweeps.load(), after);
+  EXPECT_EQ(on->sweeps.load(), 0u);
+  s.Stop();  // idempotent
+  // Restart (as after a reload's swap), then destruction stops it.
+  s.Start(&cs, 7);
+  off->dropped = 3;
+  EXPECT_TRUE(Eventually([&] { return off->sweeps.load() > after; }));
+}
+
+TEST(SweeperTest, NoThreadWithoutSuchCollectors) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  cs.push_back(std::make_unique<FakeCollector>(false));
+  Sweeper s;
+  s.Start(&cs, 7);
+  EXPECT_EQ(s.sweeps(), 0u);
+  s.Stop();
+}
+
+}  // namespace
+}  // namespace tpe
