@@ -19,7 +19,10 @@
 namespace tpe {
 namespace {
 
-prometheus::MetricFamily ToFamily(const MetricSnapshot& m) {
+// The one place every page passes through: series that render one label set are merged here,
+// for both engines (MergeSeriesByLabels).
+prometheus::MetricFamily ToFamily(MetricSnapshot m) {
+  MergeSeriesByLabels(&m);
   prometheus::MetricFamily f;
   f.name = m.name;
   f.help = m.help;
@@ -70,15 +73,15 @@ class SnapshotCollectable : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<prometheus::MetricFamily> out;
-    for (const auto& m : source_()) out.push_back(ToFamily(m));
-    for (const auto& m : ProcessMetrics()) out.push_back(ToFamily(m));
+    for (auto& m : source_()) out.push_back(ToFamily(std::move(m)));
+    for (auto& m : ProcessMetrics()) out.push_back(ToFamily(std::move(m)));
     // A scrape cannot time its own serialization: report the previous scrape's collection time.
     MetricSnapshot took;
     took.name = "tracepoint_exporter_scrape_duration_seconds";
     took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
     took.kind = MetricKind::kGauge;
     took.series.push_back(SeriesSnapshot{{}, last_scrape_->load(), {}, 0, 0});
-    out.push_back(ToFamily(took));
+    out.push_back(ToFamily(std::move(took)));
     last_scrape_->store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
