@@ -249,10 +249,10 @@ TEST(LabelSetTest, CgroupLabelKeysTheIdAndRendersThePathAtScrape) {
   EXPECT_EQ(set.KeySize(key + "tail"), 12u);
   EXPECT_EQ(walks, 0);
   EXPECT_EQ(set.Render(key), (LabelPairs{{"cgroup", "/linux-6.18"}, {"cpu", "3"}}));
-  s.cgroup_id = 5;  // unknown: its number
+  s.cgroup_id = 5;  // not in a fresh walk either: removed, "unknown" (CgroupResolver::kUnknown)
   ASSERT_TRUE(set.BuildKey(s, nullptr, &key));
-  EXPECT_EQ(set.Render(key)[0].second, "5");
-  EXPECT_EQ(walks, 1);  // the second lookup was within the refresh interval
+  EXPECT_EQ(set.Render(key)[0].second, "unknown");
+  EXPECT_EQ(walks, 2);
   EXPECT_EQ(ParseLabelSource("cgroup"), LabelSource::kCgroup);
   // Without a resolver: numbers.
   std::vector<LabelSpec> bare(1);
