@@ -331,6 +331,18 @@ void Pipeline::StopThread() {
   }
 }
 
+namespace {
+// Whether metric `j` of the running plan and metric `i` of the next one are the same metric, so
+// that the next plan adopts the running collector (and its bpf programs or perf consumers): the
+// same identity *and* the same engine. A metric that fell back to perf (e.g. its map creation
+// failed with ENOMEM) and is planned on bpf at a reload (or the reverse) is a new collector that
+// is attached or fed by the next plan's events; adopting the old one would leave it with neither
+// a program nor a perf event (issue 17 item 1). Its series restart (a counter reset).
+bool SameMetric(const Plan& running, size_t j, const Plan& next, size_t i) {
+  return running.collectors[j] && running.identities[j] == next.identities[i] && running.engines[j] == next.engines[i];
+}
+}  // namespace
+
 Status Pipeline::Reload(std::unique_ptr<Plan> next) {
   const bool was_running = running_.load();
   StopThread();  // the reader is paused between rounds: nothing is dispatched during the swap
@@ -370,9 +382,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       auto* b = dynamic_cast<bpf::BpfMetric*>(next->collectors[i].get());
       if (b == nullptr) continue;
       bool kept_metric = false;
-      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-        kept_metric |= plan_->collectors[j] && plan_->identities[j] == next->identities[i];
-      }
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) kept_metric |= SameMetric(*plan_, j, *next, i);
       if (!kept_metric) result = b->Attach();  // on error `next` is destroyed: its programs detach
     }
     if (result.ok()) {
@@ -404,7 +414,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
       for (size_t i = 0; i < next->collectors.size(); ++i) {
         for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-          if (!plan_->collectors[j] || plan_->identities[j] != next->identities[i]) continue;
+          if (!SameMetric(*plan_, j, *next, i)) continue;
           Collector* fresh = next->collectors[i].get();
           std::unique_ptr<Collector> adopted = std::move(plan_->collectors[j]);
           for (auto& ep : next->events) {

@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "daemon/daemon.h"
+#include "daemon/pipeline.h"
+#include "daemon/plan.h"
 #include "kernel/kernel_util.h"
 #include "testing/test_util.h"
 
@@ -93,6 +95,44 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
   EXPECT_EQ(FindSeries(snap, "x_total", {{"comm", "tpe_reload"}})->value, 1000);
   EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_last_reload_successful")->value, 0);
   EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_reloads_total", {{"result", "failure"}})->value, 3);
+}
+
+// Issue 17 item 1: a bpf metric that fell back to perf at start (injected here: the first plan
+// is built as if bpf were unavailable, as when its map creation fails with ENOMEM) and is planned
+// on bpf at an unchanged-config reload must count afterwards. Before, Reload matched it by
+// identity alone: it skipped Attach() of the new program and adopted the old perf collector,
+// whose perf events the new plan no longer had: metric_info said engine="bpf" and every later
+// call was lost (x_total stayed at 500).
+TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/reload_engine_test.json";
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "]}");
+  auto config = LoadConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ((*first)->engines[0], "perf");
+  Pipeline pipeline(&*tracefs);
+  ASSERT_TRUE(pipeline.Open(std::move(*first)).ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  ChildCalls(500);
+  // Memory is available again: the same config now plans x_total on bpf.
+  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ((*second)->engines[0], "bpf");
+  Status st = pipeline.Reload(std::move(*second));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ChildCalls(1000);
+  pipeline.Stop();
+  auto snap = pipeline.Snapshot();
+  ASSERT_NE(FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", "x_total"}, {"engine", "bpf"}}), nullptr);
+  // The engine changed, so the series starts again (a counter reset): exactly the calls since.
+  const SeriesSnapshot* x = FindSeries(snap, "x_total", {{"comm", "tpe_reload"}});
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->value, 1000);
 }
 
 }  // namespace
