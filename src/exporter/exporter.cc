@@ -15,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "exporter/http_server.h"
+#include "exporter/page_cache.h"
 
 namespace tpe {
 namespace {
@@ -170,7 +171,10 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   o.listen_address = listen_address;
   o.telemetry_path = telemetry_path;
   o.landing_html = LandingPageHtml(telemetry_path);
-  o.metrics = [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); };
+  // Concurrent and pipelined scrapes share one rendered page per 100 ms (PageCache).
+  auto cache = std::make_shared<PageCache>(
+      [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); });
+  o.metrics = [cache] { return cache->Get(); };
   o.users = web.users;
   if (web.tls()) {
     o.cert_file = web.cert_file;
