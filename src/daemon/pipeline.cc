@@ -377,6 +377,23 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       }
     }
     std::swap(plan_, next);
+    // 2a. Detach the programs of running bpf metrics that the next plan drops or replaces, so
+    //     that old and new programs are never attached at once: the kernel caps the programs of
+    //     one tracepoint (BPF_TRACE_MAX_PROGS, 64; E2BIG), and a reload renaming 40 metrics
+    //     would need 80. Their counts freeze here (they leave the page at the swap); re-attached
+    //     if the reload fails.
+    std::vector<bpf::BpfMetric*> detached;
+    if (result.ok()) {
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+        auto* b = dynamic_cast<bpf::BpfMetric*>(plan_->collectors[j].get());
+        if (b == nullptr || !b->attached()) continue;
+        bool kept_metric = false;
+        for (size_t i = 0; i < next->collectors.size(); ++i) kept_metric |= SameMetric(*plan_, j, *next, i);
+        if (kept_metric) continue;
+        b->Detach();
+        detached.push_back(b);
+      }
+    }
     // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps).
     for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
       auto* b = dynamic_cast<bpf::BpfMetric*>(next->collectors[i].get());
@@ -384,6 +401,17 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       bool kept_metric = false;
       for (size_t j = 0; j < plan_->collectors.size(); ++j) kept_metric |= SameMetric(*plan_, j, *next, i);
       if (!kept_metric) result = b->Attach();  // on error `next` is destroyed: its programs detach
+    }
+    if (!result.ok()) {
+      for (auto& c : next->collectors) {  // free their tracepoints' program slots first
+        if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) b->Detach();
+      }
+      for (bpf::BpfMetric* b : detached) {
+        if (Status st = b->Attach(); !st.ok()) {
+          TPE_LOG_ERROR("{}: re-attaching after a failed reload failed, it no longer counts: {}", b->name(),
+                        st.ToString());
+        }
+      }
     }
     if (result.ok()) {
       // 3. The swap: kept events move with their fds; kept metrics with their collectors.

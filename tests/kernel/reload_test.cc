@@ -135,5 +135,55 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   EXPECT_EQ(x->value, 1000);
 }
 
+// 40 bpf counters on one tracepoint, all renamed by a reload: the running plan's programs are
+// detached before the new ones attach, so at most 40 (not 80) are attached at once under the
+// kernel's 64 per tracepoint (BPF_TRACE_MAX_PROGS). Before, the reload failed with
+// "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (issue 17 item 6). sys_enter_getsid: a
+// tracepoint no other test uses, so nothing else holds its program slots.
+TEST(ReloadTest, RenamingFortyBpfMetricsStaysUnderThePerTracepointProgramLimit) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/reload_rename_test.json";
+  auto config = [&](const std::string& prefix) {
+    std::string text = R"({"settings": {"max_series_per_metric": 16}, "metrics": [)";
+    for (int i = 0; i < 40; ++i) {
+      text += std::string(i ? "," : "") + R"({"name": ")" + prefix + std::to_string(i) +
+              R"(_total", "type": "counter", "event": "syscalls:sys_enter_getsid", "engine": "bpf",
+               "labels": [{"name": "comm", "source": "comm"}]})";
+    }
+    testing::WriteFile(path, text + "]}");
+  };
+  auto getsid_calls = [](int n) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_NAME, "tpe_rename");
+      for (int i = 0; i < n; ++i) syscall(SYS_getsid, 0);
+      _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+  };
+  config("old");
+  Daemon daemon(path, &*tracefs, &enums);
+  Status st = daemon.Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  getsid_calls(100);
+  config("new");
+  st = daemon.Reload();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  getsid_calls(200);
+  daemon.Stop();
+  auto snap = daemon.Snapshot();
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "new" + std::to_string(i) + "_total";
+    const SeriesSnapshot* s = FindSeries(snap, name, {{"comm", "tpe_rename"}});
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->value, 200) << name;
+    EXPECT_EQ(FindMetric(snap, "old" + std::to_string(i) + "_total"), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace tpe
