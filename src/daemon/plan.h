@@ -89,6 +89,9 @@ struct Plan {
   bool needs_comm = false;            // some label uses source "comm"
   bool needs_ordering = false;        // comm labels or latency pairing
   std::vector<std::string> warnings;  // degraded but working, e.g. no BTF
+  // BPF programs this plan attaches, by tracepoint "system:name": at most 64 each (the kernel's
+  // BPF_TRACE_MAX_PROGS); further "auto" metrics of a tracepoint run on perf.
+  std::map<std::string, int> bpf_programs;
   // cgroup id → path for every "cgroup" label (created with the first one; the cgroup2 mount of
   // /proc/self/mountinfo). Shared: a collector kept across a reload keeps its resolver.
   std::shared_ptr<CgroupResolver> cgroups;

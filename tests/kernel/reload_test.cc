@@ -185,5 +185,46 @@ TEST(ReloadTest, RenamingFortyBpfMetricsStaysUnderThePerTracepointProgramLimit) 
   }
 }
 
+// 65 "auto" metrics on one tracepoint: 64 BPF programs is the kernel's limit per tracepoint
+// (BPF_TRACE_MAX_PROGS), so the 65th runs on perf, says why, and every one counts exactly.
+// Before, the daemon exited with "PERF_EVENT_IOC_SET_BPF ... Argument list too long".
+TEST(ReloadTest, SixtyFiveAutoMetricsOnOneTracepointTheLastRunsOnPerf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/sixty_five_test.json";
+  std::string text = R"({"settings": {"max_series_per_metric": 16}, "metrics": [)";
+  for (int i = 0; i < 65; ++i) {
+    text += std::string(i ? "," : "") + R"({"name": "m)" + std::to_string(i) +
+            R"(_total", "type": "counter", "event": "syscalls:sys_enter_getsid",
+               "labels": [{"name": "comm", "source": "comm"}]})";
+  }
+  testing::WriteFile(path, text + "]}");
+  Daemon daemon(path, &*tracefs, &enums);
+  Status st = daemon.Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_NAME, "tpe_sixtyfive");
+    for (int i = 0; i < 300; ++i) syscall(SYS_getsid, 0);
+    _exit(0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  daemon.Stop();
+  auto snap = daemon.Snapshot();
+  for (int i = 0; i < 65; ++i) {
+    const std::string name = "m" + std::to_string(i) + "_total";
+    const SeriesSnapshot* s = FindSeries(snap, name, {{"comm", "tpe_sixtyfive"}});
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->value, 300) << name;
+    EXPECT_NE(
+        FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", name}, {"engine", i < 64 ? "bpf" : "perf"}}),
+        nullptr)
+        << name;
+  }
+}
+
 }  // namespace
 }  // namespace tpe
