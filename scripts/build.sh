@@ -3,16 +3,18 @@
 #   BUILD_DIR=build        where to build
 #   TPE_WERROR=ON|OFF      warnings as errors (default ON)
 #   TPE_SANITIZE=ON|OFF    AddressSanitizer + UndefinedBehaviorSanitizer (default OFF)
+#   TPE_BUILD_TESTS=ON|OFF tests and benchmarks too (default ON)
+#   TPE_DEPS=--build       what scripts/install-deps.sh installs (default: everything, for the tests)
 #   CMAKE_BUILD_TYPE       default RelWithDebInfo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh ${TPE_DEPS:-}
 BUILD_DIR=${BUILD_DIR:-build}
 # ccache, when installed, is used (developers' worktrees share one cache; CI has none).
 LAUNCHER=()
 if command -v ccache >/dev/null 2>&1; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
-  -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" >/dev/null
+  -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" -DTPE_BUILD_TESTS="${TPE_BUILD_TESTS:-ON}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "build: $BUILD_DIR/tracepoint_exporter"

@@ -2,6 +2,7 @@
 # Installs everything tracepoint_exporter needs to build, test and run, from Debian packages.
 # Used by the README Quick start, .ci/run and the Dockerfile, so all three stay the same.
 #   scripts/install-deps.sh            build + test dependencies
+#   scripts/install-deps.sh --build    only what compiling the daemon needs (the image's build stage)
 #   scripts/install-deps.sh --runtime  only the shared libraries the binary needs at run time
 set -euo pipefail
 SUDO=""
@@ -9,12 +10,17 @@ if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
 RUNTIME=(libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libtraceevent1 libbpf1 libseccomp2 libsystemd0 libyaml-cpp0.7 libcrypt1 libcap2 libmicrohttpd12 libgnutls30 ca-certificates)
-BUILD=(build-essential cmake ninja-build pkg-config git
-       libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
-       libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libgtest-dev libgmock-dev libbenchmark-dev
+COMPILE=(build-essential cmake ninja-build pkg-config
+         libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
+         libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev)
+BUILD=("${COMPILE[@]}" git libgtest-dev libgmock-dev libbenchmark-dev
        help2man dpkg-dev openssl curl prometheus clang-format clang-tidy clang libclang-rt-14-dev stress-ng)
 
-if [[ "${1:-}" == "--runtime" ]]; then PKGS=("${RUNTIME[@]}"); else PKGS=("${BUILD[@]}"); fi
+case "${1:-}" in
+  --runtime) PKGS=("${RUNTIME[@]}") ;;
+  --build) PKGS=("${COMPILE[@]}") ;;
+  *) PKGS=("${BUILD[@]}") ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -117,6 +117,83 @@ class Compiler {
     return Internal("unknown filter node");
   }
 
+  // The predicate's value when the record cannot change it (the same decisions IntegerCompare,
+  // CpusCompare and StringPredicate make), else nullopt.
+  static std::optional<bool> ConstantPredicate(const FilterPredicate& p) {
+    const FilterField& f = p.field;
+    switch (f.kind) {
+      case FilterFieldKind::kInteger:
+      case FilterFieldKind::kCpu:
+        if (p.operand == FilterOperand::kCpus) {
+          if (CpuCount(p) > 1 && p.op == FilterOp::kEq) return false;  // a set never equals one CPU
+          return std::nullopt;
+        }
+        if (p.operand == FilterOperand::kInteger && p.op == FilterOp::kBitAnd &&
+            (f.kind == FilterFieldKind::kCpu || (p.value & WidthMask(ScalarSize(f))) == 0)) {
+          return false;  // filter_pred_cpu has no &; x & 0 is 0
+        }
+        return std::nullopt;
+      case FilterFieldKind::kCharArray:
+      case FilterFieldKind::kComm: {
+        if (p.operand != FilterOperand::kString) return std::nullopt;
+        const uint32_t n = f.kind == FilterFieldKind::kComm ? static_cast<uint32_t>(kFilterCommBytes) : f.size;
+        std::optional<bool> c = ConstantMatch(p, n);
+        if (c) return *c != p.invert;
+        return std::nullopt;
+      }
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Folds the record-independent parts of `e` in place: returns the value of `e` when it is
+  // constant; otherwise `e` keeps only children that depend on the record (so the emitted code
+  // has no jump that is always or never taken, and no code after such a jump).
+  static std::optional<bool> Fold(FilterExpr* e) {
+    switch (e->kind) {
+      case FilterExpr::Kind::kCompare:
+        return ConstantPredicate(e->pred);
+      case FilterExpr::Kind::kNot: {
+        if (e->children.empty()) return false;  // EvaluateFilter: false
+        std::optional<bool> c = Fold(&e->children[0]);
+        if (c) return !*c;
+        return std::nullopt;
+      }
+      case FilterExpr::Kind::kAnd:
+      case FilterExpr::Kind::kOr: {
+        const bool is_and = e->kind == FilterExpr::Kind::kAnd;
+        std::vector<FilterExpr> kept;
+        for (auto& c : e->children) {
+          std::optional<bool> v = Fold(&c);
+          if (!v) {
+            kept.push_back(std::move(c));
+          } else if (*v != is_and) {
+            return *v;  // false decides an &&, true an ||
+          }
+        }
+        if (kept.empty()) return is_and;  // an empty && is true, an empty || false
+        if (kept.size() == 1) {
+          FilterExpr only = std::move(kept[0]);
+          *e = std::move(only);
+          return std::nullopt;
+        }
+        e->children = std::move(kept);
+        return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // A predicate whose value does not depend on the record. Fold() removes them all but a
+  // constant whole filter; this is the code for that one: a jump on the ctx pointer (never 0),
+  // always taken (JNE) or never (JEQ), rather than a goto or nothing, so that neither the
+  // code after the filter nor the code at `target` is unreachable in the verifier's CFG check
+  // (check_cfg refuses "unreachable insn"); the verifier knows which way the branch goes and
+  // explores only that one.
+  void Constant(bool value, Label target, bool jump_if) {
+    a_->Jump(value == jump_if ? BPF_JNE : BPF_JEQ, cx_.ctx, 0, target);
+  }
+
  private:
   static Status Unsupported(const FilterPredicate& p, const std::string& why) {
     FilterExpr e;
@@ -135,10 +212,6 @@ class Compiler {
     code(no);
     a_->Goto(target);
     a_->Bind(no);
-  }
-
-  void Constant(bool value, Label target, bool jump_if) {
-    if (value == jump_if) a_->Goto(target);
   }
 
   // R0 = `size` bytes at ctx + `offset`, zero-extended; aligned loads only (byte loads
@@ -201,7 +274,7 @@ class Compiler {
     }
   }
 
-  uint32_t ScalarSize(const FilterField& f) const { return f.kind == FilterFieldKind::kCpu ? 4 : f.size; }
+  static uint32_t ScalarSize(const FilterField& f) { return f.kind == FilterFieldKind::kCpu ? 4 : f.size; }
 
   // R0 <op> value (64-bit), jumping to `target` when it holds.
   void CompareR0(uint8_t op, uint64_t value, Label target) {
@@ -462,7 +535,12 @@ Status CheckContext(const FilterCodeContext& cx) {
 Status CompileInto(const FilterExpr& expr, const FilterCodeContext& cx, Assembler* a, Label on_false) {
   TPE_RETURN_IF_ERROR(CheckContext(cx));
   Compiler c(cx, a);
-  return c.Jump(expr, on_false, false);
+  FilterExpr folded = expr;
+  if (std::optional<bool> whole = Compiler::Fold(&folded)) {
+    c.Constant(*whole, on_false, false);
+    return Status::Ok();
+  }
+  return c.Jump(folded, on_false, false);
 }
 
 }  // namespace

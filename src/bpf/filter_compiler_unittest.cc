@@ -81,6 +81,45 @@ bool Reference(const FilterExpr& e, std::string record, const FakeTask& t, uint3
 }
 
 // What the program decides: the first 8 bytes are a pt_regs pointer, not the common fields.
+// The instructions that no path from the first reaches, as the verifier's check_cfg
+// (kernel/bpf/verifier.c) sees paths: both edges of a conditional jump, only the target of
+// BPF_JA, nothing after BPF_EXIT, a 16-byte BPF_LD_IMM64 as one. It refuses a program with
+// any ("unreachable insn N").
+std::vector<size_t> Unreachable(const std::vector<bpf_insn>& prog) {
+  std::vector<bool> seen(prog.size(), false);
+  std::vector<size_t> todo = {0};
+  while (!todo.empty()) {
+    const size_t i = todo.back();
+    todo.pop_back();
+    if (i >= prog.size() || seen[i]) continue;
+    seen[i] = true;
+    const bpf_insn& in = prog[i];
+    const uint8_t cls = BPF_CLASS(in.code);
+    if (in.code == (BPF_LD | BPF_IMM | BPF_DW)) {
+      if (i + 1 < prog.size()) seen[i + 1] = true;
+      todo.push_back(i + 2);
+      continue;
+    }
+    if (cls != BPF_JMP && cls != BPF_JMP32) {
+      todo.push_back(i + 1);
+      continue;
+    }
+    const uint8_t op = BPF_OP(in.code);
+    if (op == BPF_EXIT) continue;
+    if (op == BPF_CALL) {
+      todo.push_back(i + 1);
+      continue;
+    }
+    todo.push_back(static_cast<size_t>(static_cast<int64_t>(i) + 1 + in.off));
+    if (op != BPF_JA) todo.push_back(i + 1);
+  }
+  std::vector<size_t> out;
+  for (size_t i = 0; i < prog.size(); ++i) {
+    if (!seen[i]) out.push_back(i);
+  }
+  return out;
+}
+
 StatusOr<bool> RunProgram(const std::vector<bpf_insn>& prog, std::string record, const FakeTask& t) {
   std::memset(record.data(), 0xa5, 8);
   Interpreter in;
@@ -573,6 +612,7 @@ TEST_F(FilterCompilerTest, DifferentialAgainstEvaluateFilter) {
         continue;
       }
       ++compiled;
+      ASSERT_EQ(Unreachable(*prog), std::vector<size_t>{}) << text << "\n" << Disassemble(*prog);
       for (int k = 0; k < 8; ++k) {
         const std::string rec = fz.Record();
         const FakeTask t = fz.Task();
@@ -592,6 +632,49 @@ TEST_F(FilterCompilerTest, DifferentialAgainstEvaluateFilter) {
   EXPECT_GE(compiled, 3000u);
   EXPECT_GT(trues, runs / 10);
   EXPECT_LT(trues, runs * 9 / 10);
+}
+
+// Filters with parts that do not depend on the record (the verifier refused them with
+// "unreachable insn"): the parts are folded away, the program has no unreachable instruction,
+// and it still decides as EvaluateFilter does.
+TEST_F(FilterCompilerTest, ConstantPartsAreFoldedAndNoCodeIsUnreachable) {
+  const EventFormat& f = sched_switch_;
+  std::string rec(RecordSize(f), '\0');
+  FakeTask t;
+  t.comm = "tpe";
+  struct Case {
+    const char* filter;
+    size_t max_insns;  // the test program is 6 instructions around the filter; 0: not checked
+  };
+  const Case cases[] = {
+      {"prev_pid & 0", 7},                                        // always false: one jump
+      {"!(prev_pid & 0)", 7},                                     // always true: one jump never taken
+      {"COMM ~ \"abcdefghijklmnopq*\"", 7},                       // a 17-byte prefix of a 16-byte comm
+      {"prev_comm ~ \"*abcdefghijklmnopq\"", 7},                  // suffix longer than the array
+      {"CPU == CPUS{0-1}", 7},                                    // a set never equals one CPU
+      {"prev_pid & 0 || prev_pid == 7", 0},                       // reduces to prev_pid == 7
+      {"prev_pid & 0 && prev_pid == 7", 7},                       // false
+      {"!(prev_pid & 0) && (prev_pid == 7 || COMM ~ \"*\")", 7},  // true
+      {"(prev_pid == 7 || prev_pid & 0) && !(CPU == CPUS{0-1}) && next_pid > 3", 0},
+  };
+  for (const Case& c : cases) {
+    auto e = ParseFilter(c.filter, f);
+    ASSERT_TRUE(e.ok()) << c.filter << ": " << e.status().ToString();
+    auto prog = Program(*e);
+    ASSERT_TRUE(prog.ok()) << c.filter << ": " << prog.status().ToString();
+    EXPECT_EQ(Unreachable(*prog), std::vector<size_t>{}) << c.filter << "\n" << Disassemble(*prog);
+    if (c.max_insns != 0) {
+      EXPECT_LE(prog->size(), c.max_insns) << c.filter << "\n" << Disassemble(*prog);
+    }
+    for (uint32_t pid : {0u, 7u, 9u}) {
+      std::memcpy(rec.data() + f.FindField("prev_pid")->offset, &pid, 4);
+      std::memcpy(rec.data() + f.FindField("next_pid")->offset, &pid, 4);
+      for (uint32_t cpu : {0u, 1u}) {
+        t.cpu = cpu;
+        Decide(f, c.filter, rec, t);
+      }
+    }
+  }
 }
 
 }  // namespace

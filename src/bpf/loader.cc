@@ -2,14 +2,20 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/capability.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <sstream>
 
 #include "bpf/assembler.h"
 
@@ -20,10 +26,37 @@ const char* kCapsHint =
     "the bpf engine needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); grant them (systemd "
     "AmbientCapabilities, Kubernetes securityContext.capabilities.add) or use \"engine\": \"perf\"";
 
+std::mutex mu;                   // guards the two below
+LoadOptions load_options;        // SetLoadOptions
+BpfFault* fault_hook = nullptr;  // owned; SetBpfFaultForTesting
+
+// CAP_BPF (39) or CAP_SYS_ADMIN in the effective set.
+bool Privileged() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
+  auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1U; };
+  return has(39 /* CAP_BPF */) || has(CAP_SYS_ADMIN);
+}
+
 Status BpfError(int err, const std::string& what) {
-  if (err == EPERM || err == EACCES) return PermissionDenied(what + ": " + std::strerror(err) + "; " + kCapsHint);
-  if (err == ENOMEM || err == E2BIG) return Unavailable(what + ": " + std::strerror(err));
-  return Internal(what + ": " + std::strerror(err));
+  return BpfErrnoStatus(err, what, (err == EPERM || err == EACCES) && Privileged(), GetLoadOptions().memlock_charged);
+}
+
+// The injected errno for `call`, or 0.
+int Injected(const BpfCall& call) {
+  std::lock_guard<std::mutex> lock(mu);
+  return fault_hook != nullptr ? (*fault_hook)(call) : 0;
+}
+
+// bpf_prog_load() through the fault seam: the fd or -errno.
+int ProgLoad(const std::string& name, const std::vector<bpf_insn>& insns, bpf_prog_load_opts* opts) {
+  BpfCall call;
+  call.cmd = BPF_PROG_LOAD;
+  call.name = name;
+  call.insns = &insns;
+  if (int err = Injected(call); err != 0) return -err;
+  return bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, name.c_str(), "GPL", insns.data(), insns.size(), opts);
 }
 
 // The first online CPU (from /sys/devices/system/cpu/online, "0-1,3"), or 0.
@@ -35,6 +68,125 @@ int FirstOnlineCpu() {
 }
 
 }  // namespace
+
+void SetLoadOptions(const LoadOptions& options) {
+  std::lock_guard<std::mutex> lock(mu);
+  load_options = options;
+}
+
+LoadOptions GetLoadOptions() {
+  std::lock_guard<std::mutex> lock(mu);
+  return load_options;
+}
+
+void SetBpfFaultForTesting(BpfFault fault) {
+  std::lock_guard<std::mutex> lock(mu);
+  delete fault_hook;
+  fault_hook = fault ? new BpfFault(std::move(fault)) : nullptr;
+}
+
+bool BpfCall::CallsHelper(int helper) const {
+  if (insns == nullptr) return false;
+  for (const auto& i : *insns) {
+    if (i.code == (BPF_JMP | BPF_CALL) && i.src_reg == 0 && i.imm == helper) return true;
+  }
+  return false;
+}
+
+std::string BpfObjectName(const std::string& name) {
+  std::string out = name.substr(0, BPF_OBJ_NAME_LEN - 1);
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+Status BpfErrnoStatus(int err, const std::string& what, bool privileged, bool memlock_charged) {
+  const std::string head = what + ": " + std::strerror(err);
+  if (err == EPERM || err == EACCES) {
+    if (privileged && memlock_charged) {
+      rlimit rl{};
+      std::string limit = "?";
+      if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        limit = rl.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(rl.rlim_cur / 1024) + " KiB";
+      }
+      return PermissionDenied(head + "; CAP_BPF/CAP_SYS_ADMIN are held, so this is RLIMIT_MEMLOCK (" + limit +
+                              "): before Linux 5.11 BPF maps and programs are charged to it; raise it "
+                              "(systemd LimitMEMLOCK=infinity, ulimit -l unlimited) or lower "
+                              "max_series_per_metric");
+    }
+    return PermissionDenied(head + "; " + kCapsHint);
+  }
+  if (err == ENOMEM) {
+    return Unavailable(head + " (kernel memory: the memory cgroup's limit" +
+                       std::string(memlock_charged ? ", or RLIMIT_MEMLOCK before Linux 5.11" : "") +
+                       "); lower max_series_per_metric or use \"engine\": \"perf\"");
+  }
+  if (err == E2BIG) {
+    return Unavailable(head +
+                       " (larger than this kernel allows: a program over its instruction limit or a "
+                       "bpf_attr this kernel does not know); use \"engine\": \"perf\"");
+  }
+  return Internal(head);
+}
+
+BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& version, const std::string& realtime) {
+  BpfFeatures f;
+  f.release = release;
+  if (std::sscanf(release.c_str(), "%d.%d", &f.major, &f.minor) != 2) f.major = f.minor = 0;
+  auto at_least = [&](int major, int minor) {
+    return f.major == 0 || f.major > major || (f.major == major && f.minor >= minor);  // unknown: assume new
+  };
+  f.preempt_rt = version.find("PREEMPT_RT") != std::string::npos || realtime.starts_with("1");
+  f.probe_read_kernel_str = at_least(5, 5);
+  f.tracepoint_misses = at_least(6, 7);
+  f.runtime_alloc_safe = at_least(6, 1) && !f.preempt_rt;
+  f.memlock_charged = !at_least(5, 11);
+  return f;
+}
+
+BpfFeatures ProbeBpfFeatures() {
+  utsname u{};
+  ::uname(&u);
+  std::string realtime;
+  std::ifstream rt("/sys/kernel/realtime");
+  std::getline(rt, realtime);
+  BpfFeatures f = BpfFeaturesFromUname(u.release, u.version, realtime);
+  // The helper itself: the verifier refuses an unknown helper id with EINVAL. A backport can
+  // make the version wrong in either direction; the load decides when it can.
+  Assembler a;
+  a.MovReg(R1, R10);
+  a.Alu(BPF_ADD, R1, -8);
+  a.Mov(R2, 8);
+  a.Mov(R3, 0);
+  a.Call(BPF_FUNC_probe_read_kernel_str);
+  a.Mov(R0, 0);
+  a.Exit();
+  auto insns = a.Finish();
+  if (insns.ok()) {
+    int fd = ProgLoad("tpe_probe_str", *insns, nullptr);
+    if (fd >= 0) {
+      ::close(fd);
+      f.probe_read_kernel_str = true;
+    } else if (fd == -EINVAL) {
+      f.probe_read_kernel_str = false;
+    }
+  }
+  if (f.memlock_charged) {
+    rlimit inf{RLIM_INFINITY, RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_MEMLOCK, &inf) == 0) {
+      f.memlock_note = "RLIMIT_MEMLOCK raised to unlimited";
+    } else {
+      rlimit rl{};
+      ::getrlimit(RLIMIT_MEMLOCK, &rl);
+      f.memlock_note =
+          "RLIMIT_MEMLOCK could not be raised (" + std::string(std::strerror(errno)) + "); it is " +
+          (rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_cur / 1024) + " KiB");
+    }
+  }
+  return f;
+}
 
 BpfSupport ProbeBpf() {
   BpfSupport out;
@@ -57,10 +209,18 @@ BpfSupport ProbeBpf() {
 
 StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_t key_size, uint32_t value_size,
                              uint32_t max_entries, uint32_t flags) {
+  if (GetLoadOptions().preallocate_maps) flags &= ~static_cast<uint32_t>(BPF_F_NO_PREALLOC);
   LIBBPF_OPTS(bpf_map_create_opts, opts);
   opts.map_flags = flags;
-  const std::string short_name = name.substr(0, BPF_OBJ_NAME_LEN - 1);
-  int fd = bpf_map_create(type, short_name.c_str(), key_size, value_size, max_entries, &opts);
+  const std::string short_name = BpfObjectName(name);
+  BpfCall call;
+  call.cmd = BPF_MAP_CREATE;
+  call.name = short_name;
+  call.map_type = type;
+  call.map_flags = flags;
+  const int injected = Injected(call);
+  int fd =
+      injected != 0 ? -injected : bpf_map_create(type, short_name.c_str(), key_size, value_size, max_entries, &opts);
   if (fd < 0) {
     return BpfError(-fd, "creating BPF map " + short_name + " (key " + std::to_string(key_size) + " bytes, value " +
                              std::to_string(value_size) + " bytes, " + std::to_string(max_entries) + " entries)");
@@ -68,9 +228,17 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
   return ScopedFd(fd);
 }
 
-StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns) {
-  const std::string short_name = name.substr(0, BPF_OBJ_NAME_LEN - 1);
-  int fd = bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, short_name.c_str(), "GPL", insns.data(), insns.size(), nullptr);
+StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& given) {
+  const std::string short_name = BpfObjectName(name);
+  std::vector<bpf_insn> insns = given;
+  if (GetLoadOptions().probe_read_fallback) {
+    for (auto& i : insns) {
+      if (i.code != (BPF_JMP | BPF_CALL) || i.src_reg != 0) continue;
+      if (i.imm == BPF_FUNC_probe_read_kernel) i.imm = BPF_FUNC_probe_read;
+      if (i.imm == BPF_FUNC_probe_read_kernel_str) i.imm = BPF_FUNC_probe_read_str;
+    }
+  }
+  int fd = ProgLoad(short_name, insns, nullptr);
   if (fd >= 0) return ScopedFd(fd);
   const int err = -fd;
   // Load again with the verifier's log: EACCES is both "no privilege" and "the verifier said no".
@@ -79,7 +247,7 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
   opts.log_buf = log.data();
   opts.log_size = static_cast<uint32_t>(log.size());
   opts.log_level = 1;
-  fd = bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, short_name.c_str(), "GPL", insns.data(), insns.size(), &opts);
+  fd = ProgLoad(short_name, insns, &opts);
   if (fd >= 0) return ScopedFd(fd);
   log.resize(std::strlen(log.c_str()));
   if (log.empty()) return BpfError(err, "loading BPF program " + short_name);

@@ -19,6 +19,7 @@
 #include <linux/bpf.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,87 @@ struct BpfSupport {
 };
 BpfSupport ProbeBpf();
 
-// bpf_map_create(). `name` at most 15 characters (BPF_OBJ_NAME_LEN - 1; longer is cut).
-// Sizes in bytes. Errors: PermissionDenied (capabilities), Unavailable (ENOMEM: memlock or
-// memory), Internal otherwise; each names the map.
+// Kernel version facts the bpf engine depends on, probed once at startup (ProbeBpfFeatures).
+struct BpfFeatures {
+  std::string release;                // uname -r
+  int major = 0, minor = 0;           // parsed from `release` (0.0 when unparsable)
+  bool preempt_rt = false;            // uname -v has PREEMPT_RT, or /sys/kernel/realtime is 1
+  bool probe_read_kernel_str = true;  // BPF_FUNC_probe_read_kernel(_str) (Linux 5.5)
+  // bpf_prog_info.recursion_misses counts tracepoint programs (Linux 6.7, commit "bpf: Add
+  // missed stats for tracepoint programs"; earlier kernels only count them for kprobe/trampoline
+  // programs, so a tracepoint program's reads 0 whatever was skipped).
+  bool tracepoint_misses = true;
+  // Non-preallocated hash maps are safe in tracing programs from Linux 6.1 (bpf_mem_alloc) on
+  // non-RT kernels. Below 6.1: 5.7-6.0 WARN_ONCE("trace type BPF program uses run-time
+  // allocation") and taint; RT kernels refuse the load; earlier ones kmalloc in any tracepoint.
+  bool runtime_alloc_safe = true;
+  // BPF maps and programs are charged to RLIMIT_MEMLOCK (before Linux 5.11; later to the memory
+  // cgroup). ProbeBpfFeatures then raises RLIMIT_MEMLOCK to infinity when allowed.
+  bool memlock_charged = false;
+  std::string memlock_note;  // what was done about RLIMIT_MEMLOCK ("" when not charged)
+};
+// uname(2), /sys/kernel/realtime, a helper probe (a tiny program calling
+// probe_read_kernel_str: the verifier refuses an unknown helper with EINVAL) and, when memlock is
+// charged, setrlimit(RLIMIT_MEMLOCK). Never fails; a probe that cannot decide (EPERM) assumes
+// the feature is present.
+BpfFeatures ProbeBpfFeatures();
+// The pure part: the facts that follow from a release ("5.10.0-28-amd64"), a version string
+// (uname -v) and /sys/kernel/realtime's content ("" when absent).
+BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& version, const std::string& realtime);
+
+// How maps are created and programs loaded, chosen by the plan from BpfFeatures and set before
+// any metric is created (process-wide; not changed while a map is being created).
+struct LoadOptions {
+  // Clear BPF_F_NO_PREALLOC: a hash map's max_entries x (key + value) bytes (for a per-CPU hash
+  // max_entries x (key + value x possible CPUs)) are allocated when it is created, none in the
+  // tracepoint.
+  bool preallocate_maps = false;
+  // Rewrite calls of probe_read_kernel(_str) to probe_read(_str) (the pre-5.5 helpers, which
+  // read kernel memory the same way on the architectures without a separate user space).
+  bool probe_read_fallback = false;
+  // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
+  // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
+  bool memlock_charged = false;
+};
+void SetLoadOptions(const LoadOptions& options);
+LoadOptions GetLoadOptions();
+
+// A BPF object name the kernel accepts: characters outside [A-Za-z0-9_.] become '_' (':' is valid
+// in a metric name, but bpf_obj_name_cpy() refuses it with EINVAL), cut to 15 characters
+// (BPF_OBJ_NAME_LEN - 1).
+std::string BpfObjectName(const std::string& name);
+
+// The status of a failed bpf() call: EPERM/EACCES are RLIMIT_MEMLOCK when `privileged` (CAP_BPF
+// or CAP_SYS_ADMIN held) and `memlock_charged`, else missing capabilities; ENOMEM and E2BIG are
+// Unavailable; anything else Internal. Each names `what` and what would help.
+Status BpfErrnoStatus(int err, const std::string& what, bool privileged, bool memlock_charged);
+
+// The fault seam for kernels we cannot boot: while set, every bpf() call this file makes
+// (CreateMap, LoadTracepointProgram, the probes) first calls `fault(call)`; a nonzero return is
+// taken as that call's errno and the syscall is not made. nullptr clears it. Process-wide; set
+// only while no other thread creates maps or loads programs (tests).
+struct BpfCall {
+  int cmd = 0;  // BPF_MAP_CREATE or BPF_PROG_LOAD
+  std::string name;
+  bpf_map_type map_type = BPF_MAP_TYPE_UNSPEC;   // BPF_MAP_CREATE
+  uint32_t map_flags = 0;                        // BPF_MAP_CREATE
+  const std::vector<bpf_insn>* insns = nullptr;  // BPF_PROG_LOAD
+  bool CallsHelper(int helper) const;            // BPF_PROG_LOAD: some insn calls BPF_FUNC_<helper>
+};
+using BpfFault = std::function<int(const BpfCall& call)>;
+void SetBpfFaultForTesting(BpfFault fault);
+
+// bpf_map_create(). `name` is made a BpfObjectName. Sizes in bytes. With
+// LoadOptions::preallocate_maps, BPF_F_NO_PREALLOC is cleared from `flags`. Errors:
+// BpfErrnoStatus (PermissionDenied: capabilities or RLIMIT_MEMLOCK; Unavailable: ENOMEM/E2BIG;
+// Internal otherwise), each naming the map.
 StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_t key_size, uint32_t value_size,
                              uint32_t max_entries, uint32_t flags = 0);
 
 // bpf_prog_load() of a BPF_PROG_TYPE_TRACEPOINT program (license "GPL": the probe_read
-// helpers need it). Errors: the verifier's rejection with its log (the last 4 KiB) and the
-// program's disassembly line count; PermissionDenied without CAP_BPF.
+// helpers need it). `name` is made a BpfObjectName; with LoadOptions::probe_read_fallback the
+// probe_read_kernel(_str) calls are rewritten first. Errors: the verifier's rejection with its log (the last 4 KiB) and
+// the program's disassembly line count; PermissionDenied without CAP_BPF.
 StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns);
 
 // Opens a disabled PERF_TYPE_TRACEPOINT perf event of `tracepoint_id` on the first online CPU

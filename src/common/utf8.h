@@ -22,4 +22,9 @@ bool IsValidUtf8(std::string_view s);
 // \, " and newline; callers that must not carry NUL check for it themselves).
 std::string SanitizeUtf8(std::string_view s);
 
+// `s` for an error message: unchanged when it has at most `max_bytes` bytes; otherwise its first
+// `max_bytes` bytes (cut at a UTF-8 character boundary) followed by "... (N bytes)", so a
+// megabyte of config text never floods the log.
+std::string Abbreviate(std::string_view s, size_t max_bytes = 160);
+
 }  // namespace tpe

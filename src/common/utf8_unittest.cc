@@ -37,5 +37,20 @@ TEST(Utf8Test, EveryIllFormedByteBecomesTheReplacementCharacter) {
   }
 }
 
+TEST(Utf8Test, AbbreviateKeepsShortTextAndCutsLongTextAtACharacter) {
+  EXPECT_EQ(Abbreviate("pid == 1", 160), "pid == 1");
+  EXPECT_EQ(Abbreviate(std::string(10000, 'x'), 4), "xxxx... (10000 bytes)");
+  // "\xC3\xA9" is one character: a cut inside it moves before it.
+  EXPECT_EQ(Abbreviate("ab\xC3\xA9"
+                       "cd",
+                       3),
+            "ab... (6 bytes)");
+  EXPECT_EQ(Abbreviate("ab\xC3\xA9"
+                       "cd",
+                       4),
+            "ab\xC3\xA9"
+            "... (6 bytes)");
+}
+
 }  // namespace
 }  // namespace tpe

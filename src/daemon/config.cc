@@ -16,6 +16,7 @@
 #include "collectors/buckets.h"
 #include "common/scoped_fd.h"
 #include "decode/field_extractor.h"
+#include "filter/filter.h"
 
 namespace tpe {
 namespace {
@@ -165,6 +166,19 @@ class Checker {
     const std::string& s = it->get_ref<const std::string&>();
     TPE_RETURN_IF_ERROR(CheckText(json_path + "." + key, s, kind));
     *out = s;
+    return Status::Ok();
+  }
+
+  // A kernel event filter: text as GetString (prose), at most 4095 bytes: perf_event_set_filter()
+  // copies it with strndup_user(arg, PAGE_SIZE) and refuses a longer one with EINVAL.
+  Status GetFilter(const json& obj, const std::string& json_path, std::string* out) const {
+    TPE_RETURN_IF_ERROR(GetString(obj, json_path, "filter", false, out, Text::kProse));
+    if (out->size() > kMaxFilterBytes) {
+      return Error(json_path + ".filter", "is " + std::to_string(out->size()) +
+                                              " bytes long; the kernel accepts at most " +
+                                              std::to_string(kMaxFilterBytes) +
+                                              " (one page): shorten it, e.g. match a range instead of listing values");
+    }
     return Status::Ok();
   }
 
@@ -407,7 +421,7 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
   TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &e->filter, Text::kProse));
+  TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &e->filter));
   e->json_path = jp;
   auto key = j.find("key");
   if (key == j.end())
@@ -571,7 +585,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   if (!latency) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &m->event));
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "filter", false, &m->filter, Text::kProse));
+    TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &m->filter));
   }
   m->json_path = jp;
   if (!IsValidMetricName(m->name)) {

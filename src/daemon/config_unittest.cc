@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/file_util.h"
+#include "filter/filter.h"
 
 namespace tpe {
 namespace {
@@ -89,6 +90,25 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e"},
                                 {"name": "a_total", "type": "counter", "event": "s:f"}]})"),
             "cfg.json: metrics[1].name: duplicate metric name \"a_total\"");
+}
+
+TEST(ConfigTest, FilterLongerThanTheKernelTakesIsRefusedWithItsLength) {
+  // perf_event_set_filter() copies at most a page (NUL included): 4095 bytes pass, 4096 do not.
+  const std::string ok_filter = "common_pid != 1" + std::string(kMaxFilterBytes - 15, ' ');
+  auto c = ParseConfig(
+      R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": ")" + ok_filter + R"("}]})",
+      "cfg.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  const std::string long_filter = ok_filter + " ";
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": ")" + long_filter +
+                R"("}]})"),
+            "cfg.json: metrics[0].filter: is 4096 bytes long; the kernel accepts at most 4095 (one page): shorten it, "
+            "e.g. match a range instead of listing values");
+  EXPECT_NE(
+      Err(R"({"metrics": [{"name": "l_seconds", "type": "latency", "start": [{"event": "s:e", "key": ["pid"], "filter": ")" +
+          long_filter + R"("}], "end": {"event": "s:f", "key": ["pid"]}}]})")
+          .find("metrics[0].start[0].filter: is 4096 bytes long"),
+      std::string::npos);
 }
 
 TEST(ConfigTest, LabelErrors) {

@@ -29,13 +29,19 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
   TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
   // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
-  static const bpf::BpfSupport bpf = bpf::ProbeBpf();  // once: privileges do not grow later
+  // Once: privileges do not grow later, and the kernel does not change. The features first:
+  // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
+  static const KernelFeatures features = ProbeKernelFeatures();
+  static const bpf::BpfSupport bpf = bpf::ProbeBpf();
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
     if (running->engines[i] == "bpf") running_bpf.insert(running->identities[i]);
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                       BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf, running_bpf));
+                       BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf, running_bpf, features));
+  if (running == nullptr) {
+    for (const auto& n : plan->kernel_notes) TPE_LOG_WARN("kernel: {}", n);
+  }
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
   for (size_t i = 0; i < plan->collectors.size(); ++i) {
     TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), plan->engines[i], plan->engine_reasons[i]);

@@ -1,6 +1,7 @@
 // tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
 // The only place in the project that exits the process.
 #include <signal.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
@@ -22,8 +23,29 @@
 
 namespace {
 
+// SIGHUP's default action ends the process. systemd (ExecReload) or a user may send it while the
+// daemon is still starting (reading the kernel's enums and the config, opening perf events: tens
+// of ms), so it is blocked before any of main's work, in a constructor that runs once the shared
+// libraries are loaded; main's sigwait() picks up a pending SIGHUP as a reload once the daemon
+// serves. SIGTERM and SIGINT keep their default action until main blocks them: a stop request
+// during start-up ends the process, as it should.
+__attribute__((constructor)) void BlockSighupBeforeMain() {
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, nullptr);
+}
+
 int Fail(const tpe::Status& st) {
-  std::fprintf(stderr, "tracepoint_exporter: %s\n", st.message().c_str());
+  std::string msg = st.message();
+  // EMFILE can come from any step (tracefs files, perf events, BPF maps, sockets): say once
+  // what to do about it, whichever step ran out.
+  if (msg.find("Too many open files") != std::string::npos && msg.find("ulimit -n") == std::string::npos) {
+    rlimit nofile{};
+    ::getrlimit(RLIMIT_NOFILE, &nofile);
+    msg += "; raise LimitNOFILE / ulimit -n (now " + std::to_string(nofile.rlim_cur) + ")";
+  }
+  std::fprintf(stderr, "tracepoint_exporter: %s\n", msg.c_str());
   return 1;
 }
 
@@ -101,8 +123,10 @@ int main(int argc, char** argv) {
         std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                     plan.engine_reasons[i].c_str());
       }
+      for (const auto& n : plan.kernel_notes) std::printf("  kernel: %s\n", n.c_str());
       return 0;
     }
+    for (const auto& n : plan.kernel_notes) std::fprintf(stderr, "kernel: %s\n", n.c_str());
     for (size_t i = 0; i < plan.collectors.size(); ++i) {
       std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                    plan.engine_reasons[i].c_str());

@@ -12,6 +12,7 @@
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "perf/perf_event.h"
 
 namespace tpe {
@@ -51,6 +52,7 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
   o.cgroup = ep->cgroup;
+  o.format_lost = plan_->features.perf.format_lost;  // the plan's choice (Linux >= 6.0)
   // Watermark wakeups, as the ring's owner: without it a sampled event asks for a wakeup per
   // sample (wakeup_events = 1), and every sample costs the traced task an irq_work and the
   // reader a wakeup (measured: 46,000 instead of ~1,000,000 getppid() calls/s).
@@ -61,8 +63,8 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
     Status st = SetFilter(fd.get(), ep->filter);
     if (!st.ok()) {
       Status why = tracefs_ ? tracefs_->CheckFilter(ep->event, ep->filter) : st;
-      return InvalidArgument(plan_->config_path + ": filter \"" + ep->filter + "\" on " + ep->event.ToString() + ": " +
-                             (why.ok() ? st.message() : why.message()));
+      return InvalidArgument(plan_->config_path + ": filter \"" + Abbreviate(ep->filter) + "\" on " +
+                             ep->event.ToString() + ": " + (why.ok() ? st.message() : why.message()));
     }
   }
   if (ep->sampled) {
@@ -85,8 +87,10 @@ Status Pipeline::MapRing(CpuRing* r) {
   const uint64_t ring_bytes = static_cast<uint64_t>(pages) * ::sysconf(_SC_PAGESIZE);
   // Task records always: comm labels and series lifetime need them, and they cost one record
   // per fork/exec/exit.
-  TPE_ASSIGN_OR_RETURN(
-      r->owner, OpenPerfEvent(MakeRingOwnerAttr(/*track_tasks=*/true, static_cast<uint32_t>(ring_bytes / 4)), r->cpu));
+  TPE_ASSIGN_OR_RETURN(r->owner,
+                       OpenPerfEvent(MakeRingOwnerAttr(/*track_tasks=*/true, static_cast<uint32_t>(ring_bytes / 4),
+                                                       plan_->features.perf.format_lost),
+                                     r->cpu));
   TPE_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(r->owner.get(), pages));
   r->ring = std::make_unique<RingBuffer>(std::move(ring));
   if (epoll_fd_.valid()) {

@@ -68,7 +68,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&hits, l, static_cast<double>((sampled ? sampled : &ep)->ReadCounts().count));
     if (sampled == nullptr) continue;
     Add(&samples, l, static_cast<double>(sampled->samples.Get()));
-    Add(&lost, l, static_cast<double>(sampled->ReadCounts().lost));
+    // Without PERF_FORMAT_LOST (before Linux 6.0) the kernel gives no per-event count: no series
+    // rather than a false 0 (the rings' PERF_RECORD_LOST still count per CPU).
+    if (const EventCount c = sampled->ReadCounts(); c.lost_known) Add(&lost, l, static_cast<double>(c.lost));
     Add(&unaccounted, l, static_cast<double>(sampled->unaccounted.Get()));
   }
   out.push_back(std::move(hits));
@@ -176,6 +178,14 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   auto info = Family("tracepoint_exporter_build_info", "Build and kernel information; always 1.", MetricKind::kGauge);
   Add(&info, {{"version", TPE_VERSION}, {"kernel", u.release}}, 1);
   out.push_back(std::move(info));
+  auto feature = Family("tracepoint_exporter_kernel_feature",
+                        "Whether the running kernel has a feature the exporter uses (1) or not (0; the log and "
+                        "--config.check say which fallback runs and what it costs). since: the first kernel with it.",
+                        MetricKind::kGauge);
+  for (const auto& row : DescribeFeatures(plan_->features)) {
+    Add(&feature, {{"feature", row.feature}, {"since", row.since}}, row.available ? 1 : 0);
+  }
+  out.push_back(std::move(feature));
   return out;
 }
 
@@ -206,14 +216,16 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     for (const auto& p : b->Programs()) {
       LabelPairs l{{"metric", c->name()}, {"program", p.role}, {"event", p.event}};
       Add(&runs, l, static_cast<double>(p.runs));
-      Add(&misses, l, static_cast<double>(p.kernel.recursion_misses));
+      // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
+      // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
+      if (plan_->features.bpf.tracepoint_misses) Add(&misses, l, static_cast<double>(p.kernel.recursion_misses));
       Add(&seconds, l, static_cast<double>(p.kernel.run_time_ns) * 1e-9);
     }
   }
   out->push_back(std::move(info));
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));
-    out->push_back(std::move(misses));
+    if (!misses.series.empty()) out->push_back(std::move(misses));
     out->push_back(std::move(seconds));
   }
 }

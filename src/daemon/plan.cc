@@ -1,5 +1,7 @@
 #include "daemon/plan.h"
 
+#include <algorithm>
+
 #include "collectors/counter.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
@@ -25,6 +27,7 @@ EventCount EventPlan::ReadKernelCounts() const {
     if (c.ok()) {
       total.count += c->count;
       total.lost += c->lost;
+      total.lost_known &= c->lost_known;
     }
   }
   return total;
@@ -120,6 +123,25 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
     if (!l.source.empty()) {
       s.source = *ParseLabelSource(l.source);
       if (s.source == LabelSource::kCgroup) {
+        const KernelFeatures& kf = plan->features;
+        if (!kf.cgroup.v2_labels) {
+          // Every task would show the v2 root: the label is left out (never one false series),
+          // and the log, --config.check and the warnings say so.
+          const std::string w = cfg.path + ": " + l.json_path + ": cgroup label \"" + l.name +
+                                "\" left out: it needs tasks in cgroup v2 (" + kf.cgroup.why +
+                                "), else every task shows the v2 root as one series; boot with "
+                                "systemd.unified_cgroup_hierarchy=1 to have it";
+          if (std::find(warnings->begin(), warnings->end(), w) == warnings->end()) warnings->push_back(w);
+          continue;
+        }
+        bool perf_engine = false;
+        for (const auto& e : plan->events) perf_engine |= e.get() == sampled_ep;
+        if (perf_engine && !kf.perf.sample_cgroup) {
+          return Unavailable(cfg.path + ": " + l.json_path + ".source: a cgroup label on the perf engine needs " +
+                             "PERF_SAMPLE_CGROUP (Linux 5.7), which this kernel (" + kf.bpf.release +
+                             ") refuses; use \"engine\": \"bpf\" (bpf_get_current_cgroup_id) or remove "
+                             "the label");
+        }
         if (!plan->cgroups) {
           plan->cgroups = std::make_shared<CgroupResolver>(DiscoverCgroup2Mount());
           if (plan->cgroups->root().empty()) {
@@ -231,10 +253,19 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters, const bpf::BpfSupport& bpf,
-                                          const std::set<std::string>& running_bpf) {
+                                          const std::set<std::string>& running_bpf, const KernelFeatures& features) {
   auto plan = std::make_unique<Plan>();
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
+  plan->features = features;
+  for (const auto& row : DescribeFeatures(features)) {
+    if (!row.available) {
+      const bool version = !row.since.empty() && row.since[0] >= '0' && row.since[0] <= '9';
+      plan->kernel_notes.push_back(row.feature + " (needs " + (version ? "Linux " : "") + row.since +
+                                   ") unavailable on " + features.bpf.release + ": " + row.cost);
+    }
+  }
+  bpf::SetLoadOptions(ChooseLoadOptions(features));
   for (const auto& m : cfg.metrics) {
     std::string why;
     TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf,

@@ -25,6 +25,7 @@
 #include "common/cgroup_resolver.h"
 #include "common/scoped_fd.h"
 #include "daemon/config.h"
+#include "daemon/kernel_features.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
 #include "perf/perf_event.h"
@@ -92,6 +93,10 @@ struct Plan {
   // BPF programs this plan attaches, by tracepoint "system:name": at most 64 each (the kernel's
   // BPF_TRACE_MAX_PROGS); further "auto" metrics of a tracepoint run on perf.
   std::map<std::string, int> bpf_programs;
+  // The kernel's features this plan was built for, and one line per unavailable one: the
+  // fallback the plan chose and what it costs (DescribeFeatures).
+  KernelFeatures features;
+  std::vector<std::string> kernel_notes;
   // cgroup id → path for every "cgroup" label (created with the first one; the cgroup2 mount of
   // /proc/self/mountinfo). Shared: a collector kept across a reload keeps its resolver.
   std::shared_ptr<CgroupResolver> cgroups;
@@ -111,9 +116,16 @@ struct Plan {
 // reload, `running_bpf` holds the identities (MetricConfig::canonical) of the running pipeline's
 // bpf metrics: those are planned without loading anything (Pipeline::Reload keeps the running
 // ones), so an unchanged config reloads even after capabilities were dropped.
+//
+// `features` (ProbeKernelFeatures; the default is a current kernel) decides the fallbacks: the
+// loader's options (bpf::SetLoadOptions: preallocated maps, probe_read helpers), perf events
+// without PERF_FORMAT_LOST, cgroup labels left out (with a warning) where cgroup v2 holds no
+// tasks, and a refusal of a cgroup label on the perf engine without PERF_SAMPLE_CGROUP
+// (Unavailable naming the metric and what would work).
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
                                           bool check_filters,
                                           const bpf::BpfSupport& bpf = bpf::BpfSupport{false, "not probed"},
-                                          const std::set<std::string>& running_bpf = {});
+                                          const std::set<std::string>& running_bpf = {},
+                                          const KernelFeatures& features = KernelFeatures{});
 
 }  // namespace tpe

@@ -5,8 +5,10 @@
 
 #include "bpf/bpf_metric.h"
 #include "bpf/filter_compiler.h"
+#include "common/utf8.h"
 #include "daemon/plan_internal.h"
 #include "filter/filter.h"
+#include "perf/perf_event.h"
 
 namespace tpe::plan_internal {
 namespace {
@@ -62,7 +64,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!filter.empty()) {
       auto expr = ParseFilter(filter, ep->format);
       if (!expr.ok()) {
-        return Unimplemented("filter \"" + filter + "\" on " + out->event + ": " + expr.status().message());
+        return Unimplemented("filter \"" + Abbreviate(filter) + "\" on " + out->event + ": " + expr.status().message());
+      }
+      // The kernel's verdict on CPUS{...} for the machine (the perf engine gets it from the kernel).
+      if (auto cpus = PossibleCpus(); cpus.ok() && !cpus->empty()) {
+        TPE_RETURN_IF_ERROR(CheckFilterCpus(*expr, static_cast<uint32_t>(cpus->back() + 1))
+                                .WithContext(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) + "\""));
       }
       TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
       out->filter = std::move(*expr);

@@ -385,6 +385,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
     return static_cast<intptr_t>(std::max<int64_t>(1, (ms.count() + 999) / 1000));
   };
   std::vector<MHD_OptionItem> opts = {
+      // First: libmicrohttpd complains (into the start-up error) when the logger comes later.
+      {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&MhdLog), nullptr},
       {MHD_OPTION_LISTEN_SOCKET, mhd_fd, nullptr},
       {MHD_OPTION_THREAD_POOL_SIZE, static_cast<intptr_t>(std::max(1u, impl->opt.threads)), nullptr},
       {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(connection_limit), nullptr},
@@ -392,7 +394,6 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
       {MHD_OPTION_CONNECTION_TIMEOUT, seconds(impl->opt.header_deadline), nullptr},
       {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&Impl::OnConnection), impl},
       {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&Impl::OnCompleted), impl},
-      {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&MhdLog), nullptr},
   };
   if (tls) {
     opts.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(impl->opt.cert_pem.c_str())});

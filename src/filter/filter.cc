@@ -1126,4 +1126,21 @@ std::vector<std::string> FilterWarnings(const FilterExpr& expr, const EventForma
   return out;
 }
 
+Status CheckFilterCpus(const FilterExpr& expr, uint32_t nr_cpu_ids) {
+  if (expr.kind != FilterExpr::Kind::kCompare) {
+    for (const auto& c : expr.children) TPE_RETURN_IF_ERROR(CheckFilterCpus(c, nr_cpu_ids));
+    return Status::Ok();
+  }
+  const FilterPredicate& p = expr.pred;
+  if (p.operand != FilterOperand::kCpus) return Status::Ok();
+  for (const auto& [first, last] : p.cpus) {
+    if (last >= nr_cpu_ids) {
+      return InvalidArgument(FilterToString(expr) + " at column " + std::to_string(p.column) + " names CPU " +
+                             std::to_string(std::max(first, nr_cpu_ids)) + ", but this machine's CPUs are 0-" +
+                             std::to_string(nr_cpu_ids - 1) + " (the kernel refuses it: Invalid cpulist)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace tpe

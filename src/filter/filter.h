@@ -155,6 +155,13 @@ struct FilterExpr {
 // Never throws. Pure.
 StatusOr<FilterExpr> ParseFilter(std::string_view text, const EventFormat& format);
 
+// OK when every CPU in the CPUS{...} lists of `expr` is below `nr_cpu_ids` (the CPUs possible on
+// the machine, /sys/devices/system/cpu/possible). The kernel's filter parser refuses such a list
+// ("Invalid cpulist": cpulist_parse() in kernel/trace/trace_events_filter.c parse_pred); this
+// gives the same verdict where the kernel does not parse the filter (the bpf engine).
+// Errors: InvalidArgument naming the CPU, its column and the machine's CPUs. Pure.
+Status CheckFilterCpus(const FilterExpr& expr, uint32_t nr_cpu_ids);
+
 // What EvaluateFilter needs beyond the record: the sample's CPU and task name.
 struct FilterContext {
   uint32_t cpu = 0;

@@ -669,6 +669,23 @@ TEST_F(FilterTest, AgreesWithTheKernel) {
   }
 }
 
+// The kernel refuses a cpulist naming a CPU >= nr_cpu_ids ("Invalid cpulist"); CheckFilterCpus
+// gives the bpf engine the same verdict.
+TEST_F(FilterTest, CpusBeyondTheMachineAreRefusedLikeTheKernel) {
+  auto e = ParseFilter("prev_pid == 1 || (CPU & CPUS{0-1} && prev_pid != CPUS{7})", sw_);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(CheckFilterCpus(*e, 8).ok());
+  Status st = CheckFilterCpus(*e, 2);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "prev_pid != CPUS{7} at column 38 names CPU 7, but this machine's CPUs are 0-1 (the kernel refuses it: "
+            "Invalid cpulist)");
+  auto range = ParseFilter("CPU & CPUS{0,3-9}", sw_);
+  ASSERT_TRUE(range.ok());
+  EXPECT_NE(CheckFilterCpus(*range, 4).message().find("names CPU 4,"), std::string::npos);
+  EXPECT_TRUE(CheckFilterCpus(*range, 10).ok());
+}
+
 TEST_F(FilterTest, CanonicalFormRoundTrips) {
   EXPECT_EQ(Canon("prev_pid==1&&next_pid==0x10"), "prev_pid == 1 && next_pid == 16");
   EXPECT_EQ(Canon("prev_state & 0x101"), "prev_state & 0x101");

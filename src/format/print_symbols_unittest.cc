@@ -55,7 +55,41 @@ TEST(PrintSymbolsTest, SchedSwitchPrevStateFlags) {
   EXPECT_EQ(st.Render(0x1), "S");
   EXPECT_EQ(st.Render(0x2), "D");
   EXPECT_EQ(st.Render(0x3), "S|D");
-  EXPECT_EQ(st.Render(0x100), "0x100");
+  EXPECT_EQ(st.Render(0x80), "I");
+  // What the kernel prints for "prev_state=%s%s": `(prev_state & 0xff) ? __print_flags(...) : "R"`,
+  // then `prev_state & 0x100 ? "+" : ""` (TASK_REPORT_MAX marks a preempted task).
+  EXPECT_EQ(st.mask, 0xffu);
+  EXPECT_EQ(st.Render(0x0), "R");
+  EXPECT_EQ(st.Render(0x100), "R+");
+  EXPECT_EQ(st.Render(0x101), "S+");
+  EXPECT_EQ(st.Render(0x1), "S");
+}
+
+TEST(PrintSymbolsTest, ConstantMasksAndTernaryFallback) {
+  // A synthetic print fmt: a masked __print_symbolic with a fallback and a suffix on one field,
+  // and a ternary whose condition is another field (no fallback recorded for `b`).
+  const std::string fmt =
+      "name: synth\nID: 1\nformat:\n"
+      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n"
+      "\tfield:unsigned long a;\toffset:8;\tsize:8;\tsigned:0;\n"
+      "\tfield:unsigned long b;\toffset:16;\tsize:8;\tsigned:0;\n\n"
+      "print fmt: \"a=%s%s b=%s\", (REC->a & (0x3 << 2)) ? __print_symbolic(REC->a & ~0x1, { 4, \"four\" }, "
+      "{ 8, \"eight\" }) : \"none\", REC->a & 1 ? \"!\" : \"?\", REC->a ? __print_symbolic(REC->b, { 1, \"one\" }) : "
+      "\"x\"\n";
+  auto t = ParsePrintSymbols(fmt, "synth", nullptr, "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const SymbolTable& a = t->at("a");
+  EXPECT_EQ(a.mask, ~uint64_t{1});
+  EXPECT_EQ(a.zero_mask, 0xcu);
+  EXPECT_EQ(a.Render(0), "none?");
+  EXPECT_EQ(a.Render(1), "none!");
+  EXPECT_EQ(a.Render(4), "four?");
+  EXPECT_EQ(a.Render(9), "eight!");
+  EXPECT_EQ(a.Render(12), "12?");
+  const SymbolTable& b = t->at("b");
+  EXPECT_FALSE(b.zero_name.has_value());
+  EXPECT_EQ(b.Render(1), "one");
+  EXPECT_EQ(b.Render(0), "0");
 }
 
 TEST(PrintSymbolsTest, ExpressionArgumentsAreNotFieldTables) {

@@ -8,10 +8,69 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 #include "common/file_util.h"
 
 namespace tpe {
+namespace {
+
+std::mutex fault_mu;
+PerfOpenFault* fault_hook = nullptr;  // owned; guarded by fault_mu
+
+// perf_event_open(2) through the fault seam: the fd, or -errno.
+long PerfEventOpen(const perf_event_attr& attr, int pid, int cpu) {
+  {
+    std::lock_guard<std::mutex> lock(fault_mu);
+    if (fault_hook != nullptr) {
+      const int err = (*fault_hook)(attr, pid, cpu);
+      if (err != 0) return -err;
+    }
+  }
+  long fd = ::syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  return fd < 0 ? -errno : fd;
+}
+
+uint64_t ReadFormat(bool format_lost) { return PERF_FORMAT_TOTAL_TIME_ENABLED | (format_lost ? PERF_FORMAT_LOST : 0); }
+
+// Whether the kernel accepts `attr` on a per-task event: false only on EINVAL; another error
+// goes to *probe_error (the feature is then assumed present).
+bool Accepts(perf_event_attr attr, const char* what, std::string* probe_error) {
+  long fd = PerfEventOpen(attr, /*pid=*/0, /*cpu=*/-1);
+  if (fd >= 0) {
+    ::close(static_cast<int>(fd));
+    return true;
+  }
+  if (fd == -EINVAL) return false;
+  *probe_error += std::string(probe_error->empty() ? "" : "; ") + what + ": " + std::strerror(static_cast<int>(-fd));
+  return true;
+}
+
+}  // namespace
+
+void SetPerfOpenFaultForTesting(PerfOpenFault fault) {
+  std::lock_guard<std::mutex> lock(fault_mu);
+  delete fault_hook;
+  fault_hook = fault ? new PerfOpenFault(std::move(fault)) : nullptr;
+}
+
+PerfFeatures ProbePerfFeatures() {
+  PerfFeatures out;
+  perf_event_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_DUMMY;
+  attr.disabled = 1;
+  attr.exclude_kernel = 1;  // allowed at perf_event_paranoid 2
+  attr.read_format = ReadFormat(true);
+  out.format_lost = Accepts(attr, "PERF_FORMAT_LOST probe", &out.probe_error);
+  attr.read_format = ReadFormat(false);
+  attr.sample_period = 1;
+  attr.sample_type = kSampleTypeCgroup;
+  out.sample_cgroup = Accepts(attr, "PERF_SAMPLE_CGROUP probe", &out.probe_error);
+  return out;
+}
 
 perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   perf_event_attr attr;
@@ -20,7 +79,7 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   attr.type = PERF_TYPE_TRACEPOINT;
   attr.config = opts.tracepoint_id;
   attr.disabled = 1;
-  attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST;
+  attr.read_format = ReadFormat(opts.format_lost);
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
   if (opts.sampled) {
@@ -41,13 +100,13 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   return attr;
 }
 
-perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes) {
+perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes, bool format_lost) {
   perf_event_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.size = sizeof(attr);
   attr.type = PERF_TYPE_SOFTWARE;
   attr.config = PERF_COUNT_SW_DUMMY;
-  attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST;
+  attr.read_format = ReadFormat(format_lost);
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
   attr.sample_type = kSampleType;
@@ -82,15 +141,25 @@ std::string DescribePerfPrivileges() {
 }
 
 StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu) {
-  long fd = ::syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  long fd = PerfEventOpen(attr, -1, cpu);
   if (fd < 0) {
-    int err = errno;
+    const int err = static_cast<int>(-fd);
     std::string what =
         "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " + std::to_string(cpu) + ")";
     if (err == EACCES || err == EPERM)
       return PermissionDenied(what + ": " + std::strerror(err) + "; " + DescribePerfPrivileges());
     if (err == ENOENT) return NotFound(what + ": no such tracepoint id in this kernel");
     if (err == EMFILE) return Unavailable(what + ": too many open files; raise LimitNOFILE / ulimit -n");
+    if (err == EINVAL && (attr.read_format & PERF_FORMAT_LOST)) {
+      return InvalidArgument(what + ": " + std::strerror(err) +
+                             "; read_format has PERF_FORMAT_LOST, which needs Linux 6.0 (ProbePerfFeatures decides "
+                             "whether to set it)");
+    }
+    if (err == EINVAL && (attr.sample_type & PERF_SAMPLE_CGROUP)) {
+      return InvalidArgument(what + ": " + std::strerror(err) +
+                             "; sample_type has PERF_SAMPLE_CGROUP, which needs "
+                             "Linux 5.7 and CONFIG_CGROUP_PERF");
+    }
     return ErrnoStatus(err, what);
   }
   return ScopedFd(static_cast<int>(fd));
@@ -128,8 +197,11 @@ StatusOr<EventCount> ReadEventCount(int fd) {
   uint64_t buf[3] = {0, 0, 0};  // value, time_enabled, lost (perf_event_open(2) "Reading results")
   ssize_t n = ::read(fd, buf, sizeof(buf));
   if (n < 0) return ErrnoStatus(errno, "read(perf event)");
-  if (n != sizeof(buf)) return Internal("read(perf event) returned " + std::to_string(n) + " bytes, expected 24");
-  return EventCount{buf[0], buf[2], buf[1]};
+  // 16 bytes: opened without PERF_FORMAT_LOST (a kernel before 6.0).
+  if (n != 24 && n != 16) {
+    return Internal("read(perf event) returned " + std::to_string(n) + " bytes, expected 24 (or 16 without lost)");
+  }
+  return EventCount{buf[0], buf[2], buf[1], /*lost_known=*/n == 24};
 }
 
 StatusOr<std::vector<int>> PossibleCpus() {

@@ -10,6 +10,7 @@
 #include <linux/perf_event.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,32 @@ struct TracepointEventOptions {
   bool cgroup = false;                  // sampled: kSampleTypeCgroup instead of kSampleType
   bool track_tasks = false;             // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
   uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
+  // read_format carries PERF_FORMAT_LOST (Linux >= 6.0; PerfFeatures::format_lost). Without it
+  // read() returns {value, time_enabled} and EventCount::lost_known is false.
+  bool format_lost = true;
 };
+
+// What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).
+// perf_copy_attr() (kernel/events/core.c) refuses unknown read_format and sample_type bits with
+// EINVAL whatever the event type, so a per-task PERF_COUNT_SW_DUMMY event (pid 0, cpu -1: no
+// privilege beyond the caller's own task, no tracefs) decides both.
+struct PerfFeatures {
+  bool format_lost = true;    // PERF_FORMAT_LOST (Linux 6.0): per-event lost-sample counts
+  bool sample_cgroup = true;  // PERF_SAMPLE_CGROUP (Linux 5.7): the cgroup id in each sample
+  // Non-empty when a probe failed for another reason than EINVAL (e.g. EACCES): the feature is
+  // then assumed present and the real perf_event_open reports the error.
+  std::string probe_error;
+};
+// Two perf_event_open calls (through the fault seam below). Never fails.
+PerfFeatures ProbePerfFeatures();
+
+// The fault seam for kernels we cannot boot: while set, every perf_event_open this folder makes
+// (OpenPerfEvent, ProbePerfFeatures) first calls `fault(attr, pid, cpu)`; a nonzero return is
+// taken as that call's errno and the syscall is not made. Pass nullptr to clear. Process-wide;
+// set it only while no other thread opens perf events (tests, before and after the code under
+// test). Example: EINVAL when attr.read_format has PERF_FORMAT_LOST, as Linux 5.x answers.
+using PerfOpenFault = std::function<int(const perf_event_attr& attr, int pid, int cpu)>;
+void SetPerfOpenFaultForTesting(PerfOpenFault fault);
 
 // Fills a perf_event_attr for a tracepoint: type PERF_TYPE_TRACEPOINT, config = id,
 // use_clockid with CLOCK_MONOTONIC, sample_id_all, read_format PERF_FORMAT_TOTAL_TIME_ENABLED |
@@ -49,7 +75,8 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts);
 // emits PERF_RECORD_COMM/FORK/EXIT for every task on the CPU (attr.comm, attr.task). Created
 // enabled. Source: perf_event_open(2) PERF_COUNT_SW_DUMMY; tools/perf uses the same for
 // tracking.
-perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes);
+// `format_lost`: as TracepointEventOptions::format_lost.
+perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes, bool format_lost = true);
 
 // perf_event_open(attr, pid=-1, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU.
 // Errors: PermissionDenied that says what is missing (CAP_PERFMON/CAP_SYS_ADMIN, or
@@ -71,16 +98,18 @@ Status EnableEvent(int fd);
 Status DisableEvent(int fd);
 
 // read(2) with read_format PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST:
-// {value, time_enabled, lost}. `count` is how many times the event fired on this CPU while
-// enabled (after the filter), whether or not its sample made it to the ring; `lost` is how
-// many of its samples the kernel dropped (ring full). `enabled_ns` is the time the event has
-// been enabled: it stops advancing for good when the event's CPU goes offline (the kernel
-// detaches per-CPU events then, and they stay dead when the CPU returns), so an enabled
-// per-CPU event whose enabled_ns no longer grows must be reopened.
+// {value, time_enabled, lost}; without PERF_FORMAT_LOST (kernels before 6.0) {value,
+// time_enabled}, and then `lost_known` is false and `lost` 0 means "not counted", not "none
+// lost" (the ring-level PERF_RECORD_LOST records still count them per CPU ring). `count` is how many times the event
+// fired on this CPU while enabled (after the filter), whether or not its sample made it to the ring; `lost` is how many
+// of its samples the kernel dropped (ring full). `enabled_ns` is the time the event has been enabled: it stops
+// advancing for good when the event's CPU goes offline (the kernel detaches per-CPU events then, and they stay dead
+// when the CPU returns), so an enabled per-CPU event whose enabled_ns no longer grows must be reopened.
 struct EventCount {
   uint64_t count = 0;
   uint64_t lost = 0;
   uint64_t enabled_ns = 0;
+  bool lost_known = true;  // false: the event was opened without PERF_FORMAT_LOST
 };
 StatusOr<EventCount> ReadEventCount(int fd);
 

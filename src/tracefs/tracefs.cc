@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/file_util.h"
+#include "common/utf8.h"
 
 namespace tpe {
 namespace {
@@ -154,7 +155,8 @@ Status Tracefs::CheckFilter(const EventName& event, const std::string& filter) c
     for (auto& c : reason) {
       if (c == '\n') c = ' ';
     }
-    result = InvalidArgument("the kernel rejects filter \"" + filter + "\" for " + event.ToString() + ": " + reason);
+    result = InvalidArgument("the kernel rejects filter \"" + Abbreviate(filter) + "\" for " + event.ToString() + ": " +
+                             reason);
   }
   ::rmdir(inst.c_str());
   return result;

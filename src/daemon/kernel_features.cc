@@ -1,0 +1,90 @@
+#include "daemon/kernel_features.h"
+
+#include <sstream>
+
+#include "common/file_util.h"
+
+namespace tpe {
+
+CgroupFacts DetectCgroupFacts(const std::string& mountinfo, const std::string& proc_self_cgroup) {
+  CgroupFacts out;
+  // mountinfo(5): "... mount-point ... - fstype source options"
+  bool v2_mounted = false;
+  std::istringstream mi(mountinfo);
+  for (std::string line; std::getline(mi, line);) {
+    const size_t dash = line.find(" - ");
+    if (dash != std::string::npos && line.compare(dash + 3, 8, "cgroup2 ") == 0) v2_mounted = true;
+  }
+  if (!v2_mounted) {
+    out.v2_labels = false;
+    out.why = "no cgroup2 filesystem is mounted (a cgroup-v1-only host)";
+    return out;
+  }
+  // /proc/self/cgroup: "hierarchy-ID:controller-list:cgroup-path"; v2 is "0::path".
+  std::string v2_path;
+  bool v1_elsewhere = false;
+  std::istringstream pc(proc_self_cgroup);
+  for (std::string line; std::getline(pc, line);) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (id == "0" && controllers.empty()) {
+      v2_path = path;
+    } else if (!controllers.empty() && !controllers.starts_with("name=") && path != "/") {
+      v1_elsewhere = true;
+    }
+  }
+  if (v2_path == "/" && v1_elsewhere) {
+    out.v2_labels = false;
+    out.why =
+        "cgroup2 is mounted but holds no tasks: this process is in the v2 root while the v1 hierarchies "
+        "place it elsewhere (a cgroup-v1 host)";
+  }
+  return out;
+}
+
+KernelFeatures ProbeKernelFeatures() {
+  KernelFeatures f;
+  f.perf = ProbePerfFeatures();
+  f.bpf = bpf::ProbeBpfFeatures();
+  auto mi = ReadFileToString("/proc/self/mountinfo");
+  auto pc = ReadFileToString("/proc/self/cgroup");
+  if (mi.ok() && pc.ok()) f.cgroup = DetectCgroupFacts(*mi, *pc);
+  return f;
+}
+
+std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
+  return {
+      {"perf_format_lost", "6.0", f.perf.format_lost,
+       "per-event lost samples are not counted: tracepoint_exporter_samples_lost_total is not exported (never a "
+       "false 0); the rings' PERF_RECORD_LOST still count them per CPU (tracepoint_exporter_ring_lost_samples_total) "
+       "and tracepoint_exporter_samples_unaccounted_total includes them"},
+      {"perf_sample_cgroup", "5.7", f.perf.sample_cgroup,
+       "cgroup labels on the perf engine are refused; the bpf engine gives them (bpf_get_current_cgroup_id)"},
+      {"bpf_probe_read_kernel_str", "5.5", f.bpf.probe_read_kernel_str,
+       "programs call bpf_probe_read(_str) instead: the same reads of tracepoint records"},
+      {"bpf_runtime_alloc_safe", "6.1 (not PREEMPT_RT)", f.bpf.runtime_alloc_safe,
+       "bpf hash maps are preallocated: each costs max_entries x (key + value) bytes of kernel memory up front "
+       "(max_entries x (key + value x possible CPUs) for the per-CPU series map), whatever the series count"},
+      {"bpf_tracepoint_misses", "6.7", f.bpf.tracepoint_misses,
+       "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
+       "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
+      {"bpf_memlock_uncharged", "5.11", !f.bpf.memlock_charged,
+       "BPF memory is charged to RLIMIT_MEMLOCK: " +
+           (f.bpf.memlock_note.empty() ? std::string("not raised") : f.bpf.memlock_note)},
+      {"cgroup_v2_labels", "a cgroup2 mount holding tasks", f.cgroup.v2_labels,
+       "cgroup labels are left out of the metrics that have them (a warning names each): " +
+           (f.cgroup.why.empty() ? std::string("cgroup v2 unused") : f.cgroup.why)},
+  };
+}
+
+bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {
+  bpf::LoadOptions o;
+  o.preallocate_maps = !f.bpf.runtime_alloc_safe;
+  o.probe_read_fallback = !f.bpf.probe_read_kernel_str;
+  o.memlock_charged = f.bpf.memlock_charged;
+  return o;
+}
+
+}  // namespace tpe

@@ -1,0 +1,55 @@
+// The kernel's features, probed once at startup by the floor that owns each syscall (perf/
+// for perf_event_open bits, bpf/ for helpers and map behaviour) and gathered here into the one
+// value the plan reads (Plan::features). The plan, never a collector, chooses each fallback; it
+// records what is unavailable and what that costs in Plan::kernel_notes, which the log,
+// --config.check and --print show, and tracepoint_exporter_kernel_feature{feature,since} exports
+// as 0|1.
+//
+// Thread-safety: values; ProbeKernelFeatures is called once on the main thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bpf/loader.h"
+#include "perf/perf_event.h"
+
+namespace tpe {
+
+// Whether cgroup labels can tell tasks apart. Both the perf engine (PERF_SAMPLE_CGROUP) and the
+// bpf engine (bpf_get_current_cgroup_id) give the task's cgroup v2 id; on a host where only the
+// v1 hierarchies hold tasks, every task is in the v2 root and the labels collapse to one series.
+struct CgroupFacts {
+  bool v2_labels = true;  // a cgroup2 hierarchy is mounted and holds tasks
+  std::string why;        // when !v2_labels: what was found
+};
+// Pure: from /proc/self/mountinfo and /proc/self/cgroup (cgroups(7) "/proc/[pid]/cgroup").
+// v2 is unused when no cgroup2 is mounted, or when this process sits in the v2 root while a v1
+// hierarchy with controllers places it elsewhere (a v1-only systemd, cgroup2 mounted unused).
+CgroupFacts DetectCgroupFacts(const std::string& mountinfo, const std::string& proc_self_cgroup);
+
+struct KernelFeatures {
+  PerfFeatures perf;
+  bpf::BpfFeatures bpf;
+  CgroupFacts cgroup;
+};
+
+// Probes everything (perf: ProbePerfFeatures; bpf: ProbeBpfFeatures, which also raises
+// RLIMIT_MEMLOCK where it is charged; cgroup: the /proc files). Never fails.
+KernelFeatures ProbeKernelFeatures();
+
+// One row per feature with a minimum kernel: its name (the `feature` label), the kernel that
+// brought it, whether this kernel has it, and what its absence costs.
+struct FeatureRow {
+  std::string feature;
+  std::string since;
+  bool available = true;
+  std::string cost;  // the fallback and its accuracy cost when !available
+};
+std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& features);
+
+// The loader options the plan chooses: preallocated maps when run-time allocation is unsafe,
+// the probe_read helpers before 5.5.
+bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& features);
+
+}  // namespace tpe

@@ -1,0 +1,186 @@
+// The plan's fallbacks for each feature a kernel of the fleet lacks (values as the probes would
+// return them there; the probes' own injection tests are in perf/ and bpf/).
+#include "daemon/kernel_features.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "daemon/plan.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+const Tracefs kTracefs(testing::DataDir() + "/linux-6.18");
+
+constexpr char kV2Mount[] = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+constexpr char kV1Mounts[] =
+    "30 23 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    "31 23 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+
+TEST(CgroupFactsTest, V2V1OnlyAndUnusedV2) {
+  EXPECT_TRUE(DetectCgroupFacts(kV2Mount, "0::/system.slice/tpe.service\n").v2_labels);
+  EXPECT_TRUE(DetectCgroupFacts(kV2Mount, "0::/\n").v2_labels);  // a container's own cgroup namespace
+  CgroupFacts v1 = DetectCgroupFacts(kV1Mounts, "4:memory:/system.slice/tpe.service\n");
+  EXPECT_FALSE(v1.v2_labels);
+  EXPECT_NE(v1.why.find("no cgroup2"), std::string::npos);
+  // cgroup2 mounted (systemd's hybrid "unified" without tasks) but the v1 hierarchies hold them.
+  CgroupFacts unused = DetectCgroupFacts(std::string(kV1Mounts) + kV2Mount,
+                                         "4:memory:/system.slice/tpe.service\n1:name=systemd:/x\n0::/\n");
+  EXPECT_FALSE(unused.v2_labels);
+  EXPECT_NE(unused.why.find("holds no tasks"), std::string::npos);
+}
+
+// Kernel facts as a kernel `release` (and RT-ness) would give them.
+KernelFeatures On(const std::string& release, bool rt = false) {
+  KernelFeatures f;
+  f.bpf = bpf::BpfFeaturesFromUname(release, rt ? "PREEMPT_RT" : "", "");
+  f.perf.format_lost = f.bpf.major >= 6;
+  f.perf.sample_cgroup = !(f.bpf.major < 5 || (f.bpf.major == 5 && f.bpf.minor < 7));
+  return f;
+}
+
+StatusOr<std::unique_ptr<Plan>> Build(const std::string& metrics, const KernelFeatures& f) {
+  auto cfg = ParseConfig(R"({"metrics": [)" + metrics + "]}", "cfg.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  return BuildPlan(*cfg, kTracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{false, "not probed"}, {}, f);
+}
+
+constexpr char kCgroupPerf[] =
+    R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+        "labels": [{"name": "cgroup", "source": "cgroup"}]})";
+
+TEST(KernelFeaturesPlanTest, CgroupLabelOnPerfNeedsSampleCgroup) {
+  auto p = Build(kCgroupPerf, On("5.4.0-170-generic"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("metrics[0].labels[0].source: a cgroup label on the perf engine needs "
+                                      "PERF_SAMPLE_CGROUP (Linux 5.7), which this kernel (5.4.0-170-generic)"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_TRUE(Build(kCgroupPerf, On("5.10.0-28-amd64")).ok());
+}
+
+TEST(KernelFeaturesPlanTest, CgroupLabelLeftOutWhereV2HoldsNoTasks) {
+  KernelFeatures f = On("6.1.0-18-amd64");
+  f.cgroup = DetectCgroupFacts(kV1Mounts, "4:memory:/system.slice/tpe.service\n");
+  auto p = Build(R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+        "labels": [{"name": "comm", "source": "comm"}, {"name": "cgroup", "source": "cgroup"}]})",
+                 f);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE((*p)->events[0]->cgroup);  // no PERF_SAMPLE_CGROUP, no cgroup label
+  EXPECT_EQ((*p)->cgroups, nullptr);
+  ASSERT_EQ((*p)->warnings.size(), 1u);
+  EXPECT_NE((*p)->warnings[0].find("metrics[0].labels[1]: cgroup label \"cgroup\" left out: it needs tasks in cgroup "
+                                   "v2 (no cgroup2 filesystem"),
+            std::string::npos)
+      << (*p)->warnings[0];
+  ASSERT_EQ((*p)->kernel_notes.size(), 2u);  // misses (6.1) and cgroup
+  EXPECT_NE((*p)->kernel_notes[1].find("cgroup labels are left out"), std::string::npos);
+}
+
+TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
+  constexpr char kCounter[] = R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid"})";
+  struct Row {
+    const char* release;
+    bool rt;
+    bool prealloc, probe_read;
+    size_t notes;
+  } rows[] = {
+      {"4.18.0-513.el8.x86_64", false, true, true, 6},  // every feature but cgroup v2
+      {"5.4.0-170-generic", false, true, true, 6},
+      {"5.10.0-28-amd64", false, true, false, 4},  // format_lost, alloc, misses, memlock
+      {"5.15.0-91-generic", false, true, false, 3},
+      {"6.1.0-18-amd64", false, false, false, 1},  // misses
+      {"6.1.0-18-rt-amd64", true, true, false, 2},
+      {"6.12.9-amd64", false, false, false, 0},
+  };
+  for (const auto& r : rows) {
+    KernelFeatures f = On(r.release, r.rt);
+    auto p = Build(kCounter, f);
+    ASSERT_TRUE(p.ok()) << r.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->kernel_notes.size(), r.notes) << r.release;
+    EXPECT_EQ(bpf::GetLoadOptions().preallocate_maps, r.prealloc) << r.release;
+    EXPECT_EQ(bpf::GetLoadOptions().probe_read_fallback, r.probe_read) << r.release;
+    EXPECT_EQ((*p)->features.perf.format_lost, f.perf.format_lost) << r.release;
+  }
+  auto p = Build(kCounter, On("5.10.0-28-amd64"));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(
+      (*p)->kernel_notes[0].rfind("perf_format_lost (needs Linux 6.0) unavailable on 5.10.0-28-amd64: per-event lost "
+                                  "samples are not counted",
+                                  0),
+      0u)
+      << (*p)->kernel_notes[0];
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// An old kernel's answer to BPF_MAP_CREATE (injected: no map reaches this kernel), through the
+// plan: "auto" runs the metric on perf and says why; "bpf" refuses to start with the reason.
+struct MapErrnoRow {
+  const char* release;
+  int err;
+  const char* auto_reason;  // in engine_reasons under "auto"
+};
+
+TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBpf) {
+  const MapErrnoRow rows[] = {
+      {"5.10.0-28-amd64", ENOMEM,
+       "Cannot allocate memory (kernel memory: the memory cgroup's limit, or "
+       "RLIMIT_MEMLOCK before Linux 5.11)"},
+      {"5.4.0-170-generic", E2BIG, "Argument list too long (larger than this kernel allows"},
+      {"6.12.9-amd64", ENOMEM, "Cannot allocate memory (kernel memory: the memory cgroup's limit);"},
+  };
+  constexpr char kComm[] =
+      R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "%s",
+          "labels": [{"name": "comm", "source": "comm"}]})";
+  for (const auto& r : rows) {
+    bpf::SetBpfFaultForTesting([&](const bpf::BpfCall& c) { return c.cmd == BPF_MAP_CREATE ? r.err : EPERM; });
+    char metric[512];
+    std::snprintf(metric, sizeof(metric), kComm, "auto");
+    auto cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
+    ASSERT_TRUE(cfg.ok());
+    auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
+    ASSERT_TRUE(p.ok()) << r.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "perf") << r.release;
+    EXPECT_NE((*p)->engine_reasons[0].find(r.auto_reason), std::string::npos)
+        << r.release << ": " << (*p)->engine_reasons[0];
+    std::snprintf(metric, sizeof(metric), kComm, "bpf");
+    cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
+    ASSERT_TRUE(cfg.ok());
+    p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
+    ASSERT_FALSE(p.ok()) << r.release;
+    EXPECT_NE(p.status().message().find(r.auto_reason), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find("\"bpf\" for c_total"), std::string::npos) << p.status().message();
+  }
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// Linux 5.10: an EPERM creating a map while CAP_BPF/CAP_SYS_ADMIN are held is RLIMIT_MEMLOCK.
+TEST(KernelFeaturesPlanTest, MemlockEpermIsNamedWhenCharged) {
+  EXPECT_TRUE(ChooseLoadOptions(On("5.10.0-28-amd64")).memlock_charged);
+  EXPECT_FALSE(ChooseLoadOptions(On("5.15.0-91-generic")).memlock_charged);
+  bpf::SetBpfFaultForTesting([](const bpf::BpfCall&) { return EPERM; });
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "engine": "bpf",
+      "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok());
+  auto old = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On("5.10.0-28-amd64"));
+  auto now = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On("6.12.9-amd64"));
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+  ASSERT_FALSE(old.ok());
+  ASSERT_FALSE(now.ok());
+  // 5.11+: EPERM is capabilities whatever we hold.
+  EXPECT_NE(now.status().message().find("needs CAP_BPF"), std::string::npos) << now.status().message();
+  if (geteuid() == 0) {  // root holds CAP_SYS_ADMIN: before 5.11 the EPERM is RLIMIT_MEMLOCK
+    EXPECT_NE(old.status().message().find("this is RLIMIT_MEMLOCK"), std::string::npos) << old.status().message();
+    EXPECT_EQ(old.status().message().find("needs CAP_BPF"), std::string::npos) << old.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace tpe

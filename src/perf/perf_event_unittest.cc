@@ -1,0 +1,78 @@
+// The perf feature probes and the fault seam: each old kernel's perf_event_open answer is
+// injected (no kernel before 6.0 boots here), and the probe and OpenPerfEvent's message are
+// checked. The injected calls never reach the kernel, so this needs no privilege.
+#include "perf/perf_event.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+namespace tpe {
+namespace {
+
+// Fails every perf_event_open whose attr has `read_format_bits` or `sample_type_bits` with
+// EINVAL, as perf_copy_attr() does for bits the kernel does not know; EACCES for the rest (the
+// answer of a kernel with perf_event_paranoid 3), so that no call reaches this kernel.
+class InjectedKernel {
+ public:
+  InjectedKernel(uint64_t read_format_bits, uint64_t sample_type_bits) {
+    SetPerfOpenFaultForTesting([=, this](const perf_event_attr& attr, int, int) {
+      ++calls_;
+      if ((attr.read_format & read_format_bits) || (attr.sample_type & sample_type_bits)) return EINVAL;
+      return EACCES;
+    });
+  }
+  ~InjectedKernel() { SetPerfOpenFaultForTesting(nullptr); }
+  int calls() const { return calls_; }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(PerfFeaturesTest, Linux5_4HasNeitherFormatLostNorSampleCgroup) {  // 4.18 and 5.4 answer alike
+  InjectedKernel k(PERF_FORMAT_LOST, PERF_SAMPLE_CGROUP);
+  PerfFeatures f = ProbePerfFeatures();
+  EXPECT_FALSE(f.format_lost);
+  EXPECT_FALSE(f.sample_cgroup);
+  EXPECT_EQ(k.calls(), 2);
+}
+
+TEST(PerfFeaturesTest, Linux5_10HasSampleCgroupButNotFormatLost) {  // 5.7 .. 5.19
+  InjectedKernel k(PERF_FORMAT_LOST, 0);
+  PerfFeatures f = ProbePerfFeatures();
+  EXPECT_FALSE(f.format_lost);
+  EXPECT_TRUE(f.sample_cgroup);  // EACCES: undecided, assumed present, and said so
+  EXPECT_NE(f.probe_error.find("PERF_SAMPLE_CGROUP probe: Permission denied"), std::string::npos) << f.probe_error;
+}
+
+TEST(PerfFeaturesTest, WithoutFormatLostTheAttrsDropTheBit) {
+  TracepointEventOptions o;
+  o.tracepoint_id = 7;
+  o.sampled = true;
+  o.format_lost = false;
+  EXPECT_EQ(MakeTracepointAttr(o).read_format, static_cast<uint64_t>(PERF_FORMAT_TOTAL_TIME_ENABLED));
+  EXPECT_EQ(MakeRingOwnerAttr(true, 0, false).read_format, static_cast<uint64_t>(PERF_FORMAT_TOTAL_TIME_ENABLED));
+  o.format_lost = true;
+  EXPECT_EQ(MakeTracepointAttr(o).read_format,
+            static_cast<uint64_t>(PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_LOST));
+}
+
+TEST(PerfFeaturesTest, OpenPerfEventSaysWhichBitTheKernelRefused) {
+  InjectedKernel k(PERF_FORMAT_LOST, PERF_SAMPLE_CGROUP);
+  TracepointEventOptions o;
+  o.tracepoint_id = 7;
+  auto st = OpenPerfEvent(MakeTracepointAttr(o), 0);  // before: only "Invalid argument"
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("PERF_FORMAT_LOST, which needs Linux 6.0"), std::string::npos)
+      << st.status().message();
+  o.format_lost = false;
+  o.sampled = true;
+  o.cgroup = true;
+  st = OpenPerfEvent(MakeTracepointAttr(o), 0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("PERF_SAMPLE_CGROUP, which needs Linux 5.7"), std::string::npos)
+      << st.status().message();
+}
+
+}  // namespace
+}  // namespace tpe

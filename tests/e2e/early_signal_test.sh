@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# e2e tier: a SIGHUP that arrives while the daemon is still starting (systemctl reload right after
+# systemctl start) must become a reload, not end the process (SIGHUP's default action).
+#   early_signal_test.sh BINARY SOURCE_DIR
+# For each delay, the daemon is started, SIGHUP is sent that long after its exec (seen in
+# /proc/PID/exe), and the daemon must then serve /metrics, still be alive, and exit 0 on SIGTERM.
+set -uo pipefail
+BIN=$1 SRC=$2
+WORK=$(mktemp -d)
+PID=""
+cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+source "$SRC/tests/testing/daemon.sh"
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "e2e skipped: needs root to open tracepoint perf events"
+  [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && { echo "TPE_REQUIRE_KERNEL=1: a skip is a failure"; exit 1; }
+  exit 0
+fi
+
+cat > "$WORK/config.json" <<JSON
+{ "metrics": [
+  {"name": "getppid_calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+   "labels": [{"name": "comm", "source": "comm"}]},
+  {"name": "context_switches_total", "type": "counter", "event": "sched:sched_switch"}
+]}
+JSON
+real_bin=$(readlink -f "$BIN")
+for delay in 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.15 0.2 0.3; do
+  "$BIN" --config.file="$WORK/config.json" --web.listen-address=127.0.0.1:0 >"$WORK/log" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 2000); do [[ $(readlink /proc/$PID/exe 2>/dev/null) == "$real_bin" ]] && break; done
+  sleep "$delay"
+  kill -HUP "$PID" 2>/dev/null
+  port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$WORK/log" | head -1)
+    [[ -n "$port" ]] && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 0.3
+  check "SIGHUP ${delay}s after exec: daemon alive and serving" \
+    bash -c "kill -0 $PID && curl -sf http://127.0.0.1:$port/metrics | grep -q '^context_switches_total '"
+  kill -TERM "$PID" 2>/dev/null
+  wait "$PID"
+  rc=$?
+  check "SIGHUP ${delay}s after exec: SIGTERM exits 0 (rc $rc)" test "$rc" == 0
+  [[ $rc != 0 ]] && cat "$WORK/log"
+  PID=""
+done
+echo "$passes passed, $fails failed"
+[[ $fails == 0 ]]

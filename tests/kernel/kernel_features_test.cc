@@ -1,0 +1,189 @@
+// Kernel tier: the fallbacks the plan chooses for older kernels, run for real on this kernel.
+// The older kernel's answers come through the fault seams (perf: SetPerfOpenFaultForTesting;
+// bpf: SetBpfFaultForTesting), the rest (opening, loading, counting) is real.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "kernel/kernel_util.h"
+#include "testing/test_util.h"
+
+namespace tpe {
+namespace {
+
+using testing::Child;
+using testing::FindMetric;
+using testing::FindSeries;
+
+// RunPipeline (kernel_util.h) with the kernel features the plan is given.
+std::vector<MetricSnapshot> RunWith(const std::string& config, const KernelFeatures& features,
+                                    const std::function<void()>& during) {
+  auto tracefs = Tracefs::Discover("auto");
+  EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
+  if (!tracefs.ok()) return {};
+  auto cfg = ParseConfig(config, "kernel_test.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  if (!cfg.ok()) return {};
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, testing::Bpf(), {}, features);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return {};
+  Pipeline pipeline(&*tracefs);
+  Status st = pipeline.Open(std::move(*plan));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = pipeline.Start();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  during();
+  pipeline.Stop();
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+  return pipeline.Snapshot();
+}
+
+double Feature(const std::vector<MetricSnapshot>& snap, const std::string& feature) {
+  const SeriesSnapshot* s = FindSeries(snap, "tracepoint_exporter_kernel_feature", {{"feature", feature}});
+  return s == nullptr ? -1 : s->value;
+}
+
+// Linux 5.x: perf_event_open refuses PERF_FORMAT_LOST (injected); the probe finds it, the plan
+// drops the bit, counts stay exact, and the per-event lost series is absent rather than 0.
+TEST(KernelFeaturesTest, PerfWithoutFormatLost) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  SetPerfOpenFaultForTesting([](const perf_event_attr& a, int, int) {
+    return (a.read_format & PERF_FORMAT_LOST) ? EINVAL : 0;  // as perf_copy_attr() before 6.0
+  });
+  KernelFeatures f;
+  f.perf = ProbePerfFeatures();
+  EXPECT_FALSE(f.perf.format_lost);
+  constexpr int kCalls = 3000;
+  Child child("tpe_nolost", kCalls);
+  auto snap = RunWith(R"({"metrics": [
+    {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "counting_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+     "filter": "common_pid == )" +
+                          std::to_string(child.pid()) + R"("}]})",
+                      f, [&] { child.RunToExit(); });
+  SetPerfOpenFaultForTesting(nullptr);
+  const SeriesSnapshot* by_comm = FindSeries(snap, "by_comm_total", {{"comm", "tpe_nolost"}});
+  ASSERT_NE(by_comm, nullptr);
+  EXPECT_EQ(by_comm->value, kCalls);
+  ASSERT_NE(FindSeries(snap, "counting_total"), nullptr);
+  EXPECT_EQ(FindSeries(snap, "counting_total")->value, kCalls);
+  const MetricSnapshot* lost = FindMetric(snap, "tracepoint_exporter_samples_lost_total");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_TRUE(lost->series.empty());  // unavailable, not a false 0
+  EXPECT_NE(FindMetric(snap, "tracepoint_exporter_ring_lost_samples_total"), nullptr);
+  EXPECT_EQ(Feature(snap, "perf_format_lost"), 0);
+}
+
+// A metric name with ':' on engine bpf: before the names were sanitised, map creation failed
+// with EINVAL (bpf_obj_name_cpy) and "engine": "bpf" refused to start.
+TEST(KernelFeaturesTest, ColonMetricNameOnBpf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  constexpr int kCalls = 1000;
+  Child child("tpe_colon", kCalls);
+  auto snap = RunWith(R"({"metrics": [
+    {"name": "tpe:colon_calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+     "labels": [{"name": "comm", "source": "comm"}]}]})",
+                      KernelFeatures{}, [&] { child.RunToExit(); });
+  const SeriesSnapshot* s = FindSeries(snap, "tpe:colon_calls_total", {{"comm", "tpe_colon"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->value, kCalls);
+}
+
+// Linux 5.4 on the bpf engine: the verifier refuses probe_read_kernel(_str) (injected EINVAL,
+// as "invalid func unknown#115"), run-time allocation is unsafe, misses are not counted. The
+// plan loads the probe_read(_str) versions into preallocated maps; counts stay exact, the
+// string label decodes, and the misses family is absent rather than 0.
+TEST(KernelFeaturesTest, BpfOnLinux5_4) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  std::vector<uint32_t> hash_flags;
+  int refused = 0;
+  bpf::SetBpfFaultForTesting([&](const bpf::BpfCall& c) {
+    if (c.cmd == BPF_MAP_CREATE && (c.map_type == BPF_MAP_TYPE_HASH || c.map_type == BPF_MAP_TYPE_PERCPU_HASH))
+      hash_flags.push_back(c.map_flags);
+    if (c.CallsHelper(BPF_FUNC_probe_read_kernel_str) || c.CallsHelper(BPF_FUNC_probe_read_kernel)) {
+      ++refused;
+      return EINVAL;
+    }
+    return 0;
+  });
+  KernelFeatures f;
+  f.bpf = bpf::ProbeBpfFeatures();
+  EXPECT_FALSE(f.bpf.probe_read_kernel_str);
+  f.bpf.runtime_alloc_safe = false;
+  f.bpf.tracepoint_misses = false;
+  EXPECT_EQ(refused, 1);  // the probe
+  const std::string path = "/tmp/tpe_exec_" + std::to_string(getpid());
+  ASSERT_EQ(symlink("/bin/true", path.c_str()), 0) << strerror(errno);
+  constexpr int kCalls = 1000, kExecs = 3;
+  Child child("tpe_old_bpf", kCalls);
+  auto snap = RunWith(R"({"metrics": [
+    {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "execs_total", "type": "counter", "event": "sched:sched_process_exec", "engine": "bpf",
+     "labels": [{"name": "filename", "field": "filename"}]}]})",
+                      f, [&] {
+                        child.RunToExit();
+                        for (int i = 0; i < kExecs; ++i) {
+                          pid_t p = fork();
+                          if (p == 0) {
+                            execl(path.c_str(), path.c_str(), nullptr);
+                            _exit(127);
+                          }
+                          int status = 0;
+                          waitpid(p, &status, 0);
+                          EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+                        }
+                      });
+  bpf::SetBpfFaultForTesting(nullptr);
+  unlink(path.c_str());
+  EXPECT_EQ(refused, 1);  // no loaded program called the 5.5 helpers
+  ASSERT_FALSE(hash_flags.empty());
+  for (uint32_t fl : hash_flags) EXPECT_EQ(fl & BPF_F_NO_PREALLOC, 0u);
+  const SeriesSnapshot* s = FindSeries(snap, "by_comm_total", {{"comm", "tpe_old_bpf"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->value, kCalls);
+  const SeriesSnapshot* e = FindSeries(snap, "execs_total", {{"filename", path}});
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->value, kExecs);
+  EXPECT_EQ(FindMetric(snap, "tracepoint_exporter_bpf_program_misses_total"), nullptr);
+  EXPECT_NE(FindMetric(snap, "tracepoint_exporter_bpf_program_runs_total"), nullptr);
+  EXPECT_EQ(Feature(snap, "bpf_tracepoint_misses"), 0);
+  EXPECT_EQ(Feature(snap, "bpf_runtime_alloc_safe"), 0);
+  EXPECT_EQ(Feature(snap, "bpf_probe_read_kernel_str"), 0);
+}
+
+// A program the kernel refuses with E2BIG (over an older kernel's instruction limit; injected):
+// under "auto" the metric runs on perf, says why, and counts exactly.
+TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  bpf::SetBpfFaultForTesting([](const bpf::BpfCall& c) { return c.cmd == BPF_PROG_LOAD ? E2BIG : 0; });
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->engines[0], "perf");
+  EXPECT_NE((*plan)->engine_reasons[0].find("Argument list too long (larger than this kernel allows"),
+            std::string::npos)
+      << (*plan)->engine_reasons[0];
+  constexpr int kCalls = 1000;
+  Child child("tpe_e2big", kCalls);
+  auto snap = RunWith(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "labels": [{"name": "comm", "source": "comm"}]}]})",
+                      KernelFeatures{}, [&] { child.RunToExit(); });
+  bpf::SetBpfFaultForTesting(nullptr);
+  const SeriesSnapshot* s = FindSeries(snap, "big_total", {{"comm", "tpe_e2big"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->value, kCalls);
+  EXPECT_NE(FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", "big_total"}, {"engine", "perf"}}),
+            nullptr);
+}
+
+}  // namespace
+}  // namespace tpe
