@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
+#include <set>
 
 #include "collectors/comm_table.h"
 #include "collectors/counter.h"
 #include "collectors/label_set.h"
+#include "collectors/snapshot.h"
 #include "common/file_util.h"
+#include "common/utf8.h"
 #include "format/event_format.h"
 #include "testing/test_util.h"
 
@@ -245,10 +249,10 @@ TEST(LabelSetTest, CgroupLabelKeysTheIdAndRendersThePathAtScrape) {
   EXPECT_EQ(set.KeySize(key + "tail"), 12u);
   EXPECT_EQ(walks, 0);
   EXPECT_EQ(set.Render(key), (LabelPairs{{"cgroup", "/linux-6.18"}, {"cpu", "3"}}));
-  s.cgroup_id = 5;  // unknown: its number
+  s.cgroup_id = 5;  // not in a fresh walk either: removed, "unknown" (CgroupResolver::kUnknown)
   ASSERT_TRUE(set.BuildKey(s, nullptr, &key));
-  EXPECT_EQ(set.Render(key)[0].second, "5");
-  EXPECT_EQ(walks, 1);  // the second lookup was within the refresh interval
+  EXPECT_EQ(set.Render(key)[0].second, "unknown");
+  EXPECT_EQ(walks, 2);
   EXPECT_EQ(ParseLabelSource("cgroup"), LabelSource::kCgroup);
   // Without a resolver: numbers.
   std::vector<LabelSpec> bare(1);
@@ -258,6 +262,66 @@ TEST(LabelSetTest, CgroupLabelKeysTheIdAndRendersThePathAtScrape) {
   s.cgroup_id = 77;
   ASSERT_TRUE(plain.BuildKey(s, nullptr, &key));
   EXPECT_EQ(plain.Render(key), (LabelPairs{{"cgroup", "77"}}));
+}
+
+}  // namespace
+}  // namespace tpe
+
+namespace tpe {
+namespace {
+
+// Property: whatever bytes tasks put in their comm, the merged snapshot has no two series with
+// one rendered label set, and no count is lost or doubled by merging. Comms are drawn from bytes
+// that render alike (0xff, 0xfe and the 3-byte U+FFFD all render as U+FFFD).
+TEST(MergeSeriesByLabelsTest, NoTwoSeriesShareALabelSetAndCountsAreKept) {
+  std::vector<LabelSpec> specs(1);
+  specs[0].name = "comm";
+  specs[0].source = LabelSource::kComm;
+  CounterCollector c("calls_total", "help", LabelSet(std::move(specs)), 100000);
+  CommTable comms(NoProc);
+  const std::vector<std::string> pieces = {"t", "\xff", "\xfe", "\xef\xbf\xbd", "\xc3", "\xc3\xa9", "\x80"};
+  std::mt19937 rng(17);
+  uint64_t total = 0;
+  for (uint32_t tid = 1; tid <= 2000; ++tid) {
+    std::string comm;
+    for (size_t n = rng() % 5; n > 0; --n) comm += pieces[rng() % pieces.size()];
+    comm.resize(std::min<size_t>(comm.size(), 15));
+    comms.OnComm(tid, comm);
+    auto raw = WakingRaw("x", 1);
+    Sample s;
+    s.tid = tid;
+    s.raw = Bytes(raw);
+    const int calls = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < calls; ++i) c.OnSample(0, s, &comms);
+    total += static_cast<uint64_t>(calls);
+  }
+  MetricSnapshot m = c.Snapshot();
+  MergeSeriesByLabels(&m);
+  std::set<LabelPairs> seen;
+  double sum = 0;
+  for (const auto& s : m.series) {
+    EXPECT_TRUE(seen.insert(s.labels).second) << "duplicate comm=" << s.labels[0].second;
+    EXPECT_TRUE(IsValidUtf8(s.labels[0].second));
+    sum += s.value;
+  }
+  EXPECT_EQ(sum, static_cast<double>(total));
+}
+
+TEST(MergeSeriesByLabelsTest, HistogramsAddCountSumAndEveryBucket) {
+  MetricSnapshot m;
+  m.kind = MetricKind::kHistogram;
+  m.bucket_bounds = {1, 2};
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {1, 0, 2}, 7.5, 3});
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/y"}}, 0, {0, 1, 0}, 1.5, 1});
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {0, 4, 1}, 9, 5});
+  MergeSeriesByLabels(&m);
+  ASSERT_EQ(m.series.size(), 2u);
+  EXPECT_EQ(m.series[0].labels[0].second, "/x");
+  EXPECT_EQ(m.series[0].bucket_counts, (std::vector<uint64_t>{1, 4, 3}));
+  EXPECT_EQ(m.series[0].sum, 16.5);
+  EXPECT_EQ(m.series[0].count, 8u);
+  EXPECT_EQ(m.series[1].labels[0].second, "/y");
+  EXPECT_EQ(m.series[1].count, 1u);
 }
 
 }  // namespace

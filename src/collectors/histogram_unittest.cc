@@ -281,5 +281,25 @@ TEST(LatencyTest, UnmatchedAreCountedByReason) {
   EXPECT_EQ(f.c->inflight(), 0u);
 }
 
+// Issue 17 item 4: with timeout 1 s, a start followed 2.5 s later by its end was observed on
+// perf (nothing else advanced trace time, so OnRoundEnd never expired it); the bpf engine counts
+// it expired. Both engines must agree: expired, never observed. An end exactly at the timeout is
+// still observed (the bpf program compares delta <= timeout_ns).
+TEST(LatencyTest, AnEndPastTheTimeoutIsExpiredEvenBeforeTheSweep) {
+  LatencyFixture f(/*max_inflight=*/100, /*timeout_ns=*/1'000'000'000ULL);
+  for (int32_t pid = 1; pid <= 3; ++pid) {
+    f.Waking(pid, "late", 1'000'000'000ULL * static_cast<uint64_t>(10 * pid));
+    f.Switch(pid, 1'000'000'000ULL * static_cast<uint64_t>(10 * pid) + 2'500'000'000ULL);
+  }
+  f.Waking(7, "ontime", 100'000'000'000ULL);
+  f.Switch(7, 101'000'000'000ULL);  // exactly the timeout: observed
+  EXPECT_EQ(f.c->unmatched(LatencyCollector::kExpired), 3u);
+  MetricSnapshot m = f.c->Snapshot();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].labels[0].second, "ontime");
+  EXPECT_EQ(m.series[0].count, 1u);
+  EXPECT_EQ(f.c->inflight(), 0u);
+}
+
 }  // namespace
 }  // namespace tpe

@@ -103,9 +103,16 @@ void LatencyCollector::OnSample(size_t event_index, const Sample& s, CommTable* 
     decode_errors_.Add(1);
     return;
   }
+  const uint64_t ns = s.time_ns >= start.time_ns ? s.time_ns - start.time_ns : 0;
+  // A start older than the timeout is expired whether or not OnRoundEnd has swept it yet (it
+  // runs at most once a second of trace time, and only when samples advance): the bpf engine's
+  // end program refuses the same pairs (delta > timeout_ns), so both engines agree.
+  if (timeout_ns_ > 0 && ns > timeout_ns_) {
+    unmatched_[kExpired].Add(1);
+    return;
+  }
   series_key_.assign(start_label_keys_[start.label_id]);
   series_key_.append(labels_);
-  const uint64_t ns = s.time_ns >= start.time_ns ? s.time_ns - start.time_ns : 0;
   const double seconds = static_cast<double>(ns) * 1e-9;
   if (table_.Observe(series_key_, seconds)) return;
   if (RoomSweepDue(s.time_ns)) {

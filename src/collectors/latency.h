@@ -11,7 +11,9 @@
 // Every start or end that does not become an observation is counted by reason, never lost
 // silently: replaced (a second start for a key before its end; the first is dropped), no_start
 // (an end without a start), table_full (a start when max_inflight starts are pending), expired
-// (a start older than the timeout), series_limit (the label set was over the cardinality limit).
+// (a start older than the timeout: swept about once a second of trace time, and an end more than
+// timeout_ns after its start is never observed, as on the bpf engine), series_limit (the label set was over the
+// cardinality limit).
 //
 // Thread-safety: OnSample/OnRoundEnd from the reader thread only; Snapshot and unmatched() from
 // any thread.

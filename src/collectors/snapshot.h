@@ -29,4 +29,12 @@ struct MetricSnapshot {
   std::vector<SeriesSnapshot> series;
 };
 
+// Series identity is the rendered label set (DESIGN.md): series whose label names and values
+// are equal after rendering (e.g. comms "a\xff" and "a\xfe" both render "a\uFFFD"; a cgroup
+// deleted and re-created at one path has a new id but the same path) are one series on the page.
+// Merges such series of `*m` in place: counters and gauges add their values, histograms add
+// count, sum and each bucket. The first series of each label set keeps its position. O(n log n)
+// in the number of series; pure; not thread-safe on one `*m`.
+void MergeSeriesByLabels(MetricSnapshot* m);
+
 }  // namespace tpe

@@ -1,14 +1,15 @@
 #include "common/cgroup_resolver.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/file_util.h"
+#include "common/scoped_fd.h"
 
 namespace tpe {
 namespace {
@@ -80,23 +81,52 @@ std::optional<uint64_t> KernfsCgroupId(const std::string& path) {
   return id;
 }
 
-CgroupResolver::CgroupResolver(std::string root, IdOf id_of, Clock now_ns)
-    : root_(std::move(root)), id_of_(std::move(id_of)), now_ns_(now_ns ? std::move(now_ns) : Clock(MonotonicNs)) {}
+// Source: open_by_handle_at(2); the kernfs handle is FILEID_KERNFS (0xfe) with the 8-byte node
+// id (include/linux/exportfs.h, fs/kernfs/mount.c kernfs_fh_to_dentry).
+std::optional<std::string> KernfsCgroupPath(const std::string& root, uint64_t id) {
+  constexpr int kFileIdKernfs = 0xfe;
+  ScopedFd mount(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (mount.get() < 0) return std::nullopt;
+  struct {
+    file_handle fh;
+    unsigned char bytes[sizeof(uint64_t)];
+  } h{};
+  h.fh.handle_bytes = sizeof(uint64_t);
+  h.fh.handle_type = kFileIdKernfs;
+  std::memcpy(h.fh.f_handle, &id, sizeof(id));
+  ScopedFd fd(::open_by_handle_at(mount.get(), &h.fh, O_PATH | O_CLOEXEC));
+  if (fd.get() < 0) return std::nullopt;
+  char buf[4096];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd.get());
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof(buf)) return std::nullopt;
+  std::string abs(buf, static_cast<size_t>(n));
+  std::string base = root.size() > 1 && root.back() == '/' ? root.substr(0, root.size() - 1) : root;
+  if (base == "/") base.clear();
+  if (abs.compare(0, base.size(), base) != 0) return std::nullopt;  // outside the mount (namespace)
+  std::string rel = abs.substr(base.size());
+  if (rel.empty()) return std::string("/");
+  if (rel[0] != '/' || rel.find(" (deleted)") != std::string::npos) return std::nullopt;
+  return rel;
+}
+
+CgroupResolver::CgroupResolver(std::string root, IdOf id_of, PathOfId path_of_id)
+    : root_(std::move(root)), id_of_(std::move(id_of)), path_of_id_(std::move(path_of_id)) {}
 
 std::string CgroupResolver::PathOf(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = paths_.find(id);
   if (it != paths_.end()) return it->second;
-  if (!root_.empty()) {
-    const uint64_t now = now_ns_();
-    if (walks_ == 0 || now - last_walk_ns_ >= kRefreshIntervalNs) {
-      last_walk_ns_ = now;
-      Walk();
-      it = paths_.find(id);
-      if (it != paths_.end()) return it->second;
-    }
+  if (root_.empty()) return std::to_string(id);
+  if (path_of_id_) {
+    if (auto path = path_of_id_(root_, id)) return paths_.emplace(id, std::move(*path)).first->second;
   }
-  return std::to_string(id);
+  Walk();
+  it = paths_.find(id);
+  if (it != paths_.end()) return it->second;
+  // Not in a walk done after the sample was taken: its cgroup is gone. Remember the verdict so
+  // that the label keeps one value.
+  return paths_.emplace(id, kUnknown).first->second;
 }
 
 void CgroupResolver::Walk() {

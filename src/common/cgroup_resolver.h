@@ -10,10 +10,14 @@
 // cAdvisor's `id` label.
 //
 // The resolver runs at render (scrape) time, never on the reader's hot path (labels key the u64
-// id). An id not in the cache triggers a fresh walk, at most once per second; until found it
-// renders as the decimal id. Entries of removed cgroups are kept (ids are never reused, and a
-// series keeps its label value until it ages out through series_idle_timeout_seconds), up to
-// kMaxStale of them.
+// id). An id not in the cache is resolved when first seen, so a series' cgroup label never
+// changes value: first through open_by_handle_at(2) on the cgroup2 mount with the id as a
+// FILEID_KERNFS handle (needs CAP_DAC_READ_SEARCH; the kernel's kernfs_fh_to_dentry), then, if
+// that fails, by a fresh walk of the hierarchy (not rate-limited: an id is looked up this way
+// once). An id that neither finds belongs to a cgroup removed before it was first rendered (ids
+// are never reused): it renders as "unknown" (kUnknown) for good, never as a bare id then a path.
+// Entries of removed cgroups are kept (a series keeps its label value until it ages out through
+// series_idle_timeout_seconds), up to kMaxStale of them.
 //
 // Thread-safety: PathOf may be called from any thread (a mutex; scrapes only).
 #pragma once
@@ -38,18 +42,26 @@ std::string DiscoverCgroup2Mount();
 // when the handle is not an 8-byte kernfs handle (not on cgroup2) or the call fails.
 std::optional<uint64_t> KernfsCgroupId(const std::string& path);
 
+// The path of cgroup `id` relative to the cgroup2 mount `root` ("/" for the root cgroup), found
+// with open_by_handle_at(2) (handle type FILEID_KERNFS, 8 bytes = the id; O_PATH) and the
+// opened fd's /proc/self/fd link. nullopt when the cgroup was removed (ESTALE), the caller lacks
+// CAP_DAC_READ_SEARCH (EPERM), or `root` is not a cgroup2 mount.
+std::optional<std::string> KernfsCgroupPath(const std::string& root, uint64_t id);
+
 class CgroupResolver {
  public:
   using IdOf = std::function<std::optional<uint64_t>(const std::string& path)>;
-  using Clock = std::function<uint64_t()>;  // monotonic ns
-  static constexpr uint64_t kRefreshIntervalNs = 1'000'000'000;
+  using PathOfId = std::function<std::optional<std::string>(const std::string& root, uint64_t id)>;
   static constexpr size_t kMaxStale = 65536;
+  // The label value of a cgroup that was removed before its id could be resolved.
+  static constexpr const char* kUnknown = "unknown";
 
-  // `root`: the cgroup2 mount ("" = none: every id renders as a number). `id_of` and `now_ns`
-  // are injectable for tests.
-  explicit CgroupResolver(std::string root, IdOf id_of = KernfsCgroupId, Clock now_ns = nullptr);
+  // `root`: the cgroup2 mount ("" = none: every id renders as its decimal number). `id_of`
+  // (used by the walk) and `path_of_id` (the direct lookup) are injectable for tests.
+  explicit CgroupResolver(std::string root, IdOf id_of = KernfsCgroupId, PathOfId path_of_id = KernfsCgroupPath);
 
-  // The path of cgroup `id`, or its decimal id while unknown.
+  // The path of cgroup `id`; kUnknown when it can no longer be found; the same value on every
+  // call for one id.
   std::string PathOf(uint64_t id);
   const std::string& root() const { return root_; }
   uint64_t walks() const { return walks_; }
@@ -59,10 +71,9 @@ class CgroupResolver {
 
   const std::string root_;
   const IdOf id_of_;
-  const Clock now_ns_;
+  const PathOfId path_of_id_;
   std::mutex mu_;
   std::unordered_map<uint64_t, std::string> paths_;  // guarded by mu_
-  uint64_t last_walk_ns_ = 0;                        // guarded by mu_
   uint64_t walks_ = 0;                               // guarded by mu_
 };
 

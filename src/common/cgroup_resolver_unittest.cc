@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 namespace tpe {
@@ -55,15 +56,24 @@ class CgroupResolverTest : public ::testing::Test {
           if (it == ids_.end()) return std::nullopt;
           return it->second;
         },
-        [this] { return now_; });
+        [this](const std::string& root, uint64_t id) -> std::optional<std::string> {
+          EXPECT_EQ(root, root_);
+          ++handle_calls_;
+          if (!by_handle_) return std::nullopt;
+          for (const auto& [path, i] : ids_) {
+            if (i == id && fs::exists(path)) return path == root_ ? "/" : path.substr(root_.size());
+          }
+          return std::nullopt;
+        });
   }
   std::string root_;
   std::map<std::string, uint64_t> ids_;
-  uint64_t now_ = 5'000'000'000;
+  bool by_handle_ = false;  // whether the injected open_by_handle_at lookup works
   int calls_ = 0;
+  int handle_calls_ = 0;
 };
 
-TEST_F(CgroupResolverTest, WalksOnceForKnownIdsAndRendersUnknownAsNumbers) {
+TEST_F(CgroupResolverTest, WalksOnceForKnownIdsAndRemovedIdsAreUnknown) {
   CgroupResolver r = Make();
   EXPECT_EQ(r.PathOf(3), "/system.slice/ssh.service");
   EXPECT_EQ(r.PathOf(1), "/");
@@ -71,25 +81,62 @@ TEST_F(CgroupResolverTest, WalksOnceForKnownIdsAndRendersUnknownAsNumbers) {
   EXPECT_EQ(r.PathOf(4), "/user.slice");
   EXPECT_EQ(r.walks(), 1u);
   EXPECT_EQ(calls_, 4);
-  EXPECT_EQ(r.PathOf(99), "99");  // unknown, and the last walk is less than a second old
-  EXPECT_EQ(r.walks(), 1u);
+  EXPECT_EQ(r.PathOf(99), "unknown");  // a fresh walk does not find it: removed before seen
+  EXPECT_EQ(r.walks(), 2u);
+  EXPECT_EQ(r.PathOf(99), "unknown");  // decided once
+  EXPECT_EQ(r.walks(), 2u);
 }
 
-TEST_F(CgroupResolverTest, UnknownIdRefreshesAtMostOncePerSecondAndRemovedKeepTheirPath) {
+// Issue 17 item 5: a cgroup created within a second of the last walk rendered first as its id
+// ("5"), then as its path; one created and removed between scrapes stayed a bare number. Now an
+// unknown id is resolved when first seen, and one that cannot be is "unknown" for good.
+TEST_F(CgroupResolverTest, ANewCgroupRendersItsPathAtOnceAndNeverChanges) {
   CgroupResolver r = Make();
   EXPECT_EQ(r.PathOf(3), "/system.slice/ssh.service");
   Mk("/tpe_new", 5);
-  now_ += 500'000'000;
-  EXPECT_EQ(r.PathOf(5), "5");  // rate-limited
-  EXPECT_EQ(r.walks(), 1u);
-  now_ += 500'000'000;
-  EXPECT_EQ(r.PathOf(5), "/tpe_new");
+  EXPECT_EQ(r.PathOf(5), "/tpe_new");  // a walk right away, no once-a-second limit
   EXPECT_EQ(r.walks(), 2u);
+  Mk("/tpe_gone", 6);
+  fs::remove(root_ + "/tpe_gone");  // created and removed between scrapes
+  EXPECT_EQ(r.PathOf(6), "unknown");
+  Mk("/tpe_gone", 6);  // (ids are never reused; this only checks the verdict is kept)
+  EXPECT_EQ(r.PathOf(6), "unknown");
   fs::remove(root_ + "/system.slice/ssh.service");
-  now_ += 2'000'000'000;
-  EXPECT_EQ(r.PathOf(77), "77");  // a walk that no longer sees ssh.service...
-  EXPECT_EQ(r.walks(), 3u);
+  EXPECT_EQ(r.PathOf(77), "unknown");                   // a walk that no longer sees ssh.service...
   EXPECT_EQ(r.PathOf(3), "/system.slice/ssh.service");  // ...keeps its path for its series
+  EXPECT_EQ(r.PathOf(5), "/tpe_new");
+}
+
+TEST_F(CgroupResolverTest, OpenByHandleResolvesWithoutAWalk) {
+  by_handle_ = true;
+  CgroupResolver r = Make();
+  Mk("/tpe_direct", 8);
+  EXPECT_EQ(r.PathOf(8), "/tpe_direct");
+  EXPECT_EQ(r.PathOf(1), "/");
+  EXPECT_EQ(r.walks(), 0u);
+  EXPECT_EQ(handle_calls_, 2);
+  EXPECT_EQ(r.PathOf(8), "/tpe_direct");  // cached
+  EXPECT_EQ(handle_calls_, 2);
+}
+
+// The real lookup on this host's cgroup2 mount (root may open any handle): this process's own
+// cgroup, from /proc/self/cgroup's "0::" line, resolves to the same path by id.
+TEST(KernfsCgroupPathTest, ResolvesThisProcesssCgroupById) {
+  const std::string mount = DiscoverCgroup2Mount();
+  if (mount.empty()) GTEST_SKIP() << "no cgroup2 mount";
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, self;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) self = line.substr(3);
+  }
+  if (self.empty()) GTEST_SKIP() << "no cgroup v2 line in /proc/self/cgroup";
+  auto id = KernfsCgroupId(mount + (self == "/" ? "" : self));
+  ASSERT_TRUE(id.has_value());
+  auto path = KernfsCgroupPath(mount, *id);
+  if (!path && geteuid() != 0) GTEST_SKIP() << "open_by_handle_at needs CAP_DAC_READ_SEARCH";
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(*path, self);
+  EXPECT_FALSE(KernfsCgroupPath(mount, 0xffffffffffffULL).has_value());
 }
 
 TEST(CgroupResolverNoMountTest, EveryIdIsANumber) {

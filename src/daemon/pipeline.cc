@@ -338,6 +338,18 @@ void Pipeline::StopThread() {
   }
 }
 
+namespace {
+// Whether metric `j` of the running plan and metric `i` of the next one are the same metric, so
+// that the next plan adopts the running collector (and its bpf programs or perf consumers): the
+// same identity *and* the same engine. A metric that fell back to perf (e.g. its map creation
+// failed with ENOMEM) and is planned on bpf at a reload (or the reverse) is a new collector that
+// is attached or fed by the next plan's events; adopting the old one would leave it with neither
+// a program nor a perf event (issue 17 item 1). Its series restart (a counter reset).
+bool SameMetric(const Plan& running, size_t j, const Plan& next, size_t i) {
+  return running.collectors[j] && running.identities[j] == next.identities[i] && running.engines[j] == next.engines[i];
+}
+}  // namespace
+
 Status Pipeline::Reload(std::unique_ptr<Plan> next) {
   const bool was_running = running_.load();
   StopThread();  // the reader is paused between rounds: nothing is dispatched during the swap
@@ -372,15 +384,41 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       }
     }
     std::swap(plan_, next);
+    // 2a. Detach the programs of running bpf metrics that the next plan drops or replaces, so
+    //     that old and new programs are never attached at once: the kernel caps the programs of
+    //     one tracepoint (BPF_TRACE_MAX_PROGS, 64; E2BIG), and a reload renaming 40 metrics
+    //     would need 80. Their counts freeze here (they leave the page at the swap); re-attached
+    //     if the reload fails.
+    std::vector<bpf::BpfMetric*> detached;
+    if (result.ok()) {
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+        auto* b = dynamic_cast<bpf::BpfMetric*>(plan_->collectors[j].get());
+        if (b == nullptr || !b->attached()) continue;
+        bool kept_metric = false;
+        for (size_t i = 0; i < next->collectors.size(); ++i) kept_metric |= SameMetric(*plan_, j, *next, i);
+        if (kept_metric) continue;
+        b->Detach();
+        detached.push_back(b);
+      }
+    }
     // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps).
     for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
       Collector* b = next->collectors[i].get();
       if (b == nullptr) continue;
       bool kept_metric = false;
-      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-        kept_metric |= plan_->collectors[j] && plan_->identities[j] == next->identities[i];
-      }
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) kept_metric |= SameMetric(*plan_, j, *next, i);
       if (!kept_metric) result = b->Attach();  // on error `next` is destroyed: its programs detach
+    }
+    if (!result.ok()) {
+      for (auto& c : next->collectors) {  // free their tracepoints' program slots first
+        if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) b->Detach();
+      }
+      for (bpf::BpfMetric* b : detached) {
+        if (Status st = b->Attach(); !st.ok()) {
+          TPE_LOG_ERROR("{}: re-attaching after a failed reload failed, it no longer counts: {}", b->name(),
+                        st.ToString());
+        }
+      }
     }
     if (result.ok()) {
       // 3. The swap: kept events move with their fds; kept metrics with their collectors.
@@ -411,7 +449,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
       for (size_t i = 0; i < next->collectors.size(); ++i) {
         for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-          if (!plan_->collectors[j] || plan_->identities[j] != next->identities[i]) continue;
+          if (!SameMetric(*plan_, j, *next, i)) continue;
           Collector* fresh = next->collectors[i].get();
           std::unique_ptr<Collector> adopted = std::move(plan_->collectors[j]);
           for (auto& ep : next->events) {

@@ -90,6 +90,9 @@ struct Plan {
   bool needs_comm = false;            // some label uses source "comm"
   bool needs_ordering = false;        // comm labels or latency pairing
   std::vector<std::string> warnings;  // degraded but working, e.g. no BTF
+  // BPF programs this plan attaches, by tracepoint "system:name": at most 64 each (the kernel's
+  // BPF_TRACE_MAX_PROGS); further "auto" metrics of a tracepoint run on perf.
+  std::map<std::string, int> bpf_programs;
   // The kernel's features this plan was built for, and one line per unavailable one: the
   // fallback the plan chose and what it costs (DescribeFeatures).
   KernelFeatures features;

@@ -1,5 +1,6 @@
 // Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
 // buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
+#include <map>
 #include <optional>
 
 #include "bpf/bpf_metric.h"
@@ -10,6 +11,10 @@
 #include "perf/perf_event.h"
 
 namespace tpe::plan_internal {
+namespace {
+constexpr int kMaxBpfProgsPerTracepoint = 64;
+}  // namespace
+
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                              const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why) {
@@ -118,6 +123,21 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!b.ok()) return not_bpf(b.status());
     spec.buckets = std::move(*b);
   }
+  // The kernel runs at most BPF_TRACE_MAX_PROGS (64) programs per tracepoint
+  // (kernel/trace/bpf_trace.c, perf_event_attach_bpf_prog: E2BIG). One program per endpoint;
+  // a metric that would exceed it runs on perf under "auto".
+  std::map<std::string, int> programs;
+  for (const auto& s : spec.starts) ++programs[s.event];
+  ++programs[spec.end.event];
+  for (const auto& [event, n] : programs) {
+    if (plan->bpf_programs[event] + n <= kMaxBpfProgsPerTracepoint) continue;
+    const std::string full = event + " already has " + std::to_string(plan->bpf_programs[event]) +
+                             " BPF programs from this config, the kernel's limit is " +
+                             std::to_string(kMaxBpfProgsPerTracepoint) + " per tracepoint (BPF_TRACE_MAX_PROGS)";
+    if (forced) return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + full + "; use \"auto\" or \"perf\"");
+    *why = full;
+    return false;
+  }
   auto metric = running ? bpf::BpfMetric::CreateUnloaded(std::move(spec)) : bpf::BpfMetric::Create(std::move(spec));
   if (!metric.ok()) {
     const Status& st = metric.status();
@@ -130,6 +150,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "loading its BPF programs failed: " + first_line;
     return false;
   }
+  for (const auto& [event, n] : programs) plan->bpf_programs[event] += n;
   plan->collectors.push_back(std::move(*metric));
   plan->identities.push_back(m.canonical);
   plan->counting_events.push_back(nullptr);

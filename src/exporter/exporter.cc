@@ -15,11 +15,15 @@
 
 #include "common/file_util.h"
 #include "exporter/http_server.h"
+#include "exporter/page_cache.h"
 
 namespace tpe {
 namespace {
 
-prometheus::MetricFamily ToFamily(const MetricSnapshot& m) {
+// The one place every page passes through: series that render one label set are merged here,
+// for both engines (MergeSeriesByLabels).
+prometheus::MetricFamily ToFamily(MetricSnapshot m) {
+  MergeSeriesByLabels(&m);
   prometheus::MetricFamily f;
   f.name = m.name;
   f.help = m.help;
@@ -70,15 +74,15 @@ class SnapshotCollectable : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<prometheus::MetricFamily> out;
-    for (const auto& m : source_()) out.push_back(ToFamily(m));
-    for (const auto& m : ProcessMetrics()) out.push_back(ToFamily(m));
+    for (auto& m : source_()) out.push_back(ToFamily(std::move(m)));
+    for (auto& m : ProcessMetrics()) out.push_back(ToFamily(std::move(m)));
     // A scrape cannot time its own serialization: report the previous scrape's collection time.
     MetricSnapshot took;
     took.name = "tracepoint_exporter_scrape_duration_seconds";
     took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
     took.kind = MetricKind::kGauge;
     took.series.push_back(SeriesSnapshot{{}, last_scrape_->load(), {}, 0, 0});
-    out.push_back(ToFamily(took));
+    out.push_back(ToFamily(std::move(took)));
     last_scrape_->store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
@@ -167,7 +171,10 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   o.listen_address = listen_address;
   o.telemetry_path = telemetry_path;
   o.landing_html = LandingPageHtml(telemetry_path);
-  o.metrics = [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); };
+  // Concurrent and pipelined scrapes share one rendered page per 100 ms (PageCache).
+  auto cache = std::make_shared<PageCache>(
+      [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); });
+  o.metrics = [cache] { return cache->Get(); };
   o.users = web.users;
   if (web.tls()) {
     o.cert_file = web.cert_file;

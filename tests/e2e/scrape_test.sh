@@ -126,6 +126,26 @@ check "non-UTF-8 comm: sanitized to U+FFFD, counted exactly (7)" grep -q $'^getp
 check "non-UTF-8 comm: promtool accepts the page" bash -c "promtool check metrics <'$WORK/scrape_utf8' >/dev/null 2>&1"
 kill -TERM "$PID"; wait "$PID"; PID=""
 
+# Comms that differ in bytes but render one label value are one series on the page, on both
+# engines (issue 17 item 2: three lines with comm="tpdup\uFFFD", Prometheus kept 1 of 3).
+cat >"$WORK/dup.json" <<'EOF2'
+{"metrics": [{"name": "dup_perf_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+              "labels": [{"name": "comm", "source": "comm"}]},
+             {"name": "dup_bpf_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+              "labels": [{"name": "comm", "source": "comm"}]}]}
+EOF2
+start_daemon "$BIN" "$WORK/dup.json" "$WORK/log5"
+PID=$DAEMON_PID
+for comm in $'tpdup\xff' $'tpdup\xfe' $'tpdup\xef\xbf\xbd'; do "$TRIGGER" "$comm" 222; done
+sleep 0.5
+curl -sf "http://127.0.0.1:$DAEMON_PORT/metrics" >"$WORK/scrape_dup"
+for m in dup_perf_total dup_bpf_total; do
+  check "$m: tpdup\xff, \xfe and U+FFFD are one series of 666" bash -c "[[ \$(grep -c '^$m{comm=\"tpdup' '$WORK/scrape_dup') == 1 ]] && grep -q $'^$m{comm=\"tpdup\xef\xbf\xbd\"} 666$' '$WORK/scrape_dup'" || grep "^$m" "$WORK/scrape_dup"
+done
+check "one label set per line on the whole page" bash -c "[[ -z \$(grep -v '^#' '$WORK/scrape_dup' | sed 's/ [^ ]*$//' | sort | uniq -d) ]]"
+check "duplicate comms: promtool accepts the page" bash -c "promtool check metrics <'$WORK/scrape_dup' >/dev/null 2>&1"
+kill -TERM "$PID"; wait "$PID"; PID=""
+
 # Bad input through the real binary: one clear line, exit 1, never a crash.
 bad() {  # bad NAME EXPECTED-SUBSTRING CONFIG-TEXT [ARGS...]
   local name=$1 want=$2 text=$3; shift 3

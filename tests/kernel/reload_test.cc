@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "daemon/daemon.h"
+#include "daemon/pipeline.h"
+#include "daemon/plan.h"
 #include "kernel/kernel_util.h"
 #include "testing/test_util.h"
 
@@ -93,6 +95,135 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
   EXPECT_EQ(FindSeries(snap, "x_total", {{"comm", "tpe_reload"}})->value, 1000);
   EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_last_reload_successful")->value, 0);
   EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_reloads_total", {{"result", "failure"}})->value, 3);
+}
+
+// Issue 17 item 1: a bpf metric that fell back to perf at start (injected here: the first plan
+// is built as if bpf were unavailable, as when its map creation fails with ENOMEM) and is planned
+// on bpf at an unchanged-config reload must count afterwards. Before, Reload matched it by
+// identity alone: it skipped Attach() of the new program and adopted the old perf collector,
+// whose perf events the new plan no longer had: metric_info said engine="bpf" and every later
+// call was lost (x_total stayed at 500).
+TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/reload_engine_test.json";
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "]}");
+  auto config = LoadConfig(path);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ((*first)->engines[0], "perf");
+  Pipeline pipeline(&*tracefs);
+  ASSERT_TRUE(pipeline.Open(std::move(*first)).ok());
+  ASSERT_TRUE(pipeline.Start().ok());
+  ChildCalls(500);
+  // Memory is available again: the same config now plans x_total on bpf.
+  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_EQ((*second)->engines[0], "bpf");
+  Status st = pipeline.Reload(std::move(*second));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ChildCalls(1000);
+  pipeline.Stop();
+  auto snap = pipeline.Snapshot();
+  ASSERT_NE(FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", "x_total"}, {"engine", "bpf"}}), nullptr);
+  // The engine changed, so the series starts again (a counter reset): exactly the calls since.
+  const SeriesSnapshot* x = FindSeries(snap, "x_total", {{"comm", "tpe_reload"}});
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->value, 1000);
+}
+
+// 40 bpf counters on one tracepoint, all renamed by a reload: the running plan's programs are
+// detached before the new ones attach, so at most 40 (not 80) are attached at once under the
+// kernel's 64 per tracepoint (BPF_TRACE_MAX_PROGS). Before, the reload failed with
+// "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (issue 17 item 6). sys_enter_getsid: a
+// tracepoint no other test uses, so nothing else holds its program slots.
+TEST(ReloadTest, RenamingFortyBpfMetricsStaysUnderThePerTracepointProgramLimit) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/reload_rename_test.json";
+  auto config = [&](const std::string& prefix) {
+    std::string text = R"({"settings": {"max_series_per_metric": 16}, "metrics": [)";
+    for (int i = 0; i < 40; ++i) {
+      text += std::string(i ? "," : "") + R"({"name": ")" + prefix + std::to_string(i) +
+              R"(_total", "type": "counter", "event": "syscalls:sys_enter_getsid", "engine": "bpf",
+               "labels": [{"name": "comm", "source": "comm"}]})";
+    }
+    testing::WriteFile(path, text + "]}");
+  };
+  auto getsid_calls = [](int n) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_NAME, "tpe_rename");
+      for (int i = 0; i < n; ++i) syscall(SYS_getsid, 0);
+      _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+  };
+  config("old");
+  Daemon daemon(path, &*tracefs, &enums);
+  Status st = daemon.Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  getsid_calls(100);
+  config("new");
+  st = daemon.Reload();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  getsid_calls(200);
+  daemon.Stop();
+  auto snap = daemon.Snapshot();
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "new" + std::to_string(i) + "_total";
+    const SeriesSnapshot* s = FindSeries(snap, name, {{"comm", "tpe_rename"}});
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->value, 200) << name;
+    EXPECT_EQ(FindMetric(snap, "old" + std::to_string(i) + "_total"), nullptr);
+  }
+}
+
+// 65 "auto" metrics on one tracepoint: 64 BPF programs is the kernel's limit per tracepoint
+// (BPF_TRACE_MAX_PROGS), so the 65th runs on perf, says why, and every one counts exactly.
+// Before, the daemon exited with "PERF_EVENT_IOC_SET_BPF ... Argument list too long".
+TEST(ReloadTest, SixtyFiveAutoMetricsOnOneTracepointTheLastRunsOnPerf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string path = ::testing::TempDir() + "/sixty_five_test.json";
+  std::string text = R"({"settings": {"max_series_per_metric": 16}, "metrics": [)";
+  for (int i = 0; i < 65; ++i) {
+    text += std::string(i ? "," : "") + R"({"name": "m)" + std::to_string(i) +
+            R"(_total", "type": "counter", "event": "syscalls:sys_enter_getsid",
+               "labels": [{"name": "comm", "source": "comm"}]})";
+  }
+  testing::WriteFile(path, text + "]}");
+  Daemon daemon(path, &*tracefs, &enums);
+  Status st = daemon.Start();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_NAME, "tpe_sixtyfive");
+    for (int i = 0; i < 300; ++i) syscall(SYS_getsid, 0);
+    _exit(0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  daemon.Stop();
+  auto snap = daemon.Snapshot();
+  for (int i = 0; i < 65; ++i) {
+    const std::string name = "m" + std::to_string(i) + "_total";
+    const SeriesSnapshot* s = FindSeries(snap, name, {{"comm", "tpe_sixtyfive"}});
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->value, 300) << name;
+    EXPECT_NE(
+        FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", name}, {"engine", i < 64 ? "bpf" : "perf"}}),
+        nullptr)
+        << name;
+  }
 }
 
 }  // namespace

@@ -10,10 +10,16 @@
 #     events cannot be seen by any perf tool (the kernel refuses perf events on an offline CPU),
 #     so exactness is asserted where it is guaranteed, and cpu1's gap is checked to be reported
 #     (tracepoint_exporter_cpu_untraced_seconds_total);
+#   - cgroup churn: a cgroup deleted and re-created at one path (a new id each time, as
+#     `systemctl restart` does), running tasks whose comms are not UTF-8 (tpdup\xff, tpdup\xfe,
+#     tpdup\xef\xbf\xbd all render as tpdup\uFFFD) under {cgroup, comm} counters on both engines;
+#     every second a scrape is checked: no two series share a label set, and no cgroup label is
+#     a bare id;
 #   - 50 concurrent scrapers;
 #   - a SIGHUP every second, alternating two configs (one adds a metric on another event, so
 #     perf events are opened and closed at every reload while the others are kept);
-#   - one CPU hotplug (cpu1 offline for 2 s) halfway.
+#   - one CPU hotplug (cpu1 offline for 2 s) halfway (SOAK_NO_HOTPLUG=1 skips it: a host shared
+#     with other kernel tests must not lose cpu1).
 # At the end: exact counts for the known child, samples + lost + unaccounted == hits, a new
 # task's series present, and RSS and open fds at start and end, printed as a table. Exits 1 on
 # any mismatch or growth.
@@ -58,7 +64,11 @@ config() {  # config EXTRA(0|1)
   {"name": "exact_call_seconds", "type": "latency", "engine": "perf",
    "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_soak_exact\""},
    "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"], "filter": "comm == \"tpe_soak_exact\""},
-   "buckets": {"type": "exp2", "min": 1e-7, "max": 1}}$(
+   "buckets": {"type": "exp2", "min": 1e-7, "max": 1}},
+  {"name": "churn_by_cgroup_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+   "filter": "comm ~ \"tpdup*\"", "labels": [{"name": "cgroup", "source": "cgroup"}, {"name": "comm", "source": "comm"}]},
+  {"name": "churn_by_cgroup_bpf_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+   "filter": "comm ~ \"tpdup*\"", "labels": [{"name": "cgroup", "source": "cgroup"}, {"name": "comm", "source": "comm"}]}$(
     [[ $1 == 1 ]] && echo ',
   {"name": "getpgid_by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getpgid",
    "labels": [{"name": "comm", "source": "comm"}]}')
@@ -90,6 +100,29 @@ for _ in 1 2; do
   (while ((SECONDS < END)); do "$TRIGGER" tpe_churn 3 >/dev/null; done) &
   PIDS+=($!)
 done
+# Cgroup churn: one path deleted and re-created (a new cgroup id each time), tasks with
+# non-UTF-8 comms run in it; counted into $WORK/churned.
+CG=$(awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
+if [[ -n $CG && -w $CG ]]; then
+  (
+    comms=($'tpdup\xff' $'tpdup\xfe' $'tpdup\xef\xbf\xbd')
+    n=0
+    while ((SECONDS < END)); do
+      mkdir "$CG/tpe_soak_churn" 2>/dev/null || true
+      (echo "$BASHPID" >"$CG/tpe_soak_churn/cgroup.procs" && exec "$TRIGGER" "${comms[n % 3]}" 7 >/dev/null)
+      rmdir "$CG/tpe_soak_churn" 2>/dev/null || true
+      n=$((n + 1))
+      echo "$n" >"$WORK/churned"
+    done
+  ) &
+  PIDS+=($!)
+else
+  echo "soak: no writable cgroup2 mount: no cgroup churn"
+fi
+# page_ok FILE: no two series share a label set; no cgroup label is a bare id.
+page_ok() {
+  [[ -z $(grep -v '^#' "$1" | sed 's/ [^ ]*$//' | sort | uniq -d) ]] && ! grep -qE 'cgroup="[0-9]+"' "$1"
+}
 # 50 scrapers.
 for i in $(seq 1 50); do
   (while ((SECONDS < END)); do curl -sf --max-time 5 -o /dev/null "$URL" || echo x >>"$WORK/scrape_fail.$i"; sleep 0.2; done) &
@@ -100,9 +133,14 @@ done
 WARM=$((SECONDS + DURATION / 4))
 RSS0="" FDS0=""
 reloads=0
+bad_pages=0
 hotplugged=no
 while ((SECONDS < END)); do
   if [[ -z $RSS0 ]] && ((SECONDS >= WARM)); then RSS0=$(rss) FDS0=$(fds); fi
+  if curl -sf --max-time 5 -o "$WORK/page" "$URL" && ! page_ok "$WORK/page"; then
+    bad_pages=$((bad_pages + 1))
+    cp "$WORK/page" "$WORK/bad_page"
+  fi
   config $((reloads % 2 == 0 ? 1 : 0)) >"$WORK/config.json"
   [[ -z ${SOAK_NO_RELOAD:-} ]] && kill -HUP "$DPID" && reloads=$((reloads + 1))
   if [[ -z ${SOAK_NO_HOTPLUG:-} && $hotplugged == no ]] && ((SECONDS > END - DURATION / 2)) && [[ -w /sys/devices/system/cpu/cpu1/online ]]; then
@@ -162,6 +200,11 @@ printf '%-44s %14s\n' "pid series dropped (cap reached)" "${dropped:-0}"
 printf '%-44s %14s\n' "cpu1 reopens / untraced seconds" "${reopens:-0} / ${untraced:-0}"
 printf '%-44s %14s\n' "failed scrapes (of 50 scrapers)" "$scrape_fails"
 printf '%-44s %14s\n' "new task's series after the soak" "$last"
+churned=$(cat "$WORK/churned" 2>/dev/null || echo 0)
+churn_sum() { grep "^$1{" "$WORK/final" | awk '{s += $NF} END {print s + 0}'; }
+printf '%-44s %14s\n' "cgroup churns (x 7 calls)" "$churned"
+printf '%-44s %14s\n' "  perf / bpf {cgroup,comm} sums" "$(churn_sum churn_by_cgroup_total) / $(churn_sum churn_by_cgroup_bpf_total)"
+printf '%-44s %14s\n' "pages with a repeated label set or bare id" "$bad_pages"
 
 ok=1
 fail() { echo "FAIL: $*"; ok=0; }
@@ -179,6 +222,9 @@ fail() { echo "FAIL: $*"; ok=0; }
 [[ "${bpf_removed:-0}" -gt 0 ]] || fail "no dead task's series was removed from a BPF map"
 [[ "$last" == 1 ]] || fail "a new task's series did not appear"
 [[ $scrape_fails == 0 ]] || fail "$scrape_fails scrapes failed"
+[[ $bad_pages == 0 ]] || { fail "$bad_pages pages had two series with one label set or a bare cgroup id"; grep -v '^#' "$WORK/bad_page" | sed 's/ [^ ]*$//' | sort | uniq -d | head; }
+page_ok "$WORK/final" || fail "the final page has two series with one label set or a bare cgroup id"
+[[ -z $CG || $churned -gt 0 ]] || fail "the cgroup churn did not run"
 [[ $hotplugged == no || "${reopens:-0}" -ge 1 ]] || fail "cpu1 was not reopened"
 [[ $FDS1 -le $FDS0 ]] || fail "open fds grew: $FDS0 -> $FDS1"
 [[ $RSS1 -le $((RSS0 * 5 / 4 + 2048)) ]] || fail "RSS grew: $RSS0 -> $RSS1 KiB"
