@@ -83,7 +83,7 @@ class BpfMetric : public Collector {
   // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.
   Status Attach() override;
   void Detach() override;
-  bool attached() const { return !attach_fds_.empty(); }
+  bool attached() const override { return !attach_fds_.empty(); }
 
   const std::string& name() const override { return spec_.name; }
   void OnSample(size_t, const Sample&, CommTable*) override {}  // no samples: the kernel aggregates

@@ -81,6 +81,8 @@ class Collector {
   // fed by samples do nothing here. Owning (main) thread.
   virtual Status Attach() { return Status::Ok(); }
   virtual void Detach() {}
+  // True while Attach's kernel objects are attached (always false for sample-fed collectors).
+  virtual bool attached() const { return false; }
 
   // Self-metric inputs.
   // Latency metrics: unmatched starts/ends by reason and starts in flight.

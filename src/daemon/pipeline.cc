@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <ctime>
 
-#include "bpf/bpf_metric.h"
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -389,10 +388,10 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     //     one tracepoint (BPF_TRACE_MAX_PROGS, 64; E2BIG), and a reload renaming 40 metrics
     //     would need 80. Their counts freeze here (they leave the page at the swap); re-attached
     //     if the reload fails.
-    std::vector<bpf::BpfMetric*> detached;
+    std::vector<Collector*> detached;
     if (result.ok()) {
       for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-        auto* b = dynamic_cast<bpf::BpfMetric*>(plan_->collectors[j].get());
+        Collector* b = plan_->collectors[j].get();
         if (b == nullptr || !b->attached()) continue;
         bool kept_metric = false;
         for (size_t i = 0; i < next->collectors.size(); ++i) kept_metric |= SameMetric(*plan_, j, *next, i);
@@ -411,9 +410,9 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     }
     if (!result.ok()) {
       for (auto& c : next->collectors) {  // free their tracepoints' program slots first
-        if (auto* b = dynamic_cast<bpf::BpfMetric*>(c.get())) b->Detach();
+        if (c != nullptr) c->Detach();
       }
-      for (bpf::BpfMetric* b : detached) {
+      for (Collector* b : detached) {
         if (Status st = b->Attach(); !st.ok()) {
           TPE_LOG_ERROR("{}: re-attaching after a failed reload failed, it no longer counts: {}", b->name(),
                         st.ToString());
