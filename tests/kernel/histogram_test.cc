@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <fstream>
 #include <functional>
 
 #include "daemon/config.h"
@@ -20,6 +21,13 @@
 
 namespace tpe {
 namespace {
+
+// Whether the running kernel is PREEMPT_RT (/sys/kernel/realtime, present and "1" on RT kernels).
+bool PreemptRt() {
+  std::ifstream f("/sys/kernel/realtime");
+  int rt = 0;
+  return static_cast<bool>(f >> rt) && rt == 1;
+}
 
 // Forks a child that waits on a pipe, then runs `body` and exits.
 template <typename Body>
@@ -192,11 +200,26 @@ TEST_P(KernelHistogramTest, CrossCpuWakeupPairing) {
   ASSERT_NE(wakeups, nullptr);
   ASSERT_NE(lat, nullptr);
   ASSERT_EQ(lat->series.size(), 1u);
-  // Each wakeup (the release from the start pipe, then one per byte unless the byte was already
-  // there when read() was called) ends exactly one read: _count equals the wakeups.
-  EXPECT_GE(wakeups->series[0].value, kWakeups / 2);
-  EXPECT_LE(wakeups->series[0].value, kWakeups + 1);
-  EXPECT_EQ(static_cast<double>(lat->series[0].count), wakeups->series[0].value);
+  // The sleeper makes kWakeups + 1 reads (the start pipe, then one per byte); each read ends one
+  // latency (its last sched_waking start), unless the byte was already there when read() was
+  // called, so _count is between kWakeups / 2 and kWakeups + 1 and never above the wakeups.
+  const double count = static_cast<double>(lat->series[0].count);
+  EXPECT_GE(count, kWakeups / 2);
+  EXPECT_LE(count, kWakeups + 1);
+  EXPECT_GE(wakeups->series[0].value, count);
+  if (!PreemptRt()) {
+    // Without PREEMPT_RT, the sleeper is woken only by the byte it waits for: one wakeup per read.
+    EXPECT_EQ(wakeups->series[0].value, count);
+  } else {
+    // PREEMPT_RT turns spinlock_t (the pipe's rd_wait/wr_wait wait-queue locks) and the pipe mutex
+    // into rtmutexes: a sleeper that contends on one of them while the waker holds it blocks
+    // (TASK_RTLOCK_WAIT) and is woken by the unlock (rt_mutex_slowunlock -> wake_up_q ->
+    // try_to_wake_up), which fires sched_waking again inside the same read(). Measured on Debian
+    // 6.1-rt under TCG: 203-234 wakeups for 201 reads. Such a wakeup replaces the pending start,
+    // it ends no extra read; at most one per lock the read takes (pipe->mutex, rd_wait.lock,
+    // wr_wait.lock) and per wait-queue lock the waker's write takes.
+    EXPECT_LE(wakeups->series[0].value, 5 * (kWakeups + 1));
+  }
   EXPECT_GT(lat->series[0].sum, 0);
 }
 

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Runs as PID 1 in a tests/vm/matrix.sh guest (host root over 9p under a tmpfs overlay). Writes to
+# /tpe-results: verdicts ("PASS name" / "FAIL name" per check), logs, and "done" at the end; then
+# powers off. The host reads these files, never qemu's exit code.
+R=/tpe-results
+source $R/params
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /run
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+modprobe loop
+ulimit -l unlimited
+ip link set lo up
+hostname tpe-vm
+export TPE_REQUIRE_KERNEL=1
+verdict() { if [[ $2 == 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; fi >>$R/verdicts; }
+{
+  echo "kernel: $(uname -a)"
+  echo "cpus online: $(nproc)  preempt_rt: $(cat /sys/kernel/realtime 2>/dev/null || echo 0)"
+} >$R/guest-info
+: >$R/verdicts
+
+# Kernel tier: every kernel-label test binary (parameterized over the perf and bpf engines),
+# hotplug tests included (cpu1 of the guest can go offline without harming anyone).
+start=$(date +%s)
+(cd "$TPE_BUILD" && ctest -L kernel --output-on-failure --timeout 600) >$R/kernel-tier.log 2>&1
+verdict "kernel-tier(ctest -L kernel)" $?
+echo "kernel tier: $(($(date +%s) - start)) s" >>$R/guest-info
+
+# e2e exact counts through the daemon, one daemon per engine.
+start=$(date +%s)
+bash "$TPE_SRC/tests/vm/e2e_exact.sh" "$TPE_BUILD/tracepoint_exporter" \
+  "$TPE_BUILD/tests/triggers/getppid_loop" "$TPE_SRC" >$R/e2e.log 2>&1
+verdict "e2e-exact-count(perf,bpf)" $?
+echo "e2e: $(($(date +%s) - start)) s" >>$R/guest-info
+
+tainted=$(cat /proc/sys/kernel/tainted)
+echo "tainted: $tainted" >>$R/guest-info
+verdict "kernel-not-tainted(tainted=$tainted)" "$tainted"
+dmesg >$R/dmesg.log
+grep -nE 'WARNING:|BUG:|Call Trace' $R/dmesg.log >$R/dmesg-warnings.log
+[[ -s $R/dmesg-warnings.log ]]
+verdict "dmesg-has-no-WARN" $((1 - $?))
+touch $R/done
+sync
+umount $R
+echo o >/proc/sysrq-trigger
+sleep 30
