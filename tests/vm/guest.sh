@@ -2,22 +2,7 @@
 # Runs as PID 1 in a tests/vm/matrix.sh guest (host root over 9p under a tmpfs overlay). Writes to
 # /tpe-results: verdicts ("PASS name" / "FAIL name" per check), logs, and "done" at the end; then
 # powers off. The host reads these files, never qemu's exit code.
-R=/tpe-results
-source $R/params
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs dev /dev 2>/dev/null
-mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /run
-mount -t tracefs tracefs /sys/kernel/tracing
-mount -t debugfs debugfs /sys/kernel/debug
-mount -t bpf bpf /sys/fs/bpf
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
-modprobe loop
-ulimit -l unlimited
-ip link set lo up
-hostname tpe-vm
+source "$(dirname "$0")/guest_setup.sh"
 export TPE_REQUIRE_KERNEL=1
 verdict() { if [[ $2 == 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; fi >>$R/verdicts; }
 {

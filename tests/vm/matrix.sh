@@ -11,7 +11,8 @@
 # fails, when its kernel is tainted after the run or when its dmesg has a WARNING.
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
 # qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 900);
-# TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels.
+# TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
+# guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh).
 set -uo pipefail
 BUILD=$(realpath "${1:?usage: matrix.sh BUILD_DIR [METAPACKAGE...]}")
 shift
@@ -66,7 +67,10 @@ prepare_kernel() {
   KVER=${dep#linux-image-}
   KVER=${KVER%-unsigned}
   KDIR=$CACHE/$KVER
-  [[ -f "$KDIR/ready" ]] && return 0
+  if [[ -f "$KDIR/ready" ]]; then
+    build_initramfs  # cheap; picks up changes to tests/vm/init
+    return
+  fi
   rm -rf "$KDIR" && mkdir -p "$KDIR/debs" "$KDIR/root"
   (cd "$KDIR/debs" && apt-get download -q "$dep") >"$KDIR/download.log" 2>&1 ||
     { echo "apt-get download $dep failed"; cat "$KDIR/download.log"; return 1; }
@@ -103,6 +107,7 @@ TPE_BUILD=$BUILD
 TPE_SRC=$SRC
 TPE_KVER=$KVER
 TPE_KMODULES=$KDIR/root/lib/modules/$KVER
+TPE_GUEST=${TPE_VM_GUEST:-$SRC/tests/vm/guest.sh}
 EOF
   timeout "$TIMEOUT" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 2 -m 2048 \
     -nographic -no-reboot -monitor none -serial "file:$OUT/console.log" \
@@ -137,12 +142,16 @@ for meta in "${KERNELS[@]}"; do
   run_guest
   secs=$(($(date +%s) - start))
   if [[ ! -f "$OUT/done" ]]; then
-    result="FAIL (the guest never finished: timeout ${TIMEOUT}s or crash; tail of console.log below)"
+    result="FAIL: the guest never finished (timeout ${TIMEOUT}s or crash; tail of console.log above)"
     tail -40 "$OUT/console.log"
   elif grep -q '^FAIL' "$OUT/verdicts"; then
-    result="FAIL ($(grep -c '^FAIL' "$OUT/verdicts") of $(wc -l <"$OUT/verdicts") checks: $(grep '^FAIL' "$OUT/verdicts" | cut -d' ' -f2- | tr '\n' ';'))"
+    nfail=$(grep -c '^FAIL' "$OUT/verdicts")
+    nall=$(wc -l <"$OUT/verdicts")
+    failed=$(grep '^FAIL' "$OUT/verdicts" | cut -d' ' -f2- | paste -sd';')
+    result="FAIL: $nfail of $nall checks: $failed"
   else
-    result="PASS ($(wc -l <"$OUT/verdicts") checks)"
+    nall=$(wc -l <"$OUT/verdicts")
+    result="PASS: $nall checks"
   fi
   [[ "$result" == PASS* ]] || overall=1
   [[ "$result" == PASS* ]] || { cat "$OUT/verdicts" 2>/dev/null; }
