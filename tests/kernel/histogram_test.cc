@@ -63,8 +63,8 @@ void NanosleepRaw(long ns) {
   syscall(SYS_nanosleep, &ts, nullptr);
 }
 
-// 20 nanosleeps of 2 ms and 20 of 20 ms: exactly 20 observations in (1 ms, 10 ms] and 20 in
-// (10 ms, 100 ms]; _count 40; _sum within 10% of 0.44 s.
+// 20 nanosleeps of 2 ms and 20 of 20 ms: 40 observations in (1 ms, 100 ms], at least the 20
+// long ones in (10 ms, 100 ms]; _count 40; _sum at least 0.44 s.
 using KernelHistogramTest = testing::EngineTest;
 TPE_INSTANTIATE_ENGINES(KernelHistogramTest);
 
@@ -92,12 +92,19 @@ TEST_P(KernelHistogramTest, NanosleepLatencyBuckets) {
   ASSERT_EQ(m->series.size(), 1u);
   const SeriesSnapshot& s = m->series[0];
   EXPECT_EQ(s.labels, (LabelPairs{{"comm", "tpe_sleeper"}}));
-  EXPECT_EQ(s.bucket_counts, (std::vector<uint64_t>{0, 20, 20, 0, 0}));
+  // Every sleep is observed once, none ends early (nanosleep(2)): nothing at or below 1 ms, the
+  // 20 ms sleeps all above 10 ms. How late a sleep ends is the scheduler's business: a 2 ms
+  // sleep lands in (1 ms, 10 ms] on an idle machine, but on a starved one (Debian 6.1-rt under
+  // qemu TCG on a loaded host: 13 of 20 took over 10 ms) it can land in (10 ms, 100 ms].
+  ASSERT_EQ(s.bucket_counts.size(), 5u);
+  EXPECT_EQ(s.bucket_counts[0], 0u);
+  EXPECT_EQ(s.bucket_counts[1] + s.bucket_counts[2], 40u);
+  EXPECT_GE(s.bucket_counts[2], 20u);
+  EXPECT_EQ(s.bucket_counts[3], 0u);
+  EXPECT_EQ(s.bucket_counts[4], 0u);
   EXPECT_EQ(s.count, 40u);
-  // A sleep never ends early (nanosleep(2)); how late it ends is the scheduler's business (a
-  // busy machine adds milliseconds), bounded here only by the buckets each sleep landed in.
   EXPECT_GE(s.sum, 0.44 - 1e-6);
-  EXPECT_LE(s.sum, 20 * 0.01 + 20 * 0.1);
+  EXPECT_LE(s.sum, 40 * 0.1);
 }
 
 // write() of known sizes to /dev/null: exact bucket counts of a value histogram.
