@@ -16,6 +16,11 @@ verdict() { if [[ $2 == 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; fi >>$R/
 start=$(date +%s)
 (cd "$TPE_BUILD" && ctest -L kernel --output-on-failure --timeout 600) >$R/kernel-tier.log 2>&1
 verdict "kernel-tier(ctest -L kernel)" $?
+# One verdict per test binary too, so the summary names what failed.
+sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\(Passed\|Failed\|Timeout\|Not Run\).*/\1 \2/p' \
+  $R/kernel-tier.log | while read -r name result; do
+  verdict "ctest:$name" "$([[ $result == Passed ]] && echo 0 || echo 1)"
+done
 echo "kernel tier: $(($(date +%s) - start)) s" >>$R/guest-info
 
 # e2e exact counts through the daemon, one daemon per engine.
