@@ -12,7 +12,8 @@
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
 # qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 900);
 # TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
-# guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh).
+# guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh); TPE_VM_RESULTS=DIR
+# puts the per-kernel results directories there instead of $TPE_VM_CACHE/results.
 set -uo pipefail
 BUILD=$(realpath "${1:?usage: matrix.sh BUILD_DIR [METAPACKAGE...]}")
 shift
@@ -96,7 +97,7 @@ build_initramfs() {
     esac
   done
   printf '%s\n' "${MODULES[@]}" >"$ird/modules/order"
-  cp "$SRC/tests/vm/init" "$ird/init" && chmod +x "$ird/init"
+  cp "$SRC/tests/vm/init" "$ird/init" && chmod +x "$ird/init" || return 1
   (cd "$ird" && find . | cpio -o -H newc --quiet | gzip -1 >"$KDIR/initrd") || return 1
 }
 
@@ -136,7 +137,7 @@ for meta in "${KERNELS[@]}"; do
     summary+=("$meta $KVER: prepared in $KDIR")
     continue
   fi
-  OUT=$CACHE/results/$KVER
+  OUT=${TPE_VM_RESULTS:-$CACHE/results}/$KVER
   rm -rf "$OUT" && mkdir -p "$OUT"
   echo "== $meta -> $KVER: booting (results in $OUT)"
   run_guest
