@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "collectors/counter.h"
 #include "common/clock.h"
@@ -18,6 +20,8 @@ namespace tpe {
 namespace {
 
 constexpr uint64_t kCpuCheckIntervalNs = 1'000'000'000;
+// How long CheckCpus waits before re-reading a probe whose time_enabled did not advance.
+constexpr int kFrozenRecheckMs = 50;
 
 bool AnySampled(const Plan& plan) {
   return std::any_of(plan.events.begin(), plan.events.end(), [](const auto& e) { return e->sampled; });
@@ -251,6 +255,15 @@ void Pipeline::CheckCpus() {
       // is back already.
       auto t1 = ReadEnabledTime(probe);
       auto t2 = ReadEnabledTime(probe);
+      // Two back-to-back reads of a live event can agree where the perf clock stands still until
+      // the next tick (seen on Debian 6.1 under qemu TCG; perf_clock() is local_clock(), which
+      // sched_clock_local() clamps below the tick's gtod + TICK_NSEC when sched_clock is
+      // unstable). Declaring the CPU dead then closed and reopened its events and lost the hits
+      // in between without counting them (issue 14). Look again after several ticks.
+      if (up && t1.ok() && t2.ok() && *t2 == *t1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kFrozenRecheckMs));
+        t2 = ReadEnabledTime(probe);
+      }
       const bool alive = up && t1.ok() && t2.ok() && *t2 != *t1;
       if (alive) {
         st.enabled_ns = *t2;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <fstream>
 #include <functional>
 
 #include "daemon/config.h"
@@ -20,6 +21,13 @@
 
 namespace tpe {
 namespace {
+
+// Whether the running kernel is PREEMPT_RT (/sys/kernel/realtime, present and "1" on RT kernels).
+bool PreemptRt() {
+  std::ifstream f("/sys/kernel/realtime");
+  int rt = 0;
+  return static_cast<bool>(f >> rt) && rt == 1;
+}
 
 // Forks a child that waits on a pipe, then runs `body` and exits.
 template <typename Body>
@@ -55,8 +63,8 @@ void NanosleepRaw(long ns) {
   syscall(SYS_nanosleep, &ts, nullptr);
 }
 
-// 20 nanosleeps of 2 ms and 20 of 20 ms: exactly 20 observations in (1 ms, 10 ms] and 20 in
-// (10 ms, 100 ms]; _count 40; _sum within 10% of 0.44 s.
+// 20 nanosleeps of 2 ms and 20 of 20 ms: 40 observations in (1 ms, 100 ms], at least the 20
+// long ones in (10 ms, 100 ms]; _count 40; _sum at least 0.44 s.
 using KernelHistogramTest = testing::EngineTest;
 TPE_INSTANTIATE_ENGINES(KernelHistogramTest);
 
@@ -84,12 +92,19 @@ TEST_P(KernelHistogramTest, NanosleepLatencyBuckets) {
   ASSERT_EQ(m->series.size(), 1u);
   const SeriesSnapshot& s = m->series[0];
   EXPECT_EQ(s.labels, (LabelPairs{{"comm", "tpe_sleeper"}}));
-  EXPECT_EQ(s.bucket_counts, (std::vector<uint64_t>{0, 20, 20, 0, 0}));
+  // Every sleep is observed once, none ends early (nanosleep(2)): nothing at or below 1 ms, the
+  // 20 ms sleeps all above 10 ms. How late a sleep ends is the scheduler's business: a 2 ms
+  // sleep lands in (1 ms, 10 ms] on an idle machine, but on a starved one (Debian 6.1-rt under
+  // qemu TCG on a loaded host: 13 of 20 took over 10 ms) it can land in (10 ms, 100 ms].
+  ASSERT_EQ(s.bucket_counts.size(), 5u);
+  EXPECT_EQ(s.bucket_counts[0], 0u);
+  EXPECT_EQ(s.bucket_counts[1] + s.bucket_counts[2], 40u);
+  EXPECT_GE(s.bucket_counts[2], 20u);
+  EXPECT_EQ(s.bucket_counts[3], 0u);
+  EXPECT_EQ(s.bucket_counts[4], 0u);
   EXPECT_EQ(s.count, 40u);
-  // A sleep never ends early (nanosleep(2)); how late it ends is the scheduler's business (a
-  // busy machine adds milliseconds), bounded here only by the buckets each sleep landed in.
   EXPECT_GE(s.sum, 0.44 - 1e-6);
-  EXPECT_LE(s.sum, 20 * 0.01 + 20 * 0.1);
+  EXPECT_LE(s.sum, 40 * 0.1);
 }
 
 // write() of known sizes to /dev/null: exact bucket counts of a value histogram.
@@ -192,11 +207,26 @@ TEST_P(KernelHistogramTest, CrossCpuWakeupPairing) {
   ASSERT_NE(wakeups, nullptr);
   ASSERT_NE(lat, nullptr);
   ASSERT_EQ(lat->series.size(), 1u);
-  // Each wakeup (the release from the start pipe, then one per byte unless the byte was already
-  // there when read() was called) ends exactly one read: _count equals the wakeups.
-  EXPECT_GE(wakeups->series[0].value, kWakeups / 2);
-  EXPECT_LE(wakeups->series[0].value, kWakeups + 1);
-  EXPECT_EQ(static_cast<double>(lat->series[0].count), wakeups->series[0].value);
+  // The sleeper makes kWakeups + 1 reads (the start pipe, then one per byte); each read ends one
+  // latency (its last sched_waking start), unless the byte was already there when read() was
+  // called, so _count is between kWakeups / 2 and kWakeups + 1 and never above the wakeups.
+  const double count = static_cast<double>(lat->series[0].count);
+  EXPECT_GE(count, kWakeups / 2);
+  EXPECT_LE(count, kWakeups + 1);
+  EXPECT_GE(wakeups->series[0].value, count);
+  if (!PreemptRt()) {
+    // Without PREEMPT_RT, the sleeper is woken only by the byte it waits for: one wakeup per read.
+    EXPECT_EQ(wakeups->series[0].value, count);
+  } else {
+    // PREEMPT_RT turns spinlock_t (the pipe's rd_wait/wr_wait wait-queue locks) and the pipe mutex
+    // into rtmutexes: a sleeper that contends on one of them while the waker holds it blocks
+    // (TASK_RTLOCK_WAIT) and is woken by the unlock (rt_mutex_slowunlock -> wake_up_q ->
+    // try_to_wake_up), which fires sched_waking again inside the same read(). Measured on Debian
+    // 6.1-rt under TCG: 203-234 wakeups for 201 reads. Such a wakeup replaces the pending start,
+    // it ends no extra read; at most one per lock the read takes (pipe->mutex, rd_wait.lock,
+    // wr_wait.lock) and per wait-queue lock the waker's write takes.
+    EXPECT_LE(wakeups->series[0].value, 5 * (kWakeups + 1));
+  }
   EXPECT_GT(lat->series[0].sum, 0);
 }
 

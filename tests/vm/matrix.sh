@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Kernel matrix: boots Debian's kernels under qemu (TCG, no /dev/kvm needed) with the host root
+# shared read-only over virtio-9p (an overlay on a tmpfs in the guest), and runs in each guest the
+# kernel tier (kernel-label ctest binaries, both engines, hotplug tests included: -smp 2) and an e2e
+# exact count through the daemon binary on engine perf and engine bpf (tests/vm/guest.sh).
+#   tests/vm/matrix.sh BUILD_DIR [METAPACKAGE...]
+# Default metapackages: linux-image-amd64 (6.1), linux-image-rt-amd64 (6.1 PREEMPT_RT),
+# linux-image-6.12-amd64. Kernels are resolved through the metapackage, fetched with
+# `apt-get download` and cached, extracted and depmod'ed, under TPE_VM_CACHE (~/.cache/tpe-vm).
+# Results come from a writable 9p share, never from qemu's exit code. A guest fails when a test
+# fails, when its kernel is tainted after the run or when its dmesg has a WARNING.
+# Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
+# qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 900);
+# TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
+# guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh); TPE_VM_RESULTS=DIR
+# puts the per-kernel results directories there instead of $TPE_VM_CACHE/results.
+set -uo pipefail
+BUILD=$(realpath "${1:?usage: matrix.sh BUILD_DIR [METAPACKAGE...]}")
+shift
+KERNELS=("$@")
+[[ ${#KERNELS[@]} -eq 0 ]] && KERNELS=(linux-image-amd64 linux-image-rt-amd64 linux-image-6.12-amd64)
+SRC=$(realpath "$(dirname "$0")/../..")
+CACHE=${TPE_VM_CACHE:-$HOME/.cache/tpe-vm}
+TIMEOUT=${TPE_VM_TIMEOUT:-900}
+mkdir -p "$CACHE"
+
+skip_or_fail() {
+  echo "vm matrix: $1"
+  if [[ "${CI:-}" == true || "${TPE_REQUIRE_KERNEL:-}" == 1 ]]; then exit 1; fi
+  echo "vm matrix skipped"
+  exit 0
+}
+
+[[ $(id -u) -eq 0 ]] || skip_or_fail "needs root (apt-get, depmod, the guests' tests run as root)"
+[[ -x "$BUILD/tests/kernel/kernel_test" && -x "$BUILD/tracepoint_exporter" ]] ||
+  skip_or_fail "$BUILD has no tests/kernel/kernel_test or tracepoint_exporter: build first"
+
+# Host tools, from Debian packages.
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[[ -x /bin/busybox ]] && /bin/busybox --list 2>/dev/null | grep -qx switch_root || need+=(busybox-static)
+command -v cpio >/dev/null || need+=(cpio)
+command -v depmod >/dev/null || need+=(kmod)
+command -v xz >/dev/null || need+=(xz-utils)
+command -v curl >/dev/null || need+=(curl)
+if [[ ${#need[@]} -gt 0 ]]; then
+  echo "vm matrix: installing ${need[*]}"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"; } \
+    >"$CACHE/apt.log" 2>&1 || skip_or_fail "apt-get install ${need[*]} failed (see $CACHE/apt.log)"
+fi
+command -v qemu-system-x86_64 >/dev/null || skip_or_fail "qemu-system-x86_64 not found"
+if ! ldd /bin/busybox >/dev/null 2>&1; then :; else
+  skip_or_fail "/bin/busybox is dynamically linked: the initramfs needs busybox-static"
+fi
+
+MODULES=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache
+  9pnet 9pnet_virtio 9p overlay)
+
+# prepare_kernel METAPACKAGE: sets KVER and KDIR (extracted tree with vmlinuz, modules, initramfs).
+prepare_kernel() {
+  local meta=$1 dep deb
+  if [[ ! -f "$CACHE/apt-updated" || -n $(find "$CACHE/apt-updated" -mmin +720) ]]; then
+    apt-get update -q >"$CACHE/apt.log" 2>&1 && touch "$CACHE/apt-updated"
+  fi
+  # The metapackage depends on exactly one linux-image-<version>-<flavour> package.
+  dep=$(apt-cache depends "$meta" 2>/dev/null | sed -n 's/^  Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -1)
+  [[ -n "$dep" ]] || { echo "cannot resolve $meta through apt-cache depends"; return 1; }
+  KVER=${dep#linux-image-}
+  KVER=${KVER%-unsigned}
+  KDIR=$CACHE/$KVER
+  if [[ -f "$KDIR/ready" ]]; then
+    build_initramfs  # cheap; picks up changes to tests/vm/init
+    return
+  fi
+  rm -rf "$KDIR" && mkdir -p "$KDIR/debs" "$KDIR/root"
+  (cd "$KDIR/debs" && apt-get download -q "$dep") >"$KDIR/download.log" 2>&1 ||
+    { echo "apt-get download $dep failed"; cat "$KDIR/download.log"; return 1; }
+  for deb in "$KDIR"/debs/*.deb; do dpkg-deb -x "$deb" "$KDIR/root" || return 1; done
+  depmod -b "$KDIR/root" "$KVER" || return 1
+  build_initramfs || return 1
+  touch "$KDIR/ready"
+}
+
+# build_initramfs: busybox, the 9p/virtio/overlay modules (decompressed; those built in are
+# absent) and tests/vm/init, as $KDIR/initrd.
+build_initramfs() {
+  local ird=$KDIR/initrd.d m f
+  rm -rf "$ird" && mkdir -p "$ird"/{bin,dev,proc,sys,lower,rw,newroot,modules}
+  cp /bin/busybox "$ird/bin/busybox"
+  for m in "${MODULES[@]}"; do
+    f=$(find "$KDIR/root/lib/modules/$KVER" -name "$m.ko*" | head -1)
+    [[ -z "$f" ]] && continue
+    case "$f" in
+      *.xz) xz -dc "$f" >"$ird/modules/$m.ko" ;;
+      *.zst) zstd -dqc "$f" >"$ird/modules/$m.ko" ;;
+      *) cp "$f" "$ird/modules/$m.ko" ;;
+    esac
+  done
+  printf '%s\n' "${MODULES[@]}" >"$ird/modules/order"
+  cp "$SRC/tests/vm/init" "$ird/init" && chmod +x "$ird/init" || return 1
+  (cd "$ird" && find . | cpio -o -H newc --quiet | gzip -1 >"$KDIR/initrd") || return 1
+}
+
+# run_guest: boots $KDIR, waits for it, reads $OUT (the writable share).
+run_guest() {
+  cat >"$OUT/params" <<EOF
+TPE_BUILD=$BUILD
+TPE_SRC=$SRC
+TPE_KVER=$KVER
+TPE_KMODULES=$KDIR/root/lib/modules/$KVER
+TPE_GUEST=${TPE_VM_GUEST:-$SRC/tests/vm/guest.sh}
+EOF
+  timeout "$TIMEOUT" qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 2 -m 2048 \
+    -nographic -no-reboot -monitor none -serial "file:$OUT/console.log" \
+    -kernel "$KDIR/root/boot/vmlinuz-$KVER" -initrd "$KDIR/initrd" \
+    -append "console=ttyS0 panic=-1 oops=panic loglevel=4 quiet" \
+    -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap \
+    -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
+    -fsdev local,id=out,path="$OUT",security_model=none \
+    -device virtio-9p-pci,fsdev=out,mount_tag=results \
+    >"$OUT/qemu.log" 2>&1
+  echo "qemu exit $? (not used)" >>"$OUT/qemu.log"
+}
+
+overall=0
+summary=()
+for meta in "${KERNELS[@]}"; do
+  KVER="" KDIR=""
+  start=$(date +%s)
+  if ! prepare_kernel "$meta" >"$CACHE/prepare-$meta.log" 2>&1; then
+    cat "$CACHE/prepare-$meta.log"
+    [[ "${CI:-}" == true || "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && overall=1
+    summary+=("$meta: MISSING (kernel could not be fetched or prepared, see $CACHE/prepare-$meta.log)")
+    continue
+  fi
+  if [[ -n "${TPE_VM_PREPARE_ONLY:-}" ]]; then
+    summary+=("$meta $KVER: prepared in $KDIR")
+    continue
+  fi
+  OUT=${TPE_VM_RESULTS:-$CACHE/results}/$KVER
+  rm -rf "$OUT" && mkdir -p "$OUT"
+  echo "== $meta -> $KVER: booting (results in $OUT)"
+  run_guest
+  secs=$(($(date +%s) - start))
+  if [[ ! -f "$OUT/done" ]]; then
+    result="FAIL: the guest never finished (timeout ${TIMEOUT}s or crash; tail of console.log above)"
+    tail -40 "$OUT/console.log"
+  elif grep -q '^FAIL' "$OUT/verdicts"; then
+    nfail=$(grep -c '^FAIL' "$OUT/verdicts")
+    nall=$(wc -l <"$OUT/verdicts")
+    failed=$(grep '^FAIL' "$OUT/verdicts" | cut -d' ' -f2- | paste -sd';')
+    result="FAIL: $nfail of $nall checks: $failed"
+  else
+    nall=$(wc -l <"$OUT/verdicts")
+    result="PASS: $nall checks"
+  fi
+  [[ "$result" == PASS* ]] || overall=1
+  [[ "$result" == PASS* ]] || { cat "$OUT/verdicts" 2>/dev/null; }
+  summary+=("$meta $KVER: $result in ${secs}s, logs in $OUT")
+done
+echo "== kernel matrix"
+printf '%s\n' "${summary[@]}"
+exit $overall
