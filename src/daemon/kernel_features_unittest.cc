@@ -81,6 +81,23 @@ TEST(KernelFeaturesPlanTest, CgroupLabelLeftOutWhereV2HoldsNoTasks) {
   EXPECT_NE((*p)->kernel_notes[1].find("cgroup labels are left out"), std::string::npos);
 }
 
+// CPUS{...} filters came with Linux 6.6; 6.1 refuses them ("CPU & CPUS{0}": the kernel matrix's
+// 6.1 guest). The bpf engine gives the kernel's verdict instead of compiling them.
+TEST(KernelFeaturesPlanTest, CpusFiltersNeedLinux6_6OnTheBpfEngineToo) {
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "sched:sched_waking",
+      "filter": "CPU & CPUS{0}", "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{true, ""}, {},
+                     On("6.1.0-18-amd64"));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->engines[0], "perf");  // where the kernel itself refuses the filter at open
+  EXPECT_NE((*p)->engine_reasons[0].find("metrics[0].filter \"CPU & CPUS{0}\": CPUS{...} filters need Linux 6.6; "
+                                         "this kernel (6.1.0-18-amd64) refuses them"),
+            std::string::npos)
+      << (*p)->engine_reasons[0];
+}
+
 TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
   constexpr char kCounter[] = R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid"})";
   struct Row {

@@ -66,7 +66,13 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (!expr.ok()) {
         return Unimplemented("filter \"" + Abbreviate(filter) + "\" on " + out->event + ": " + expr.status().message());
       }
-      // The kernel's verdict on CPUS{...} for the machine (the perf engine gets it from the kernel).
+      // The kernel's verdict on CPUS{...} (the perf engine gets it from the kernel): refused
+      // before Linux 6.6, and for CPUs the machine does not have.
+      const auto& k = plan->features.bpf;
+      if (UsesCpus(*expr) && k.major != 0 && (k.major < 6 || (k.major == 6 && k.minor < 6))) {
+        return InvalidArgument(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) +
+                               "\": CPUS{...} filters need Linux 6.6; this kernel (" + k.release + ") refuses them");
+      }
       if (auto cpus = PossibleCpus(); cpus.ok() && !cpus->empty()) {
         TPE_RETURN_IF_ERROR(CheckFilterCpus(*expr, static_cast<uint32_t>(cpus->back() + 1))
                                 .WithContext(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) + "\""));

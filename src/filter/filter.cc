@@ -1126,6 +1126,11 @@ std::vector<std::string> FilterWarnings(const FilterExpr& expr, const EventForma
   return out;
 }
 
+bool UsesCpus(const FilterExpr& expr) {
+  if (expr.kind == FilterExpr::Kind::kCompare) return expr.pred.operand == FilterOperand::kCpus;
+  return std::any_of(expr.children.begin(), expr.children.end(), [](const FilterExpr& c) { return UsesCpus(c); });
+}
+
 Status CheckFilterCpus(const FilterExpr& expr, uint32_t nr_cpu_ids) {
   if (expr.kind != FilterExpr::Kind::kCompare) {
     for (const auto& c : expr.children) TPE_RETURN_IF_ERROR(CheckFilterCpus(c, nr_cpu_ids));

@@ -162,6 +162,10 @@ StatusOr<FilterExpr> ParseFilter(std::string_view text, const EventFormat& forma
 // Errors: InvalidArgument naming the CPU, its column and the machine's CPUs. Pure.
 Status CheckFilterCpus(const FilterExpr& expr, uint32_t nr_cpu_ids);
 
+// True when `expr` has a CPUS{...} operand: a kernel filter feature of Linux 6.6 and later
+// (filtering CPU, scalar and cpumask fields by a cpumask); 6.1 refuses such filters. Pure.
+bool UsesCpus(const FilterExpr& expr);
+
 // What EvaluateFilter needs beyond the record: the sample's CPU and task name.
 struct FilterContext {
   uint32_t cpu = 0;

@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -29,6 +31,20 @@
 
 namespace tpe {
 namespace {
+
+// The running kernel's version is at least major.minor (uname -r).
+bool KernelAtLeast(int major, int minor) {
+  utsname u{};
+  int ma = 0, mi = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return true;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+// Debian's 6.1 (the kernel matrix) matches a glob class "[!...]" against the end of the string
+// ("xbb" ~ "xbb[!b]*"), where 6.12 and 6.18, and src/filter, do not. Globs run on the perf engine
+// only (the kernel decides), so on such kernels patterns with "[!" are left out of the
+// comparison.
+bool KernelGlobsClassesAtTheEnd() { return !KernelAtLeast(6, 12); }
 
 // A private tracefs instance with one event, removed at the end.
 class Instance {
@@ -159,6 +175,7 @@ TEST_F(FilterKernelTest, DataLocStringDecisionsMatchTheKernel) {
     for (const auto& p : paths) names.push_back(p.substr(dir.size() + 1));
     const std::string op = Op(&rng);
     const std::string pattern = Pattern(&rng, op, names, dir + "/");
+    if (KernelGlobsClassesAtTheEnd() && pattern.find("[!") != std::string::npos) continue;
     const std::string filter = "filename " + op + " \"" + pattern + "\"";
     SCOPED_TRACE(filter);
     auto e = ParseFilter(filter, format);
@@ -212,6 +229,7 @@ TEST_F(FilterKernelTest, CharArrayDecisionsMatchTheKernel) {
     for (int i = 0; i < 6; ++i) names.push_back("q" + RandomText(&rng, 0, 14));  // up to 15 characters
     const std::string op = Op(&rng);
     const std::string pattern = Pattern(&rng, op, names, "");
+    if (KernelGlobsClassesAtTheEnd() && pattern.find("[!") != std::string::npos) continue;
     const std::string filter = "comm " + op + " \"" + pattern + "\"";
     SCOPED_TRACE(filter);
     auto e = ParseFilter(filter, format);
@@ -279,9 +297,13 @@ TEST_F(FilterKernelTest, AcceptsWhatTheKernelAccepts) {
                                             "prev_pid == 1 & next_pid == 2",
                                             "prev_pid === 1",
                                             "prev_pid == " + std::string(22, '0') + "1"};
+  // CPUS{...} came with Linux 6.6: before it the kernel refuses it, and so does the plan
+  // (UsesCpus; the bpf engine never compiles it there).
+  const bool cpus = KernelAtLeast(6, 6);
   for (const std::string& f : filters) {
     auto e = ParseFilter(f, format);
-    EXPECT_EQ(e.ok(), inst.SetFilter(f)) << f << ": " << (e.ok() ? "accepted here" : e.status().message());
+    const bool ours = e.ok() && (cpus || !UsesCpus(*e));
+    EXPECT_EQ(ours, inst.SetFilter(f)) << f << ": " << (ours ? "accepted here" : e.status().message());
   }
 }
 
