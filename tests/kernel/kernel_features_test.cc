@@ -20,24 +20,7 @@ using testing::FindSeries;
 // RunPipeline (kernel_util.h) with the kernel features the plan is given.
 std::vector<MetricSnapshot> RunWith(const std::string& config, const KernelFeatures& features,
                                     const std::function<void()>& during) {
-  auto tracefs = Tracefs::Discover("auto");
-  EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
-  if (!tracefs.ok()) return {};
-  auto cfg = ParseConfig(config, "kernel_test.json");
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  if (!cfg.ok()) return {};
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, testing::Bpf(), {}, features);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  if (!plan.ok()) return {};
-  Pipeline pipeline(&*tracefs);
-  Status st = pipeline.Open(std::move(*plan));
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  st = pipeline.Start();
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  during();
-  pipeline.Stop();
-  bpf::SetLoadOptions(bpf::LoadOptions{});
-  return pipeline.Snapshot();
+  return testing::RunPipeline(config, during, features);
 }
 
 double Feature(const std::vector<MetricSnapshot>& snap, const std::string& feature) {

@@ -114,9 +114,12 @@ class Child {
   int go_;
 };
 
-// Parses `config` (JSON text), puts its metrics on CurrentEngine(), opens and starts the
-// pipeline on the live kernel, runs `during`, stops (draining the rings) and returns the snapshot.
-inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during) {
+// Parses `config` (JSON text), puts its metrics on CurrentEngine() (unless "auto"), plans it for
+// `features` (a current kernel unless a test gives an older one's), opens and starts the pipeline
+// on the live kernel, runs `during`, stops (draining the rings) and returns the snapshot. The
+// plan's process-wide BPF load options are reset afterwards.
+inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during,
+                                               const KernelFeatures& features = KernelFeatures{}) {
   auto tracefs = Tracefs::Discover("auto");
   EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
   if (!tracefs.ok()) return {};
@@ -126,7 +129,7 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   if (CurrentEngine() != "auto") {
     for (auto& m : cfg->metrics) m.engine = CurrentEngine();
   }
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, Bpf());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, Bpf(), {}, features);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   if (!plan.ok()) return {};
   Pipeline pipeline(&*tracefs);
@@ -136,6 +139,7 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   EXPECT_TRUE(st.ok()) << st.ToString();
   during();
   pipeline.Stop();
+  bpf::SetLoadOptions(bpf::LoadOptions{});
   return pipeline.Snapshot();
 }
 
