@@ -20,12 +20,7 @@ EventFormat Event(const std::string& sys, const std::string& ev) { return testin
 // Every integer size and signedness, a misaligned int and u64, a 5-byte char array, a 2-byte
 // array (compared as one unsigned integer) and a 200-byte char array.
 EventFormat Synthetic() {
-  auto f = ParseFormat(
-      "name: synth\nID: 1\nformat:\n"
-      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
-      "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
-      "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
-      "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+  auto f = testing::ParseSyntheticFormat(
       "\tfield:u8 u8v;\toffset:8;\tsize:1;\tsigned:0;\n"
       "\tfield:s8 s8v;\toffset:9;\tsize:1;\tsigned:1;\n"
       "\tfield:u16 u16v;\toffset:10;\tsize:2;\tsigned:0;\n"
@@ -41,9 +36,7 @@ EventFormat Synthetic() {
       "\tfield:char big[200];\toffset:60;\tsize:200;\tsigned:0;\n"
       "\tfield:__data_loc char[] msg;\toffset:260;\tsize:4;\tsigned:0;\n"
       "\tfield:const char * ptr;\toffset:264;\tsize:8;\tsigned:0;\n"
-      "\tfield:__data_loc cpumask_t mask;\toffset:272;\tsize:4;\tsigned:0;\n"
-      "\nprint fmt: \"\"\n",
-      "synth");
+      "\tfield:__data_loc cpumask_t mask;\toffset:272;\tsize:4;\tsigned:0;\n");
   EXPECT_TRUE(f.ok()) << f.status().ToString();
   return f.ok() ? *f : EventFormat{};
 }

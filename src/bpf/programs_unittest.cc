@@ -552,17 +552,10 @@ TEST_F(CounterProgramTest, FilterSkipsTheUpdateButCountsTheRun) {
 
 // __data_loc strings (up to 127 bytes: kStringSlotBytes) and byte arrays key as BuildKey does.
 TEST(CounterStringsTest, DataLocStringsAndByteArrays) {
-  auto f = ParseFormat(
-      "name: synth\nID: 1\nformat:\n"
-      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
-      "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
-      "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
-      "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+  auto f = testing::ParseSyntheticFormat(
       "\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n"
       "\tfield:u8 addr[6];\toffset:12;\tsize:6;\tsigned:0;\n"
-      "\tfield:s16 small;\toffset:18;\tsize:2;\tsigned:1;\n"
-      "\nprint fmt: \"\"\n",
-      "synth");
+      "\tfield:s16 small;\toffset:18;\tsize:2;\tsigned:1;\n");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   std::vector<LabelSpec> specs;
   specs.push_back(FieldLabel(*f, "msg"));
@@ -991,16 +984,9 @@ TEST(LayoutKeyTest, UnimplementedSaysWhichLabel) {
     EXPECT_TRUE(l->segments[0].field.current_tid);
   }
   {
-    auto f = ParseFormat(
-        "name: synth\nID: 1\nformat:\n"
-        "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
-        "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
-        "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
-        "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
+    auto f = testing::ParseSyntheticFormat(
         "\tfield:char big[65];\toffset:8;\tsize:65;\tsigned:0;\n"
-        "\tfield:char ok[64];\toffset:80;\tsize:64;\tsigned:0;\n"
-        "\nprint fmt: \"\"\n",
-        "synth");
+        "\tfield:char ok[64];\toffset:80;\tsize:64;\tsigned:0;\n");
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     std::vector<LabelSpec> specs;
     specs.push_back(FieldLabel(*f, "big"));
@@ -1086,15 +1072,7 @@ TEST_F(CounterProgramTest, CharArrayKeysStopAtTheNul) {
 // A __data_loc string is read for at most its length (loc >> 16), as the perf decoder reads it:
 // a length of 3 over "abcdef\0" is "abc" on both engines (the program used to read to the NUL).
 TEST(CounterStringsTest, DataLocReadIsBoundedByItsLength) {
-  auto f = ParseFormat(
-      "name: synth\nID: 1\nformat:\n"
-      "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
-      "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
-      "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
-      "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
-      "\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n"
-      "\nprint fmt: \"\"\n",
-      "synth");
+  auto f = testing::ParseSyntheticFormat("\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   std::vector<LabelSpec> specs;
   specs.push_back(FieldLabel(*f, "msg"));

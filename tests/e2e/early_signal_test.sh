@@ -12,11 +12,7 @@ cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 source "$SRC/tests/testing/daemon.sh"
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "e2e skipped: needs root to open tracepoint perf events"
-  [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && { echo "TPE_REQUIRE_KERNEL=1: a skip is a failure"; exit 1; }
-  exit 0
-fi
+require_root
 
 cat > "$WORK/config.json" <<JSON
 { "metrics": [

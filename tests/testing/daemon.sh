@@ -1,3 +1,13 @@
+# require_root: an e2e test that is not root skips (exit 0) saying why, or fails (exit 1) under
+# TPE_REQUIRE_KERNEL=1, where a skip is a failure. Call it after sourcing this file.
+require_root() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "e2e skipped: needs root to open tracepoint perf events"
+    [[ "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && { echo "TPE_REQUIRE_KERNEL=1: a skip is a failure"; exit 1; }
+    exit 0
+  fi
+}
+
 # Sourced by shell tests and benchmarks. start_daemon starts the tracepoint_exporter binary on a free
 # loopback port and waits until it reports the port.
 #   start_daemon BINARY CONFIG LOG [ARGS...]   sets DAEMON_PID and DAEMON_PORT (empty on failure)
