@@ -32,6 +32,8 @@ std::string U32Key(uint32_t i) {
 }
 
 uint64_t Neg(int e) { return static_cast<uint64_t>(-static_cast<int64_t>(e)); }
+// What R0 holds after a map op that returns an int, as before Linux 6.4 (see the header).
+uint64_t IntReturn(uint64_t ret) { return static_cast<uint32_t>(ret); }
 
 class Machine {
  public:
@@ -153,6 +155,7 @@ Status Machine::CallHelper(int32_t id) {
       } else {
         m->entries[key] = value;
       }
+      ret = IntReturn(ret);
       break;
     }
     case BPF_FUNC_map_delete_elem: {
@@ -165,6 +168,7 @@ Status Machine::CallHelper(int32_t id) {
       } else {
         ret = m->entries.erase(key) != 0 ? 0 : Neg(ENOENT);
       }
+      ret = IntReturn(ret);
       break;
     }
     case BPF_FUNC_get_current_pid_tgid:

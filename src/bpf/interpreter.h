@@ -6,7 +6,13 @@
 // counts masked) and kernel/bpf/helpers.c, kernel/trace/bpf_trace.c for the helpers:
 //   map_lookup_elem, map_update_elem (BPF_ANY/BPF_NOEXIST/BPF_EXIST; -EEXIST, -ENOENT, -E2BIG
 //   like htab_map_update_elem / array_map_update_elem), map_delete_elem (-ENOENT; -EINVAL on
-//   arrays), get_current_pid_tgid (tgid << 32 | tid), get_current_comm (strscpy_pad),
+//   arrays). Their errno reaches R0 as a 32-bit int zero-extended (-EEXIST is 0xffffffef), as
+//   on kernels before 6.4: the verifier turns these helper calls on hash and array maps into
+//   direct calls of the map's ops, which returned int until kernel commit d7ba4cc900bf ("bpf:
+//   return long from bpf_map_ops funcs"); the JIT leaves R0's upper half as the 32-bit move
+//   did (zero on x86-64; seen on Debian's 6.1). A program that sign-extends before comparing
+//   with a negative errno is right on both. Other helpers: get_current_pid_tgid
+//   (tgid << 32 | tid), get_current_comm (strscpy_pad),
 //   get_smp_processor_id, ktime_get_ns, get_current_cgroup_id, probe_read_kernel (dst zeroed
 //   and -EFAULT on a bad src) and probe_read_kernel_str (bytes copied including the NUL).
 //

@@ -188,6 +188,17 @@ void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed
   EmitBucketTree(a, t, is_signed, mid + 1, hi, done);
 }
 
+// map_update_elem, then R0 sign-extended from its low 32 bits. Before Linux 6.4 the verifier
+// turns the helper into a direct call of the map's update op, which returned int (kernel commit
+// d7ba4cc900bf "bpf: return long from bpf_map_ops funcs"), so an errno reached R0
+// zero-extended: -EEXIST as 0xffffffef, which a 64-bit compare with -EEXIST misses (seen on
+// Debian's 6.1: a replaced latency start was counted as table_full and the new start lost).
+void CallMapUpdate(Assembler* a) {
+  a->Call(BPF_FUNC_map_update_elem);
+  a->Alu(BPF_LSH, R0, 32);
+  a->Alu(BPF_ARSH, R0, 32);
+}
+
 // R8 = the histogram value of the key at R10 + kKeyOff, created zeroed from the `zero` map when
 // new; a full map counts kDropped (ENOMEM: kNoMemory) and goes to `out`.
 void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
@@ -206,7 +217,7 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
   a->LoadMapFd(R1, maps.values);
   StackPtr(a, R2, kKeyOff);
   a->Mov(R4, BPF_NOEXIST);
-  a->Call(BPF_FUNC_map_update_elem);
+  CallMapUpdate(a);
   a->Jump(BPF_JEQ, R0, 0, again);
   a->Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a->Jump(BPF_JNE, R0, -EEXIST, full);  // else another task created it first
@@ -441,7 +452,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   StackPtr(&a, R2, kKeyOff);
   StackPtr(&a, R3, kValueOff);
   a.Mov(R4, BPF_NOEXIST);
-  a.Call(BPF_FUNC_map_update_elem);
+  CallMapUpdate(&a);
   a.Jump(BPF_JEQ, R0, 0, out);
   a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a.Jump(BPF_JNE, R0, -EEXIST, full);
@@ -495,7 +506,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, con
     StackPtr(&a, R2, kMatchOff);
     StackPtr(&a, R3, kStartValOff);
     a.Mov(R4, flags);
-    a.Call(BPF_FUNC_map_update_elem);
+    CallMapUpdate(&a);
   };
   update(BPF_NOEXIST);
   a.Jump(BPF_JEQ, R0, 0, out);
