@@ -200,7 +200,7 @@ TEST(InterpreterTest, HashMapLookupUpdateAtomicDelete) {
   del.Exit();
   EXPECT_EQ(RunOk(&in, del), 0u);
   EXPECT_EQ(RunOk(&in, del), uint64_t{static_cast<uint32_t>(-ENOENT)});  // an int, as before 6.4
-  EXPECT_EQ(RunOk(&in, add), 0u);  // lookup misses now
+  EXPECT_EQ(RunOk(&in, add), 0u);                                        // lookup misses now
 }
 
 TEST(InterpreterTest, ArrayMapsArePreCreated) {

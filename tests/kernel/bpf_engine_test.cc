@@ -2,6 +2,7 @@
 // choice and its messages, series lifetime (idle and exited tasks) swept from BPF maps, latency
 // starts expired by the user-space sweep, and the program self-metrics (hits = runs + misses).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -129,8 +130,15 @@ TEST(BpfEngineTest, LatencyStartsExpire) {
         FindSeries(snap, "tracepoint_exporter_latency_unmatched_total", {{"metric", "never_seconds"}, {"reason", r}});
     return s ? s->value : -1;
   };
-  EXPECT_EQ(reason("replaced"), 2);
-  EXPECT_EQ(reason("expired"), 1);
+  std::string all;  // every reason, and the map's no-memory count, for a failure message
+  for (const char* r : {"replaced", "expired", "no_start", "table_full"})
+    all += std::string(r) + "=" + std::to_string(reason(r)) + " ";
+  if (const SeriesSnapshot* nm =
+          FindSeries(snap, "tracepoint_exporter_bpf_map_no_memory_total", {{"metric", "never_seconds"}})) {
+    all += "no_memory=" + std::to_string(nm->value);
+  }
+  EXPECT_EQ(reason("replaced"), 2) << all;
+  EXPECT_EQ(reason("expired"), 1) << all;
   EXPECT_EQ(reason("no_start"), 0);
   EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_latency_inflight", {{"metric", "never_seconds"}})->value, 0);
   // hits = runs + misses: the start program ran for every getppid() on the host (>= 3).
@@ -155,9 +163,27 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   ASSERT_TRUE(cfg.ok());
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // The pipeline's threads (sweeper included) on the last CPU, the tasks on CPU 0. Before Linux
+  // 6.7 the kernel skips a program run uncounted while a BPF map syscall is under way on that
+  // CPU (bpf_disable_instrumentation raises bpf_prog_active), and on PREEMPT_RT a task can
+  // preempt the sweeper there: 8-10 of 6,000 calls went missing on Debian's 6.1-rt (README, Kernel
+  // support). This test is about the sweep, so it keeps the two apart.
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  struct RestoreAffinity {
+    cpu_set_t saved;
+    RestoreAffinity() { sched_getaffinity(0, sizeof(saved), &saved); }
+    ~RestoreAffinity() { sched_setaffinity(0, sizeof(saved), &saved); }
+  } restore;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(static_cast<int>(ncpu - 1), &one);
+  sched_setaffinity(0, sizeof(one), &one);  // inherited by the threads Start() creates
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
   ASSERT_TRUE(pipeline.Start().ok());
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  sched_setaffinity(0, sizeof(one), &one);  // inherited by the tasks
   const Collector& c = *pipeline.plan().collectors[0];
   constexpr int kTasks = 6000;
   for (int i = 0; i < kTasks; ++i) {
@@ -170,13 +196,23 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
     }
     ASSERT_EQ(waitpid(p, nullptr, 0), p);
   }
+  // ENOMEM of an insert (a preallocated map's free list momentarily empty: PREEMPT_RT, where
+  // maps are preallocated) is counted apart from drops.
+  auto no_memory = [&c] {
+    uint64_t n = 0;
+    for (const EngineStat& st : c.EngineStats()) {
+      if (st.family == "tracepoint_exporter_bpf_map_no_memory_total") n += static_cast<uint64_t>(st.value);
+    }
+    return n;
+  };
   // Every dead task's series left the map, or its call was dropped while the map was full (a
   // bound on the wait for a loaded host; nothing is asserted about time).
-  for (int i = 0; i < 2000 && c.series_removed().second + c.series_dropped() < kTasks; ++i) {
+  for (int i = 0; i < 2000 && c.series_removed().second + c.series_dropped() + no_memory() < kTasks; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const uint64_t dropped = c.series_dropped();
-  ASSERT_EQ(c.series_removed().second + dropped, static_cast<uint64_t>(kTasks));
+  const uint64_t dropped = c.series_dropped() + no_memory();
+  ASSERT_EQ(c.series_removed().second + dropped, static_cast<uint64_t>(kTasks))
+      << "removed " << c.series_removed().second << ", dropped " << c.series_dropped() << ", no memory " << no_memory();
   Child child("tpe_churn", 1000);
   const std::string tid = std::to_string(child.pid());
   child.RunToExit();
@@ -185,7 +221,7 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   const SeriesSnapshot* mine = FindSeries(snap, "churn_total", {{"tid", tid}});
   ASSERT_NE(mine, nullptr);
   EXPECT_EQ(mine->value, 1000);
-  EXPECT_EQ(c.series_dropped(), dropped);  // none of the new task's calls
+  EXPECT_EQ(c.series_dropped() + no_memory(), dropped);  // none of the new task's calls
   double dead = 0;
   for (const MetricSnapshot& m : snap) {
     if (m.name != "churn_total") continue;

@@ -95,16 +95,16 @@ TEST_P(KernelHistogramTest, NanosleepLatencyBuckets) {
   // Every sleep is observed once, none ends early (nanosleep(2)): nothing at or below 1 ms, the
   // 20 ms sleeps all above 10 ms. How late a sleep ends is the scheduler's business: a 2 ms
   // sleep lands in (1 ms, 10 ms] on an idle machine, but on a starved one (Debian 6.1-rt under
-  // qemu TCG on a loaded host: 13 of 20 took over 10 ms) it can land in (10 ms, 100 ms].
+  // qemu TCG on a loaded host: 13 of 20 took over 10 ms) it can land in (10 ms, 100 ms], and
+  // under single-threaded TCG beside a build one 20 ms sleep took over 100 ms. None takes 1 s.
   ASSERT_EQ(s.bucket_counts.size(), 5u);
   EXPECT_EQ(s.bucket_counts[0], 0u);
-  EXPECT_EQ(s.bucket_counts[1] + s.bucket_counts[2], 40u);
-  EXPECT_GE(s.bucket_counts[2], 20u);
-  EXPECT_EQ(s.bucket_counts[3], 0u);
+  EXPECT_EQ(s.bucket_counts[1] + s.bucket_counts[2] + s.bucket_counts[3], 40u);
+  EXPECT_GE(s.bucket_counts[2] + s.bucket_counts[3], 20u);
   EXPECT_EQ(s.bucket_counts[4], 0u);
   EXPECT_EQ(s.count, 40u);
   EXPECT_GE(s.sum, 0.44 - 1e-6);
-  EXPECT_LE(s.sum, 40 * 0.1);
+  EXPECT_LE(s.sum, 40 * 1.0);
 }
 
 // write() of known sizes to /dev/null: exact bucket counts of a value histogram.
