@@ -159,7 +159,7 @@ Status BpfMetric::Build(bool create) {
 Status BpfMetric::Attach() {
   if (attached()) return Status::Ok();
   if (!loaded()) return Internal(spec_.name + ": its BPF maps and programs were never loaded");
-  std::vector<ScopedFd> fds;
+  std::vector<TracepointAttachment> fds;
   for (const Program& p : programs_) {
     auto fd = AttachTracepoint(p.fd.get(), p.endpoint->tracepoint_id);
     if (!fd.ok()) return fd.status().WithContext(spec_.name + " (" + p.endpoint->event + ")");

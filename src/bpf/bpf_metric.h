@@ -145,7 +145,7 @@ class BpfMetric : public Collector {
   std::vector<uint64_t> thresholds_;
   ScopedFd values_, zero_, starts_;
   std::vector<Program> programs_;
-  std::vector<ScopedFd> attach_fds_;
+  std::vector<TracepointAttachment> attach_fds_;
 
   std::unique_ptr<MapSeries> series_;  // the values map's series, live and retired
   mutable std::mutex mu_;              // guards the counts below

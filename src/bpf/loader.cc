@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -256,7 +257,14 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
                   " instructions): " + std::strerror(err) + "; verifier log:\n" + log);
 }
 
-StatusOr<ScopedFd> AttachTracepoint(int prog_fd, uint64_t tracepoint_id) {
+namespace {
+std::mutex attachments_mu;
+std::map<uint64_t, int>& OwnAttachments() {  // tracepoint id -> this process's attached programs
+  static auto* m = new std::map<uint64_t, int>;
+  return *m;
+}
+
+StatusOr<ScopedFd> OpenDisabledTracepointEvent(uint64_t tracepoint_id, const char* why) {
   perf_event_attr attr{};
   attr.type = PERF_TYPE_TRACEPOINT;
   attr.size = sizeof(attr);
@@ -267,16 +275,68 @@ StatusOr<ScopedFd> AttachTracepoint(int prog_fd, uint64_t tracepoint_id) {
   if (fd < 0) {
     const int err = errno;
     if (err == EACCES || err == EPERM) {
-      return PermissionDenied("perf_event_open(tracepoint " + std::to_string(tracepoint_id) +
-                              ") to attach a BPF program: " + std::strerror(err) + "; " + kCapsHint);
+      return PermissionDenied("perf_event_open(tracepoint " + std::to_string(tracepoint_id) + ") " + why + ": " +
+                              std::strerror(err) + "; " + kCapsHint);
     }
-    return ErrnoStatus(err, "perf_event_open(tracepoint " + std::to_string(tracepoint_id) + ")");
+    return ErrnoStatus(err, "perf_event_open(tracepoint " + std::to_string(tracepoint_id) + ") " + why);
   }
-  ScopedFd event(fd);
+  return ScopedFd(fd);
+}
+}  // namespace
+
+TracepointAttachment::TracepointAttachment(TracepointAttachment&& other) noexcept
+    : event_(std::move(other.event_)), tracepoint_id_(other.tracepoint_id_) {}
+
+TracepointAttachment& TracepointAttachment::operator=(TracepointAttachment&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    event_ = std::move(other.event_);
+    tracepoint_id_ = other.tracepoint_id_;
+  }
+  return *this;
+}
+
+TracepointAttachment::~TracepointAttachment() { Reset(); }
+
+void TracepointAttachment::Reset() {
+  if (!event_.valid()) return;
+  std::lock_guard<std::mutex> lock(attachments_mu);
+  event_ = ScopedFd();  // detached before the count drops: never fewer counted than attached
+  if (--OwnAttachments()[tracepoint_id_] == 0) OwnAttachments().erase(tracepoint_id_);
+}
+
+StatusOr<TracepointAttachment> AttachTracepoint(int prog_fd, uint64_t tracepoint_id) {
+  TPE_ASSIGN_OR_RETURN(ScopedFd event, OpenDisabledTracepointEvent(tracepoint_id, "to attach a BPF program"));
+  // Counted while the ioctl runs, so that a concurrent ForeignPrograms never takes ours for
+  // another tool's.
+  std::lock_guard<std::mutex> lock(attachments_mu);
   if (ioctl(event.get(), PERF_EVENT_IOC_SET_BPF, prog_fd) != 0) {
-    return BpfError(errno, "PERF_EVENT_IOC_SET_BPF on tracepoint " + std::to_string(tracepoint_id));
+    const int err = errno;
+    if (err == E2BIG) {
+      return Unavailable("PERF_EVENT_IOC_SET_BPF on tracepoint " + std::to_string(tracepoint_id) +
+                         ": it already runs " + std::to_string(kMaxProgramsPerTracepoint) +
+                         " BPF programs, the kernel's limit (BPF_TRACE_MAX_PROGS), counting other tools' "
+                         "(bpftrace, BCC); detach some or use \"engine\": \"perf\"");
+    }
+    return BpfError(err, "PERF_EVENT_IOC_SET_BPF on tracepoint " + std::to_string(tracepoint_id));
   }
-  return event;
+  ++OwnAttachments()[tracepoint_id];
+  TracepointAttachment out;
+  out.event_ = std::move(event);
+  out.tracepoint_id_ = tracepoint_id;
+  return out;
+}
+
+StatusOr<int> ForeignPrograms(uint64_t tracepoint_id) {
+  TPE_ASSIGN_OR_RETURN(ScopedFd event, OpenDisabledTracepointEvent(tracepoint_id, "to count its BPF programs"));
+  perf_event_query_bpf query{};  // ids_len 0: the count only
+  std::lock_guard<std::mutex> lock(attachments_mu);
+  if (ioctl(event.get(), PERF_EVENT_IOC_QUERY_BPF, &query) != 0) {
+    return ErrnoStatus(errno, "PERF_EVENT_IOC_QUERY_BPF on tracepoint " + std::to_string(tracepoint_id));
+  }
+  auto it = OwnAttachments().find(tracepoint_id);
+  const int ours = it == OwnAttachments().end() ? 0 : it->second;
+  return std::max(0, static_cast<int>(query.prog_cnt) - ours);
 }
 
 ProgramStats ReadProgramStats(int prog_fd) {

@@ -119,9 +119,41 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
 // the program's disassembly line count; PermissionDenied without CAP_BPF.
 StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns);
 
+// A program attached to a tracepoint: the disabled perf event that holds it there. Destroying
+// (or resetting) it closes the event, which detaches the program. This process's attachments are
+// counted per tracepoint, so that ForeignPrograms() can tell them from other tools' programs.
+// Move-only. Thread-safe (the count is under a mutex).
+class TracepointAttachment {
+ public:
+  TracepointAttachment() = default;
+  TracepointAttachment(TracepointAttachment&& other) noexcept;
+  TracepointAttachment& operator=(TracepointAttachment&& other) noexcept;
+  ~TracepointAttachment();
+  int fd() const { return event_.get(); }
+
+ private:
+  friend StatusOr<TracepointAttachment> AttachTracepoint(int prog_fd, uint64_t tracepoint_id);
+  void Reset();
+  ScopedFd event_;
+  uint64_t tracepoint_id_ = 0;
+};
+
 // Opens a disabled PERF_TYPE_TRACEPOINT perf event of `tracepoint_id` on the first online CPU
-// and attaches `prog_fd` to it. The returned fd keeps the program attached until it is closed.
-StatusOr<ScopedFd> AttachTracepoint(int prog_fd, uint64_t tracepoint_id);
+// and attaches `prog_fd` to it (PERF_EVENT_IOC_SET_BPF, perf_event_open(2)). Errors: E2BIG
+// (Unavailable) when the tracepoint already runs BPF_TRACE_MAX_PROGS (64) programs, from any
+// process; PermissionDenied without CAP_PERFMON/CAP_SYS_ADMIN.
+StatusOr<TracepointAttachment> AttachTracepoint(int prog_fd, uint64_t tracepoint_id);
+
+// The kernel's limit of BPF programs run by one tracepoint (BPF_TRACE_MAX_PROGS,
+// kernel/trace/bpf_trace.c), shared by every process that attaches to it.
+inline constexpr int kMaxProgramsPerTracepoint = 64;
+
+// How many BPF programs other than this process's TracepointAttachments the tracepoint
+// `tracepoint_id` runs now (bpftrace, BCC, another exporter): the kernel's count from
+// PERF_EVENT_IOC_QUERY_BPF (Linux 4.16; perf_event_open(2)) on a disabled perf event, less
+// ours. They take slots of kMaxProgramsPerTracepoint. Errors: the perf_event_open or ioctl errno
+// (PermissionDenied without CAP_PERFMON). Thread-safe.
+StatusOr<int> ForeignPrograms(uint64_t tracepoint_id);
 
 // bpf_prog_info of a loaded program (BPF_OBJ_GET_INFO_BY_FD). run_time_ns and run_cnt stay 0
 // unless the sysctl kernel.bpf_stats_enabled is 1; recursion_misses counts the runs the kernel

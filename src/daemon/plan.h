@@ -90,9 +90,12 @@ struct Plan {
   bool needs_comm = false;            // some label uses source "comm"
   bool needs_ordering = false;        // comm labels or latency pairing
   std::vector<std::string> warnings;  // degraded but working, e.g. no BTF
-  // BPF programs this plan attaches, by tracepoint "system:name": at most 64 each (the kernel's
-  // BPF_TRACE_MAX_PROGS); further "auto" metrics of a tracepoint run on perf.
+  // BPF programs this plan attaches, by tracepoint "system:name": at most 64 each with other
+  // tools' (the kernel's BPF_TRACE_MAX_PROGS); further "auto" metrics of a tracepoint run on perf.
   std::map<std::string, int> bpf_programs;
+  // Programs other processes run on those tracepoints when the plan was built
+  // (bpf::ForeignPrograms): they take slots of the 64 too.
+  std::map<std::string, int> foreign_bpf_programs;
   // The kernel's features this plan was built for, and one line per unavailable one: the
   // fallback the plan chose and what it costs (DescribeFeatures).
   KernelFeatures features;

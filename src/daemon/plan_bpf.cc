@@ -11,10 +11,6 @@
 #include "perf/perf_event.h"
 
 namespace tpe::plan_internal {
-namespace {
-constexpr int kMaxBpfProgsPerTracepoint = 64;
-}  // namespace
-
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                              const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why) {
@@ -130,16 +126,23 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.buckets = std::move(*b);
   }
   // The kernel runs at most BPF_TRACE_MAX_PROGS (64) programs per tracepoint
-  // (kernel/trace/bpf_trace.c, perf_event_attach_bpf_prog: E2BIG). One program per endpoint;
-  // a metric that would exceed it runs on perf under "auto".
-  std::map<std::string, int> programs;
-  for (const auto& s : spec.starts) ++programs[s.event];
-  ++programs[spec.end.event];
-  for (const auto& [event, n] : programs) {
-    if (plan->bpf_programs[event] + n <= kMaxBpfProgsPerTracepoint) continue;
-    const std::string full = event + " already has " + std::to_string(plan->bpf_programs[event]) +
-                             " BPF programs from this config, the kernel's limit is " +
-                             std::to_string(kMaxBpfProgsPerTracepoint) + " per tracepoint (BPF_TRACE_MAX_PROGS)";
+  // (kernel/trace/bpf_trace.c, perf_event_attach_bpf_prog: E2BIG), other tools' included. One
+  // program per endpoint; a metric that would exceed it runs on perf under "auto".
+  std::map<std::string, std::pair<int, uint64_t>> programs;  // event -> (programs, tracepoint id)
+  for (const auto& s : spec.starts) programs[s.event] = {programs[s.event].first + 1, s.tracepoint_id};
+  programs[spec.end.event] = {programs[spec.end.event].first + 1, spec.end.tracepoint_id};
+  for (const auto& [event, need] : programs) {
+    auto foreign = plan->foreign_bpf_programs.find(event);
+    if (foreign == plan->foreign_bpf_programs.end()) {
+      auto n = bpf::ForeignPrograms(need.second);  // once per tracepoint and plan
+      foreign = plan->foreign_bpf_programs.emplace(event, n.ok() ? *n : 0).first;
+    }
+    const int ours = plan->bpf_programs[event];
+    if (ours + foreign->second + need.first <= bpf::kMaxProgramsPerTracepoint) continue;
+    std::string full = event + " already has " + std::to_string(ours) + " BPF programs from this config";
+    if (foreign->second > 0) full += " and " + std::to_string(foreign->second) + " from other tools (bpftrace, BCC)";
+    full += ", the kernel's limit is " + std::to_string(bpf::kMaxProgramsPerTracepoint) +
+            " per tracepoint (BPF_TRACE_MAX_PROGS)";
     if (forced) return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + full + "; use \"auto\" or \"perf\"");
     *why = full;
     return false;
@@ -156,7 +159,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "loading its BPF programs failed: " + first_line;
     return false;
   }
-  for (const auto& [event, n] : programs) plan->bpf_programs[event] += n;
+  for (const auto& [event, need] : programs) plan->bpf_programs[event] += need.first;
   plan->collectors.push_back(std::move(*metric));
   plan->identities.push_back(m.canonical);
   plan->counting_events.push_back(nullptr);

@@ -1,13 +1,19 @@
 // Kernel tier: configuration reload keeps unchanged metrics' values exactly, drops removed ones,
 // starts new ones, and a bad config leaves the running one in place.
+#include <bpf/bpf.h>
 #include <gtest/gtest.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 
+#include "bpf/loader.h"
+#include "common/scoped_fd.h"
 #include "daemon/daemon.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
@@ -224,6 +230,85 @@ TEST(ReloadTest, SixtyFiveAutoMetricsOnOneTracepointTheLastRunsOnPerf) {
         nullptr)
         << name;
   }
+}
+
+// Another tool's programs take slots of the kernel's 64 per tracepoint too: with 60 foreign
+// programs on sys_enter_umask (attached here the way bpftrace does, not through the exporter),
+// 4 of 10 "auto" metrics run on bpf and 6 on perf, each saying why, and all count exactly; one
+// with "engine": "bpf" is refused at planning, naming the other tools' programs. Before, the
+// daemon exited with "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (issue 17 item 6).
+TEST(ReloadTest, OtherToolsProgramsOnATracepointSendTheRestToPerf) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  auto id = tracefs->ReadId(EventName{"syscalls", "sys_enter_umask"});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  bpf_insn ret1[2] = {};  // r0 = 1; exit
+  ret1[0].code = BPF_ALU64 | BPF_MOV | BPF_K;
+  ret1[0].dst_reg = BPF_REG_0;
+  ret1[0].imm = 1;
+  ret1[1].code = BPF_JMP | BPF_EXIT;
+  std::vector<ScopedFd> foreign;  // the kernel attaches a program once per tracepoint: 60 programs
+  for (int i = 0; i < 60; ++i) {
+    ScopedFd prog(bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, "foreign", "GPL", ret1, 2, nullptr));
+    ASSERT_TRUE(prog.valid()) << std::strerror(errno);
+    perf_event_attr attr{};
+    attr.type = PERF_TYPE_TRACEPOINT;
+    attr.size = sizeof(attr);
+    attr.config = *id;
+    attr.disabled = 1;
+    ScopedFd ev(static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC)));
+    ASSERT_TRUE(ev.valid()) << std::strerror(errno);
+    ASSERT_EQ(ioctl(ev.get(), PERF_EVENT_IOC_SET_BPF, prog.get()), 0) << std::strerror(errno);
+    foreign.push_back(std::move(ev));  // the event holds the program
+  }
+  auto foreign_count = bpf::ForeignPrograms(*id);
+  ASSERT_TRUE(foreign_count.ok()) << foreign_count.status().ToString();
+  EXPECT_EQ(*foreign_count, 60);
+
+  const std::string path = ::testing::TempDir() + "/foreign_programs_test.json";
+  auto metric = [](int i, const char* engine) {
+    return R"({"name": "u)" + std::to_string(i) + R"(_total", "type": "counter", "event": "syscalls:sys_enter_umask",
+               "engine": ")" +
+           engine + R"(", "labels": [{"name": "comm", "source": "comm"}]})";
+  };
+  std::string text = R"({"settings": {"max_series_per_metric": 16}, "metrics": [)";
+  for (int i = 0; i < 10; ++i) text += std::string(i ? "," : "") + metric(i, "auto");
+  testing::WriteFile(path, text + "]}");
+  {
+    Daemon daemon(path, &*tracefs, &enums);
+    Status st = daemon.Start();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(*bpf::ForeignPrograms(*id), 60);  // ours are not counted as foreign
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_NAME, "tpe_foreign");
+      for (int i = 0; i < 500; ++i) umask(022);
+      _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    daemon.Stop();
+    auto snap = daemon.Snapshot();
+    for (int i = 0; i < 10; ++i) {
+      const std::string name = "u" + std::to_string(i) + "_total";
+      const SeriesSnapshot* s = FindSeries(snap, name, {{"comm", "tpe_foreign"}});
+      ASSERT_NE(s, nullptr) << name;
+      EXPECT_EQ(s->value, 500) << name;
+      EXPECT_NE(
+          FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", name}, {"engine", i < 4 ? "bpf" : "perf"}}),
+          nullptr)
+          << name;
+    }
+  }
+  testing::WriteFile(path, std::string(R"({"metrics": [)") + metric(0, "auto") + "," + metric(1, "auto") + "," +
+                               metric(2, "auto") + "," + metric(3, "auto") + "," + metric(4, "bpf") + "]}");
+  Daemon forced(path, &*tracefs, &enums);
+  Status st = forced.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("60 from other tools"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("u4_total"), std::string::npos) << st.ToString();
 }
 
 }  // namespace
