@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""ns per program run of the bpf engine's programs beside bpftrace's for the same job, one run.
+
+    sudo bench/bpf_cost.sh [--rounds N] [--seconds S]
+
+With the sysctl kernel.bpf_stats_enabled=1 (restored afterwards) the kernel times every run of
+every BPF program (bpf_prog_info run_time_ns / run_cnt, read with `bpftool prog show -j`). For
+each job, each tracer is started alone, its tracepoint programs are found (the ids that appeared),
+`syscall_loop SECONDS 1` (getppid() in a loop, pinned to CPU 0) runs, and the programs' deltas
+give ns per run. A job's cost is the sum over its programs (a latency's start + end). The floor
+is an empty bpftrace program on the same tracepoint: what the stats instrumentation and the
+dispatch cost whoever the program is. Each cell is the median of N rounds, tracers interleaved
+within a round so that machine noise hits both. Prints a Markdown table and the issue's targets.
+The default config's row is the sum of ns/run of its programs on raw_syscalls (every syscall
+runs them all).
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+GETPPID = "syscalls:sys_enter_getppid"
+
+# job -> (our metric config, bpftrace program); all on getppid, so one workload serves all.
+JOBS = [
+    ("label-less counter", {"name": "c_total", "type": "counter", "event": GETPPID, "engine": "bpf"},
+     "tracepoint:syscalls:sys_enter_getppid { @ = count(); }"),
+    ("{comm} counter", {"name": "c_total", "type": "counter", "event": GETPPID,
+                         "labels": [{"name": "comm", "source": "comm"}], "engine": "bpf"},
+     "tracepoint:syscalls:sys_enter_getppid { @[comm] = count(); }"),
+    ("value histogram (exp2)", {"name": "h", "type": "histogram", "event": "syscalls:sys_exit_getppid",
+                                "value": {"field": "ret"}, "buckets": {"type": "exp2", "min": 1, "max": 4194304},
+                                "engine": "bpf"},
+     "tracepoint:syscalls:sys_exit_getppid { @ = hist(args.ret); }"),
+    ("enter->exit latency, start + end",
+     {"name": "l_seconds", "type": "latency", "engine": "bpf",
+      "start": {"event": GETPPID, "key": ["common_pid"]},
+      "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"]},
+      "buckets": {"type": "exp2", "min": 1e-6, "max": 1}},
+     "tracepoint:syscalls:sys_enter_getppid { @s[tid] = nsecs; } "
+     "tracepoint:syscalls:sys_exit_getppid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
+]
+FLOOR = "tracepoint:syscalls:sys_enter_getppid { }"
+# (target name, job, bound over the floor as a fraction of bpftrace's, or None)
+TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter", 1.0),
+           ("{comm} counter <= 0.85 x bpftrace @[comm] = count()", "{comm} counter", 0.85),
+           ("latency start + end <= 0.7 x bpftrace's pair", "enter->exit latency, start + end", 0.7)]
+DEFAULT_BUDGET_NS = 150.0
+
+
+def progs():
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], check=True, capture_output=True, text=True).stdout
+    return {p["id"]: p for p in json.loads(out) if p.get("type") == "tracepoint"}
+
+
+def wait_new(before, proc, timeout=30.0):
+    """The tracepoint programs that appeared since `before` once their set stops growing."""
+    deadline, last, stable = time.time() + timeout, set(), 0
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("tracer exited early: %s" % proc.args)
+        ids = set(progs()) - set(before)
+        stable = stable + 1 if ids and ids == last else 0
+        if stable >= 3:
+            return sorted(ids)
+        last = ids
+        time.sleep(0.3)
+    raise RuntimeError("no programs appeared for %s" % (proc.args,))
+
+
+def measure(cmd, loop, seconds, env=None):
+    """Starts `cmd`, runs the loop, returns {prog id: (name, runs, ns)} of its new programs."""
+    before = progs()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    try:
+        ids = wait_new(before, proc)
+        a = progs()
+        subprocess.run([loop, str(seconds), "1"], check=True, capture_output=True)
+        b = progs()
+        return {i: (b[i].get("name", "?"), b[i].get("run_cnt", 0) - a[i].get("run_cnt", 0),
+                    b[i].get("run_time_ns", 0) - a[i].get("run_time_ns", 0)) for i in ids if i in a and i in b}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def ns_per_run(result):
+    """Sum over programs of ns/run (each program that ran)."""
+    return sum(ns / runs for _, runs, ns in result.values() if runs > 0)
+
+
+def ours_cmd(build, metrics, tmp, name):
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump({"metrics": metrics}, f)
+    return [os.path.join(build, "tracepoint_exporter"), "--config.file", path,
+            "--web.listen-address", "127.0.0.1:0", "--log.level", "warn"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    loop = os.path.join(args.build, "bench", "workloads", "syscall_loop")
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        saved = f.read().strip()
+    cells = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                f.write("1")
+            default_cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "default.json")
+            for r in range(args.rounds):
+                def cell(key, cmd):
+                    cells.setdefault(key, []).append(ns_per_run(measure(cmd, loop, args.seconds)))
+                cell(("floor", "bpftrace"), ["bpftrace", "-e", FLOOR])
+                for name, metric, bt in JOBS:
+                    cell((name, "ours"), ours_cmd(args.build, [metric], tmp, "job"))
+                    cell((name, "bpftrace"), ["bpftrace", "-e", bt])
+                # The default config: its programs on raw_syscalls run on every syscall.
+                res = measure([os.path.join(args.build, "tracepoint_exporter"), "--config.file", default_cfg,
+                               "--web.listen-address", "127.0.0.1:0", "--log.level", "warn"], loop, args.seconds)
+                cells.setdefault(("config/default.json per syscall", "ours"), []).append(ns_per_run(res))
+                print("round %d of %d done" % (r + 1, args.rounds), file=sys.stderr)
+        finally:
+            with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
+                f.write(saved)
+    med = {k: statistics.median(v) for k, v in cells.items()}
+    floor = med[("floor", "bpftrace")]
+    print("kernel %s, %d rounds of %.1f s, median ns per run (bpf_stats); floor (empty bpftrace program) "
+          "%.0f ns\n" % (os.uname().release, args.rounds, args.seconds, floor))
+    print("| job | ours | bpftrace | ours over floor | bpftrace over floor | ratio over floor |")
+    print("|---|---|---|---|---|---|")
+    for name, _, _ in JOBS:
+        o, b = med[(name, "ours")], med[(name, "bpftrace")]
+        print("| %s | %.0f | %.0f | %.0f | %.0f | %.2f |" % (name, o, b, o - floor, b - floor,
+                                                         (o - floor) / max(b - floor, 1e-9)))
+    d = med[("config/default.json per syscall", "ours")]
+    print("| config/default.json, per syscall | %.0f | - | %.0f | - | - |\n" % (d, d - floor))
+    ok = True
+    for label, job, bound in TARGETS:
+        o, b = med[(job, "ours")] - floor, med[(job, "bpftrace")] - floor
+        hit = o <= bound * b
+        ok &= hit
+        print("target %-55s %s (%.2f)" % (label, "MET" if hit else "MISSED", o / max(b, 1e-9)))
+    hit = d <= DEFAULT_BUDGET_NS
+    ok &= hit
+    print("target %-55s %s (%.0f ns)" % ("config/default.json per syscall <= 150 ns", "MET" if hit else "MISSED", d))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
