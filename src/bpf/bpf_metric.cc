@@ -54,7 +54,8 @@ Status BpfMetric::Build(bool create) {
     TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
     thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
   } else {
-    key_size_ = key_.MapKeySize();
+    keyless_ = key_.size == 0;  // a 1-entry per-CPU array (programs.h)
+    key_size_ = keyless_ ? 4 : key_.MapKeySize();
     if (spec_.kind == Kind::kHistogram) {
       TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed));
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
@@ -83,6 +84,7 @@ Status BpfMetric::Build(bool create) {
         s.filter = end_filter;
         s.key = key_;
         s.value = spec_.value;
+        runs_in_value_ = !CountsRuns(s);
         return add("event", &spec_.end, EmitCounter(s, fds));
       }
       case Kind::kHistogram: {
@@ -91,6 +93,7 @@ Status BpfMetric::Build(bool create) {
         s.key = key_;
         s.value = *spec_.value;
         s.thresholds = thresholds_;
+        runs_in_value_ = !CountsRuns(s);
         return add("event", &spec_.end, EmitHistogram(s, fds));
       }
       case Kind::kLatency: {
@@ -121,11 +124,15 @@ Status BpfMetric::Build(bool create) {
   // 3. The maps (memory follows use: no preallocation), then the programs that use them.
   const uint32_t value_bytes = 8 * value_slots_;
   const uint32_t max_series = static_cast<uint32_t>(spec_.max_series);
-  TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes,
-                                          max_series, BPF_F_NO_PREALLOC));
+  if (keyless_) {
+    TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_" + spec_.name, 4, value_bytes, 1));
+  } else {
+    TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes,
+                                            max_series, BPF_F_NO_PREALLOC));
+  }
   MapFds fds;
   fds.values = values_.get();
-  if (spec_.kind != Kind::kCounter) {
+  if (spec_.kind != Kind::kCounter && !keyless_) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
     fds.zero = zero_.get();
   }
@@ -150,7 +157,8 @@ Status BpfMetric::Build(bool create) {
   shape.key_size = key_size_;
   shape.slots = value_slots_;
   shape.cpus = static_cast<uint32_t>(PossibleCpus());
-  shape.max_entries = max_series;
+  shape.max_entries = keyless_ ? 1 : max_series;
+  shape.array = keyless_;
   series_ = std::make_unique<MapSeries>(std::make_unique<KernelMap>(values_.get()), shape,
                                         [this](std::string_view k) { return LabelKey(k); });
   return Status::Ok();
@@ -192,13 +200,32 @@ std::array<uint64_t, kStatCount> BpfMetric::Stats() const {
   return out;
 }
 
+uint64_t BpfMetric::KeylessCount() const {
+  if (!values_.valid()) return 0;
+  KernelMap map(values_.get());
+  MapShape shape;
+  shape.key_size = 4;
+  shape.slots = value_slots_;
+  shape.cpus = static_cast<uint32_t>(PossibleCpus());
+  shape.max_entries = 1;
+  shape.array = true;
+  bool batch = false;  // one entry: one lookup
+  uint64_t n = 0;
+  for (const MapEntry& e : ReadMap(&map, shape, &batch)) {
+    // A counter's value; a histogram's buckets (the last slot is the sum of the values).
+    const size_t counts = spec_.kind == BpfMetricSpec::Kind::kCounter ? 1 : e.value.size() - 1;
+    for (size_t i = 0; i < counts && i < e.value.size(); ++i) n += e.value[i];
+  }
+  return n;
+}
+
 std::vector<BpfMetric::ProgramReport> BpfMetric::Programs() const {
   std::vector<ProgramReport> out;
   for (const Program& p : programs_) {
     ProgramReport r;
     r.role = p.role;
     r.event = p.endpoint->event;
-    r.runs = ReadStat(p.stats.get(), kRuns);
+    r.runs = runs_in_value_ ? KeylessCount() : ReadStat(p.stats.get(), kRuns);
     r.kernel = ReadProgramStats(p.fd.get());
     out.push_back(std::move(r));
   }

@@ -141,6 +141,10 @@ class BpfMetric : public Collector {
   KeyLayout key_;        // counter/histogram labels; latency: the end labels
   KeyLayout start_key_;  // latency: the start labels
   uint32_t key_size_ = 8, value_slots_ = 1;
+  bool keyless_ = false;  // no labels, not latency: the values map is a 1-entry per-CPU array
+  // The program does not count its runs (CountsRuns): they are the key-less value's count.
+  bool runs_in_value_ = false;
+  uint64_t KeylessCount() const;
   bool per_cpu_ = true;
   std::vector<uint64_t> thresholds_;
   ScopedFd values_, zero_, starts_;

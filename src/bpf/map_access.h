@@ -61,6 +61,9 @@ struct MapShape {
   uint32_t slots = 1;
   uint32_t cpus = 1;
   uint32_t max_entries = 0;  // bounds the get_next_key walk (a map that keeps changing)
+  // A (per-CPU) array: every entry always exists and none can be deleted (EINVAL), so
+  // MapSeries::Sweep removes nothing from it.
+  bool array = false;
 };
 
 struct MapEntry {

@@ -32,7 +32,7 @@ std::map<std::string, std::vector<uint64_t>> MapSeries::Read() {
 MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
                                     const std::function<bool(const std::string&)>& dead) {
   Removed removed;
-  if (idle_ns == 0 && !dead) return removed;  // no series could go: no map reads
+  if ((idle_ns == 0 && !dead) || shape_.array) return removed;  // no series could go: no map reads
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, State> next;
   std::vector<uint64_t> raw(static_cast<size_t>(shape_.slots) * shape_.cpus);

@@ -20,6 +20,26 @@ constexpr size_t kMaxMatchFields = 4;
 
 uint32_t Align8(uint32_t n) { return (n + 7) & ~7u; }
 
+// *(u64 *)(ptr + off) += val on a per-CPU map value, with a plain load, add and store (clobbers
+// R1; `val` is not R1). No lock prefix is needed: only our tracing programs write these slots (user space reads and
+// deletes them, and an aligned 64-bit load never tears), and the kernel runs at most one tracing
+// program at a time on a CPU. trace_call_bpf() (kernel/trace/bpf_trace.c, every kernel since
+// 4.x) skips the run while bpf_prog_active is raised on that CPU, by another program (a
+// preempted one included: on PREEMPT_RT programs run with migration disabled, so the preempting
+// task's program is skipped on that same CPU) or by a BPF map syscall
+// (bpf_disable_instrumentation); the map's this-CPU slot is the one of the CPU that raised it.
+void EmitPerCpuAdd(Assembler* a, Reg ptr, int16_t off, Reg val) {
+  a->Load(8, R1, ptr, off);
+  a->AluReg(BPF_ADD, R1, val);
+  a->Store(8, ptr, off, R1);
+}
+// *(u64 *)(ptr + off) += 1 on a per-CPU map value (as EmitPerCpuAdd). Clobbers R1.
+void EmitPerCpuIncrement(Assembler* a, Reg ptr, int16_t off) {
+  a->Load(8, R1, ptr, off);
+  a->Alu(BPF_ADD, R1, 1);
+  a->Store(8, ptr, off, R1);
+}
+
 // stats[slot] += 1. Clobbers R0-R5.
 void EmitStat(Assembler* a, const MapFds& maps, Stat slot) {
   Label skip = a->NewLabel();
@@ -29,8 +49,7 @@ void EmitStat(Assembler* a, const MapFds& maps, Stat slot) {
   a->Alu(BPF_ADD, R2, kIndexOff);
   a->Call(BPF_FUNC_map_lookup_elem);
   a->Jump(BPF_JEQ, R0, 0, skip);
-  a->Mov(R1, 1);
-  a->AtomicAdd64(R0, 0, R1);
+  EmitPerCpuIncrement(a, R0, 0);
   a->Bind(skip);
 }
 
@@ -136,9 +155,10 @@ void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
 }
 
 // The prologue of every shape: R6 = ctx, count the run, apply the filter (to `filtered`).
-Status EmitPrologue(Assembler* a, const MapFds& maps, const FilterExpr* filter, Label filtered) {
+Status EmitPrologue(Assembler* a, const MapFds& maps, const FilterExpr* filter, Label filtered,
+                    bool count_runs = true) {
   a->MovReg(R6, R1);
-  EmitStat(a, maps, kRuns);
+  if (count_runs) EmitStat(a, maps, kRuns);
   if (filter != nullptr) {
     FilterCodeContext cx;
     cx.ctx = R6;
@@ -175,8 +195,7 @@ void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target) {
 // at R8, then goes to `done`.
 void EmitBucketTree(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, size_t lo, size_t hi, Label done) {
   if (lo == hi) {
-    a->Mov(R1, 1);
-    a->AtomicAdd64(R8, static_cast<int16_t>(8 * lo), R1);
+    EmitPerCpuIncrement(a, R8, static_cast<int16_t>(8 * lo));
     a->Goto(done);
     return;
   }
@@ -197,6 +216,17 @@ void CallMapUpdate(Assembler* a) {
   a->Call(BPF_FUNC_map_update_elem);
   a->Alu(BPF_LSH, R0, 32);
   a->Alu(BPF_ARSH, R0, 32);
+}
+
+// dst = the value of a key-less metric: entry 0 of its 1-entry per-CPU array (programs.h), or
+// to `out` on the null the verifier makes us check for (an array's entry always exists).
+void EmitFindKeyless(Assembler* a, const MapFds& maps, Reg dst, Label out) {
+  a->StoreImm(4, R10, kKeyOff, 0);
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  if (dst != R0) a->MovReg(dst, R0);
+  a->Jump(BPF_JEQ, dst, 0, out);
 }
 
 // R8 = the histogram value of the key at R10 + kKeyOff, created zeroed from the `zero` map when
@@ -241,7 +271,7 @@ void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed) {
   Label sum = a->NewLabel();
   EmitBucketTree(a, t, is_signed, 0, t.size(), sum);
   a->Bind(sum);
-  a->AtomicAdd64(R8, static_cast<int16_t>(8 * (t.size() + 1)), R7);
+  EmitPerCpuAdd(a, R8, static_cast<int16_t>(8 * (t.size() + 1)), R7);
 }
 
 void EmitMatchKey(Assembler* a, const std::vector<FieldRef>& match) {
@@ -422,10 +452,13 @@ Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
   return Status::Ok();
 }
 
+bool CountsRuns(const CounterShape& s) { return !(s.key.size == 0 && s.filter == nullptr && !s.value); }
+bool CountsRuns(const HistogramShape& s) { return !(s.key.size == 0 && s.filter == nullptr); }
+
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered, CountsRuns(s)));
   if (s.value) {
     EmitLoadInt(&a, *s.value, R7);
     if (s.value->is_signed) {
@@ -438,13 +471,21 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   } else {
     a.Mov(R7, 1);
   }
+  if (s.key.size == 0) {  // a 1-entry per-CPU array: its one value always exists
+    EmitFindKeyless(&a, maps, R0, out);
+    EmitPerCpuAdd(&a, R0, 0, R7);
+    a.Bind(out);
+    a.Bind(filtered);
+    EmitReturn(&a);
+    return a.Finish();
+  }
   a.ZeroStack(kKeyOff, s.key.MapKeySize());
   EmitKey(&a, s.key, kKeyOff);
   a.LoadMapFd(R1, maps.values);
   StackPtr(&a, R2, kKeyOff);
   a.Call(BPF_FUNC_map_lookup_elem);
   a.Jump(BPF_JEQ, R0, 0, create);
-  a.AtomicAdd64(R0, 0, R7);
+  EmitPerCpuAdd(&a, R0, 0, R7);
   a.Goto(out);
   a.Bind(create);
   a.Store(8, R10, kValueOff, R7);
@@ -460,7 +501,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   StackPtr(&a, R2, kKeyOff);
   a.Call(BPF_FUNC_map_lookup_elem);
   a.Jump(BPF_JEQ, R0, 0, full);
-  a.AtomicAdd64(R0, 0, R7);
+  EmitPerCpuAdd(&a, R0, 0, R7);
   a.Goto(out);
   a.Bind(full);
   EmitStat(&a, maps, kDropped);
@@ -476,10 +517,14 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
-  a.ZeroStack(kKeyOff, s.key.MapKeySize());
-  EmitKey(&a, s.key, kKeyOff);
-  EmitFindHistogram(&a, maps, out);
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered, CountsRuns(s)));
+  if (s.key.size == 0) {
+    EmitFindKeyless(&a, maps, R8, out);
+  } else {
+    a.ZeroStack(kKeyOff, s.key.MapKeySize());
+    EmitKey(&a, s.key, kKeyOff);
+    EmitFindHistogram(&a, maps, out);
+  }
   EmitLoadInt(&a, s.value, R7);
   EmitObserve(&a, s.thresholds, s.value.is_signed);
   a.Bind(out);

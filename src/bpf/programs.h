@@ -122,6 +122,9 @@ struct MapFds {
   int starts = -1;  // latency: the hash of in-flight starts
 };
 
+// Counters and histograms without labels (key.size == 0) keep their one series in a 1-entry
+// per-CPU array (key u32 0; MapFds::values): its entry always exists, so the program neither
+// hashes a key nor creates an entry, and nothing is ever dropped. With labels, a per-CPU hash.
 struct CounterShape {
   const FilterExpr* filter = nullptr;  // null: none
   KeyLayout key;
@@ -146,6 +149,13 @@ struct LatencyEndShape {
   std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;           // older starts are expired, not observed
 };
+
+// Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without
+// a filter (a counter that adds 1, or a histogram) does not: each run adds exactly 1 to its one
+// count (the counter's value, the sum of the histogram's buckets), so that count is its runs
+// (BpfMetric::Programs reads it there): one lookup and add less per hit.
+bool CountsRuns(const CounterShape& s);
+bool CountsRuns(const HistogramShape& s);
 
 // Each returns the program, or Unimplemented (the filter or a field cannot be compiled; the
 // message says which) or Internal.

@@ -44,7 +44,8 @@ MapFds Fds() {
   return m;
 }
 
-// An Interpreter with the maps of one metric: `value_size` bytes per series, `key_size` per key.
+// An Interpreter with the maps of one metric: `value_size` bytes per series, `key_size` per key;
+// key_size 0 (no labels: KeyLayout::size) gives the 1-entry per-CPU array of a key-less metric.
 void AddMaps(Interpreter* in, uint32_t key_size, uint32_t value_size, uint32_t max_series) {
   FakeMap stats;
   stats.type = BPF_MAP_TYPE_PERCPU_ARRAY;
@@ -53,10 +54,10 @@ void AddMaps(Interpreter* in, uint32_t key_size, uint32_t value_size, uint32_t m
   stats.max_entries = kStatCount;
   in->AddMap(kStatsFd, stats);
   FakeMap values;
-  values.type = BPF_MAP_TYPE_PERCPU_HASH;
-  values.key_size = key_size;
+  values.type = key_size == 0 ? BPF_MAP_TYPE_PERCPU_ARRAY : BPF_MAP_TYPE_PERCPU_HASH;
+  values.key_size = key_size == 0 ? 4 : key_size;
   values.value_size = value_size;
-  values.max_entries = max_series;
+  values.max_entries = key_size == 0 ? 1 : max_series;
   in->AddMap(kValuesFd, values);
   FakeMap zero;
   zero.type = BPF_MAP_TYPE_ARRAY;
@@ -235,7 +236,7 @@ int CheckThresholds(const Layout& l, double scale, bool is_signed, int span, int
   if (!prog.ok()) return failures + 1;
   Interpreter in;
   const uint32_t vbytes = HistogramValueBytes(t.size());
-  AddMaps(&in, shape.key.MapKeySize(), vbytes, 4);
+  AddMaps(&in, shape.key.size, vbytes, 4);
   std::vector<uint64_t> prev(t.size() + 2, 0);
   uint64_t sum = 0;
   for (uint64_t raw : Candidates(l.buckets, scale, is_signed, run_span)) {
@@ -415,15 +416,15 @@ TEST_F(CounterProgramTest, KeysMatchBuildKeyAndCountsAreExact) {
   }
 }
 
-TEST_F(CounterProgramTest, NoLabelsIsOneSeriesUnderAZeroKey) {
+TEST_F(CounterProgramTest, NoLabelsIsOneSeriesInAOneEntryArray) {
   CounterShape shape;
   auto prog = EmitCounter(shape, Fds());
   ASSERT_TRUE(prog.ok()) << prog.status().ToString();
   Interpreter in;
-  AddMaps(&in, shape.key.MapKeySize(), 8, 1);
+  AddMaps(&in, shape.key.size, 8, 1);
   for (int i = 0; i < 5; ++i) RunProg(&in, *prog, Switch("a", 1, 2, 3, "b", 4), FakeTask{1, 2, 3, "c", 4, 5});
   ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
-  EXPECT_EQ(in.map(kValuesFd)->entries.begin()->first, std::string(8, '\0'));
+  EXPECT_EQ(in.map(kValuesFd)->entries.begin()->first, std::string(4, '\0'));  // entry 0 of the array
   EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second)[0], 5u);
   EXPECT_EQ(ToLabelKey(shape.key, in.map(kValuesFd)->entries.begin()->first), "");
   EXPECT_EQ(StatOf(&in, kDropped), 0u);
@@ -483,7 +484,7 @@ TEST_F(CounterProgramTest, UnsignedValueFieldIsNeverADecodeError) {
   auto prog = EmitCounter(shape, Fds());
   ASSERT_TRUE(prog.ok());
   Interpreter in;
-  AddMaps(&in, 8, 8, 1);
+  AddMaps(&in, 0, 8, 1);
   RunProg(&in, *prog, Switch("p", 1, 2, -1, "n", 3), FakeTask{});
   RunProg(&in, *prog, Switch("p", 1, 2, 3, "n", 3), FakeTask{});
   EXPECT_EQ(StatOf(&in, kDecodeErrors), 0u);

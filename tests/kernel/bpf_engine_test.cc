@@ -69,6 +69,40 @@ TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
 
 // The series of a task that exited is removed once its final value was scraped, and an idle
 // series after series_idle_timeout_seconds; both from the BPF map, counted by reason.
+// Key-less metrics keep their one series in a 1-entry per-CPU array and, without a filter, do
+// not count their runs apart: runs_total is the counter's value (the histogram's count), and
+// the series is exact. With a filter, runs (every hit) and the value (the child's) differ.
+TEST(BpfEngineTest, KeylessMetricsRunsAreTheirCount) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  Child child("tpe_keyless", 1000);
+  const std::string pid = std::to_string(child.pid());
+  auto snap = RunPipeline(R"({"metrics": [
+      {"name": "all_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf"},
+      {"name": "mine_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+       "filter": "common_pid == )" +
+                              pid + R"("},
+      {"name": "ret", "type": "histogram", "event": "syscalls:sys_exit_getppid", "value": {"field": "ret"},
+       "buckets": {"type": "exp2", "min": 1, "max": 4194304}}]})",
+                          [&] { child.RunToExit(); });
+  auto value = [&](const char* metric) {
+    const SeriesSnapshot* s = FindSeries(snap, metric, {});
+    return s ? s->value : -1.0;
+  };
+  auto runs = [&](const char* metric) {
+    const SeriesSnapshot* s = FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total", {{"metric", metric}});
+    return s ? s->value : -1.0;
+  };
+  EXPECT_EQ(value("mine_total"), 1000);
+  EXPECT_GE(value("all_total"), 1000);
+  EXPECT_EQ(runs("all_total"), value("all_total"));
+  EXPECT_GE(runs("mine_total"), 1000);  // every hit, before the filter
+  const MetricSnapshot* h = testing::FindMetric(snap, "ret");
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->series.size(), 1u);
+  EXPECT_GE(h->series[0].count, 1000u);
+  EXPECT_EQ(runs("ret"), static_cast<double>(h->series[0].count));
+}
+
 TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
