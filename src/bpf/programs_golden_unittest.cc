@@ -16,9 +16,9 @@
 #include "collectors/buckets.h"
 #include "collectors/label_set.h"
 #include "common/file_util.h"
-#include "decode/field_extractor.h"
 #include "filter/filter.h"
 #include "testing/formats.h"
+#include "testing/labels.h"
 #include "testing/test_util.h"
 
 namespace tpe::bpf {
@@ -33,24 +33,8 @@ MapFds Fds() {  // any numbers will do: they are immediates in the listing
   return m;
 }
 
-LabelSpec Field(const EventFormat& f, const std::string& field) {
-  LabelSpec l;
-  l.name = field;
-  const FieldFormat* ff = f.FindField(field);
-  EXPECT_NE(ff, nullptr) << field;
-  if (ff == nullptr) return l;
-  auto e = FieldExtractor::Compile(*ff, LabelDecode::kAuto, nullptr);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (e.ok()) l.extractor = std::move(*e);
-  return l;
-}
-
-LabelSpec Source(const std::string& name, LabelSource src) {
-  LabelSpec l;
-  l.name = name;
-  l.source = src;
-  return l;
-}
+using testing::FieldLabel;
+using testing::SourceLabel;
 
 KeyLayout Layout(std::vector<LabelSpec> specs) {
   auto layout = LayoutKey(LabelSet(std::move(specs)));
@@ -89,7 +73,7 @@ TEST(ProgramsGoldenTest, CommCounterOnRawSyscalls) {  // config/default.json's s
   CounterShape s;
   s.key = Layout([] {
     std::vector<LabelSpec> v;
-    v.push_back(Source("comm", LabelSource::kComm));
+    v.push_back(SourceLabel("comm", LabelSource::kComm));
     return v;
   }());
   ExpectGolden("counter_comm", EmitCounter(s, Fds()));
@@ -103,9 +87,9 @@ TEST(ProgramsGoldenTest, FilteredErrorCounter) {  // config/default.json's sysca
   s.filter = &*filter;
   s.key = Layout([&] {
     std::vector<LabelSpec> v;
-    v.push_back(Field(exit, "id"));
-    v.push_back(Field(exit, "ret"));
-    v.push_back(Source("comm", LabelSource::kComm));
+    v.push_back(FieldLabel(exit, "id"));
+    v.push_back(FieldLabel(exit, "ret"));
+    v.push_back(SourceLabel("comm", LabelSource::kComm));
     return v;
   }());
   ExpectGolden("counter_filter_fields_comm", EmitCounter(s, Fds()));
@@ -117,7 +101,7 @@ TEST(ProgramsGoldenTest, ValueCounter) {  // bytes written, by pid
   s.value = Int(write, "count");
   s.key = Layout([] {
     std::vector<LabelSpec> v;
-    v.push_back(Source("pid", LabelSource::kPid));
+    v.push_back(SourceLabel("pid", LabelSource::kPid));
     return v;
   }());
   ExpectGolden("counter_value_pid", EmitCounter(s, Fds()));
@@ -142,7 +126,7 @@ TEST(ProgramsGoldenTest, EnterExitLatency) {  // nanosleep enter -> exit by comm
   start.match = {Int(enter, "common_pid")};
   start.labels = Layout([] {
     std::vector<LabelSpec> v;
-    v.push_back(Source("comm", LabelSource::kComm));
+    v.push_back(SourceLabel("comm", LabelSource::kComm));
     return v;
   }());
   ExpectGolden("latency_start_comm", EmitLatencyStart(start, Fds()));

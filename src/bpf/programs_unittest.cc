@@ -24,6 +24,7 @@
 #include "filter/filter.h"
 #include "format/event_format.h"
 #include "testing/formats.h"
+#include "testing/labels.h"
 #include "testing/test_util.h"
 
 namespace tpe::bpf {
@@ -95,23 +96,8 @@ void RunProg(Interpreter* in, const std::vector<bpf_insn>& prog, std::string rec
 
 Bytes AsBytes(const std::string& s) { return Bytes(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
 
-LabelSpec FieldLabel(const EventFormat& f, const std::string& field) {
-  LabelSpec l;
-  l.name = field;
-  const FieldFormat* ff = f.FindField(field);
-  EXPECT_NE(ff, nullptr) << field;
-  if (ff == nullptr) return l;
-  auto e = FieldExtractor::Compile(*ff, LabelDecode::kAuto, nullptr);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (e.ok()) l.extractor = std::move(*e);
-  return l;
-}
-LabelSpec SourceLabel(const std::string& name, LabelSource src) {
-  LabelSpec l;
-  l.name = name;
-  l.source = src;
-  return l;
-}
+using testing::FieldLabel;
+using testing::SourceLabel;
 
 // A sched_switch record (64 bytes; common_pid = tid).
 std::string Switch(const std::string& prev_comm, int32_t prev_pid, int32_t prev_prio, int64_t prev_state,
