@@ -244,14 +244,31 @@ std::string BpfMetric::Disassembly() const {
 uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
 uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
+void BpfMetric::OnCostWindow(bool open) {
+  for (const Program& p : programs_) {
+    const ProgramStats st = ReadProgramStats(p.fd.get());
+    if (open) {
+      p.cost->BeginWindow(st.run_time_ns, st.run_cnt);
+    } else {
+      p.cost->EndWindow(st.run_time_ns, st.run_cnt);
+    }
+  }
+}
+
 std::vector<EngineStat> BpfMetric::EngineStats() const {
   std::vector<EngineStat> out;
-  for (const ProgramReport& p : Programs()) {
+  const std::vector<ProgramReport> reports = Programs();
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const ProgramReport& p = reports[i];
     LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
     out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
     out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
     out.push_back(
         {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
+    // Absent until a cost window has measured the program (never a false 0).
+    if (auto seconds = programs_[i].cost->Seconds(p.runs)) {
+      out.push_back({"tracepoint_exporter_bpf_program_cpu_seconds_total", l, *seconds});
+    }
   }
   out.push_back(
       {"tracepoint_exporter_bpf_map_no_memory_total", {{"metric", spec_.name}}, static_cast<double>(no_memory())});

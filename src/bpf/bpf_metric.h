@@ -33,6 +33,7 @@
 
 #include "bpf/loader.h"
 #include "bpf/map_series.h"
+#include "bpf/program_cost.h"
 #include "bpf/programs.h"
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
@@ -92,6 +93,9 @@ class BpfMetric : public Collector {
   bool NeedsOrdering() const override { return false; }
   void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
   bool SweepsOffReader() const override { return true; }
+  // Measures each program's ns per run over the window (ProgramCost), for the self-metric
+  // tracepoint_exporter_bpf_program_cpu_seconds_total.
+  void OnCostWindow(bool open) override;
   std::pair<uint64_t, uint64_t> series_removed() const override;
   uint64_t series_dropped() const override;
   uint64_t decode_errors() const override;
@@ -128,6 +132,7 @@ class BpfMetric : public Collector {
     std::vector<bpf_insn> insns;
     ScopedFd fd;
     ScopedFd stats;  // this program's stats map
+    std::unique_ptr<ProgramCost> cost = std::make_unique<ProgramCost>();
   };
   explicit BpfMetric(BpfMetricSpec spec) : spec_(std::move(spec)) {}
   // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.

@@ -67,6 +67,10 @@ class Collector {
   // True when Sweep does syscalls (the bpf engine reads its maps): it then runs on the sweeper
   // thread (collectors/sweeper.h), not on the reader's, and is given no exited-task records.
   virtual bool SweepsOffReader() const { return false; }
+  // Called on the sweeper thread while the kernel's BPF run-time stats are on for a cost window
+  // (bpf/program_cost.h): `open` right after they were turned on, then !`open` right before
+  // they are turned off. The bpf engine measures its programs' ns per run; others ignore it.
+  virtual void OnCostWindow(bool /*open*/) {}
   // Series removed so far: {idle, task exited}.
   virtual std::pair<uint64_t, uint64_t> series_removed() const { return {0, 0}; }
 

@@ -1,6 +1,7 @@
 #include "collectors/sweeper.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,7 +24,13 @@ class FakeCollector : public Collector {
   }
   bool SweepsOffReader() const override { return off_reader_; }
   uint64_t series_dropped() const override { return dropped.load(); }
-  std::atomic<uint64_t> sweeps{0}, dropped{0};
+  void OnCostWindow(bool open) override {
+    EXPECT_NE(open, window_open.load()) << "windows alternate: open, close, open, ...";
+    window_open = open;
+    (open ? opened : closed).fetch_add(1);
+  }
+  std::atomic<uint64_t> sweeps{0}, dropped{0}, opened{0}, closed{0};
+  std::atomic<bool> window_open{false};
 
  private:
   bool off_reader_;
@@ -71,6 +78,46 @@ TEST(SweeperTest, NoThreadWithoutSuchCollectors) {
   s.Start(&cs, 7);
   EXPECT_EQ(s.sweeps(), 0u);
   s.Stop();
+}
+
+// Cost windows: the stats handle is held while a window is open (OnCostWindow(true) ... (false)),
+// windows follow the period, a failing enable_stats is tried once, and Stop lets the handle go.
+TEST(SweeperTest, CostWindowsHoldTheStatsHandleAndFollowThePeriod) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  cs.push_back(std::make_unique<FakeCollector>(true));
+  auto* c = static_cast<FakeCollector*>(cs[0].get());
+  std::atomic<int> enables{0};
+  CostWindows cost;
+  cost.period_ns = 300'000'000;
+  cost.window_ns = 100'000'000;
+  cost.enable_stats = [&]() -> StatusOr<ScopedFd> {
+    ++enables;
+    return ScopedFd(::dup(0));  // stands for the BPF_ENABLE_STATS fd
+  };
+  Sweeper s;
+  s.Start(&cs, 7, cost);
+  EXPECT_TRUE(Eventually([&] { return c->closed.load() >= 3; }));
+  s.Stop();
+  EXPECT_EQ(static_cast<uint64_t>(enables.load()), c->opened.load());  // a window per handle
+  EXPECT_LE(c->opened.load() - c->closed.load(), 1u);                  // at most one cut by Stop
+
+  // enable_stats fails (no CAP_SYS_ADMIN): one try, no window, sweeps go on.
+  cs[0] = std::make_unique<FakeCollector>(true);
+  auto* d = static_cast<FakeCollector*>(cs[0].get());
+  const uint64_t opened = d->opened.load();
+  std::atomic<int> tries{0};
+  cost.enable_stats = [&]() -> StatusOr<ScopedFd> {
+    ++tries;
+    return PermissionDenied("BPF_ENABLE_STATS: Operation not permitted");
+  };
+  Sweeper f;
+  f.Start(&cs, 7, cost);
+  d->dropped = 5;
+  EXPECT_TRUE(Eventually([&] { return d->sweeps.load() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // two periods
+  f.Stop();
+  EXPECT_EQ(tries.load(), 1);
+  EXPECT_EQ(d->opened.load(), opened);
 }
 
 }  // namespace

@@ -751,7 +751,8 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings",
-                                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds"}));
+                                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
+                                    "bpf_cost_window_seconds", "bpf_cost_period_seconds"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -769,6 +770,20 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
           "must be 0 (series never expire) or a number of seconds from 0.001 to 31536000 (365 days), not " + Num(idle));
     }
     idle = idle == 0 ? 0 : idle;  // -0 is 0
+    double& window = cfg.settings.bpf_cost_window_seconds;
+    double& period = cfg.settings.bpf_cost_period_seconds;
+    TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "bpf_cost_window_seconds", false, &window));
+    TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "bpf_cost_period_seconds", false, &period));
+    if (!(period == 0 || (period >= kMinCostWindowSeconds && period <= kMaxCostPeriodSeconds))) {
+      return c.Error("settings.bpf_cost_period_seconds",
+                     "must be 0 (no cost windows) or a number of seconds from 0.01 to 86400, not " + Num(period));
+    }
+    period = period == 0 ? 0 : period;
+    if (!(window >= kMinCostWindowSeconds && (period == 0 || window <= period))) {
+      return c.Error("settings.bpf_cost_window_seconds",
+                     "must be a number of seconds from 0.01 up to settings.bpf_cost_period_seconds (" + Num(period) +
+                         "), not " + Num(window));
+    }
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");

@@ -47,6 +47,8 @@ inline constexpr double kMaxTimeoutSeconds = 86400;
 // settings.series_idle_timeout_seconds: 0 (never), or 1 ms up to a year.
 inline constexpr double kMinSeriesIdleTimeoutSeconds = 0.001;
 inline constexpr double kMaxSeriesIdleTimeoutSeconds = 31536000;
+inline constexpr double kMinCostWindowSeconds = 0.01;
+inline constexpr double kMaxCostPeriodSeconds = 86400;
 
 struct LabelConfig {
   std::string name;
@@ -112,6 +114,12 @@ struct Settings {
   // so that dead tasks' series do not hold the cardinality limit forever. 0 = never. Seconds,
   // possibly fractional: 0, or kMinSeriesIdleTimeoutSeconds..kMaxSeriesIdleTimeoutSeconds.
   double series_idle_timeout_seconds = 600;
+  // The bpf engine's cost windows (bpf/program_cost.h): every bpf_cost_period_seconds the
+  // kernel's BPF run-time stats are on for bpf_cost_window_seconds, to price each program's runs
+  // (tracepoint_exporter_bpf_program_cpu_seconds_total). Period 0 = never; otherwise
+  // kMinCostWindowSeconds <= window <= period <= kMaxCostPeriodSeconds.
+  double bpf_cost_window_seconds = 1;
+  double bpf_cost_period_seconds = 60;
 };
 
 struct Config {

@@ -65,8 +65,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": -1}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
-            "cfg.json: settings: unknown key \"ring_pages\" (valid keys: max_series_per_metric, ring_buffer_pages, "
-            "series_idle_timeout_seconds)");
+            "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
+            "bpf_cost_window_seconds, max_series_per_metric, ring_buffer_pages, series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
@@ -378,6 +378,31 @@ TEST(ConfigRangeTest, SeriesIdleTimeout) {
   }
   EXPECT_EQ(Err(settings(R"("series_idle_timeout_seconds": "10m")")),
             "cfg.json: settings.series_idle_timeout_seconds: must be a number, not string");
+}
+
+TEST(ConfigRangeTest, BpfCostWindows) {
+  auto settings = [](const std::string& kv) {
+    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
+  };
+  auto c = ParseConfig(settings(""), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->settings.bpf_cost_window_seconds, 1);
+  EXPECT_EQ(c->settings.bpf_cost_period_seconds, 60);
+  c = ParseConfig(settings(R"("bpf_cost_period_seconds": 0, "bpf_cost_window_seconds": 5)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();  // off: any window
+  EXPECT_EQ(c->settings.bpf_cost_period_seconds, 0);
+  c = ParseConfig(settings(R"("bpf_cost_period_seconds": 2, "bpf_cost_window_seconds": 0.5)"), "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->settings.bpf_cost_window_seconds, 0.5);
+  EXPECT_EQ(Err(settings(R"("bpf_cost_period_seconds": 100000)")),
+            "cfg.json: settings.bpf_cost_period_seconds: must be 0 (no cost windows) or a number of seconds from "
+            "0.01 to 86400, not 100000");
+  EXPECT_EQ(Err(settings(R"("bpf_cost_period_seconds": 10, "bpf_cost_window_seconds": 11)")),
+            "cfg.json: settings.bpf_cost_window_seconds: must be a number of seconds from 0.01 up to "
+            "settings.bpf_cost_period_seconds (10), not 11");
+  EXPECT_EQ(Err(settings(R"("bpf_cost_window_seconds": 0)")),
+            "cfg.json: settings.bpf_cost_window_seconds: must be a number of seconds from 0.01 up to "
+            "settings.bpf_cost_period_seconds (60), not 0");
 }
 
 TEST(ConfigRangeTest, LatencyMaxInflightAndTimeout) {

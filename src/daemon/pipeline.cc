@@ -10,6 +10,7 @@
 #include <ctime>
 #include <thread>
 
+#include "bpf/program_cost.h"
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -25,6 +26,15 @@ constexpr int kFrozenRecheckMs = 50;
 
 bool AnySampled(const Plan& plan) {
   return std::any_of(plan.events.begin(), plan.events.end(), [](const auto& e) { return e->sampled; });
+}
+
+// The sweeper's cost windows from the plan's settings (0 = off).
+CostWindows CostWindowsOf(const Plan& plan) {
+  CostWindows c;
+  c.period_ns = static_cast<uint64_t>(plan.settings.bpf_cost_period_seconds * 1e9);
+  c.window_ns = static_cast<uint64_t>(plan.settings.bpf_cost_window_seconds * 1e9);
+  c.enable_stats = bpf::EnableRunTimeStats;
+  return c;
 }
 
 }  // namespace
@@ -168,7 +178,7 @@ Status Pipeline::StartThread() {
   running_ = true;
   thread_ = std::thread([this] { Run(); });
   const double idle_s = plan_->settings.series_idle_timeout_seconds;
-  sweeper_.Start(&plan_->collectors, idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0);
+  sweeper_.Start(&plan_->collectors, idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0, CostWindowsOf(*plan_));
   return Status::Ok();
 }
 

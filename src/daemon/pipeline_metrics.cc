@@ -203,6 +203,12 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                         "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
                         "sysctl kernel.bpf_stats_enabled is 1).",
                         MetricKind::kCounter);
+  auto cpu = Family("tracepoint_exporter_bpf_program_cpu_seconds_total",
+                    "Kernel CPU time spent in the program, estimated without leaving BPF run-time stats on: "
+                    "its runs priced at the ns per run measured in the latest cost window "
+                    "(settings.bpf_cost_window_seconds every settings.bpf_cost_period_seconds). Absent until a "
+                    "window has measured it, and where stats cannot be turned on (CAP_SYS_ADMIN, Linux 5.8).",
+                    MetricKind::kCounter);
   auto no_memory = Family("tracepoint_exporter_bpf_map_no_memory_total",
                           "Hits a bpf-engine metric could not count because the kernel failed to allocate a map "
                           "element (ENOMEM from the map update; not the cardinality limit, which is "
@@ -220,7 +226,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f : {&runs, &misses, &seconds, &no_memory, &map_memory}) {
+      for (MetricSnapshot* f : {&runs, &misses, &seconds, &cpu, &no_memory, &map_memory}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -234,6 +240,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(runs));
     if (!misses.series.empty()) out->push_back(std::move(misses));
     out->push_back(std::move(seconds));
+    if (!cpu.series.empty()) out->push_back(std::move(cpu));
     out->push_back(std::move(no_memory));
     out->push_back(std::move(map_memory));
   }

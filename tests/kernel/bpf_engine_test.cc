@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bpf/program_cost.h"
 #include "kernel/kernel_util.h"
 #include "testing/test_util.h"
 
@@ -101,6 +102,38 @@ TEST(BpfEngineTest, KeylessMetricsRunsAreTheirCount) {
   ASSERT_EQ(h->series.size(), 1u);
   EXPECT_GE(h->series[0].count, 1000u);
   EXPECT_EQ(runs("ret"), static_cast<double>(h->series[0].count));
+}
+
+// The CPU-time estimate (runs priced at the ns per run of short stats windows) is within a
+// factor of 2 of the kernel's own accounting, which this test keeps on for the whole run.
+TEST(BpfEngineTest, CpuSecondsEstimateIsWithinTwiceTheKernelsAccounting) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto stats = bpf::EnableRunTimeStats();  // the ground truth: run_time_ns of every run
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto snap = RunPipeline(R"({"settings": {"bpf_cost_window_seconds": 0.2, "bpf_cost_period_seconds": 0.4},
+      "metrics": [{"name": "cost_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+                   "labels": [{"name": "comm", "source": "comm"}]}]})",
+                          [] {
+                            pid_t pid = fork();
+                            if (pid == 0) {
+                              const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+                              while (std::chrono::steady_clock::now() < end) {
+                                for (int i = 0; i < 1000; ++i) syscall(SYS_getppid);
+                              }
+                              _exit(0);
+                            }
+                            waitpid(pid, nullptr, 0);
+                          });
+  const LabelPairs l{{"metric", "cost_total"}, {"program", "event"}};
+  const SeriesSnapshot* truth = FindSeries(snap, "tracepoint_exporter_bpf_program_run_seconds_total", l);
+  const SeriesSnapshot* estimate = FindSeries(snap, "tracepoint_exporter_bpf_program_cpu_seconds_total", l);
+  ASSERT_NE(truth, nullptr);
+  ASSERT_NE(estimate, nullptr) << "no cost window measured the program";
+  ASSERT_GT(truth->value, 0);
+  std::printf("cpu seconds: estimate %.6f, kernel %.6f (ratio %.2f)\n", estimate->value, truth->value,
+              estimate->value / truth->value);
+  EXPECT_GE(estimate->value, truth->value / 2) << "estimate " << estimate->value << " s, kernel " << truth->value;
+  EXPECT_LE(estimate->value, truth->value * 2) << "estimate " << estimate->value << " s, kernel " << truth->value;
 }
 
 TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
