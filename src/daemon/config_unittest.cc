@@ -224,6 +224,10 @@ std::string Lat(const std::string& extra) {
          extra + "}]}";
 }
 const std::string kCounter = R"({"name": "c_total", "type": "counter", "event": "s:e"})";
+// A config with kCounter and the settings `kv` (JSON members, e.g. "\"ring_buffer_pages\": 8").
+std::string WithSettings(const std::string& kv) {
+  return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
+}
 
 TEST(ConfigInputTest, NumberTooLargeForADoubleIsAnErrorWithItsPath) {
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": 1e400}, "metrics": []})"),
@@ -324,83 +328,74 @@ TEST(ConfigInputTest, DeepNestingIsAnErrorNotACrash) {
 // ---- Numbers: ranges, whole numbers --------------------------------------------------------
 
 TEST(ConfigRangeTest, WholeNumbers) {
-  auto settings = [](const std::string& kv) {
-    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
-  };
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 64.5)")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": 64.5)")),
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not 64.5");
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 0)")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": 0)")),
             "cfg.json: settings.ring_buffer_pages: 0 is out of range 1..4096");
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 8192)")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": 8192)")),
             "cfg.json: settings.ring_buffer_pages: 8192 is out of range 1..4096");
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 1e20)")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": 1e20)")),
             "cfg.json: settings.ring_buffer_pages: 1e+20 is out of range 1..4096");
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": 18446744073709551616)")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": 18446744073709551616)")),
             "cfg.json: settings.ring_buffer_pages: 1.8446744073709552e+19 is out of range 1..4096");
-  EXPECT_EQ(Err(settings(R"("ring_buffer_pages": "64")")),
+  EXPECT_EQ(Err(WithSettings(R"("ring_buffer_pages": "64")")),
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not string");
-  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 0)")),
+  EXPECT_EQ(Err(WithSettings(R"("max_series_per_metric": 0)")),
             "cfg.json: settings.max_series_per_metric: 0 is out of range 1..1000000");
-  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 1000001)")),
+  EXPECT_EQ(Err(WithSettings(R"("max_series_per_metric": 1000001)")),
             "cfg.json: settings.max_series_per_metric: 1000001 is out of range 1..1000000");
-  EXPECT_EQ(Err(settings(R"("max_series_per_metric": 99.9)")),
+  EXPECT_EQ(Err(WithSettings(R"("max_series_per_metric": 99.9)")),
             "cfg.json: settings.max_series_per_metric: must be a whole number from 1 to 1000000, not 99.9");
-  EXPECT_EQ(Err(settings(R"("max_series_per_metric": -5)")),
+  EXPECT_EQ(Err(WithSettings(R"("max_series_per_metric": -5)")),
             "cfg.json: settings.max_series_per_metric: must be a whole number from 1 to 1000000, not -5");
   // A whole number written as a float is that number, not truncated and not an error.
-  auto c = ParseConfig(settings(R"("ring_buffer_pages": 64.0, "max_series_per_metric": 1e6)"), "cfg.json");
+  auto c = ParseConfig(WithSettings(R"("ring_buffer_pages": 64.0, "max_series_per_metric": 1e6)"), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.ring_buffer_pages, 64u);
   EXPECT_EQ(c->settings.max_series_per_metric, 1000000u);
-  c = ParseConfig(settings(R"("ring_buffer_pages": 4096, "max_series_per_metric": 1)"), "cfg.json");
+  c = ParseConfig(WithSettings(R"("ring_buffer_pages": 4096, "max_series_per_metric": 1)"), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.ring_buffer_pages, 4096u);
 }
 
 TEST(ConfigRangeTest, SeriesIdleTimeout) {
-  auto settings = [](const std::string& kv) {
-    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
-  };
-  auto c = ParseConfig(settings(""), "cfg.json");
+  auto c = ParseConfig(WithSettings(""), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.series_idle_timeout_seconds, 600);
   for (auto [text, want] :
        std::vector<std::pair<std::string, double>>{{"0", 0}, {"0.001", 0.001}, {"2.5", 2.5}, {"31536000", 31536000}}) {
-    c = ParseConfig(settings(R"("series_idle_timeout_seconds": )" + text), "cfg.json");
+    c = ParseConfig(WithSettings(R"("series_idle_timeout_seconds": )" + text), "cfg.json");
     ASSERT_TRUE(c.ok()) << text << ": " << c.status().ToString();
     EXPECT_EQ(c->settings.series_idle_timeout_seconds, want) << text;
   }
   for (const char* bad : {"-1", "0.0001", "31536001", "1e300"}) {
-    EXPECT_EQ(Err(settings(R"("series_idle_timeout_seconds": )" + std::string(bad))),
+    EXPECT_EQ(Err(WithSettings(R"("series_idle_timeout_seconds": )" + std::string(bad))),
               "cfg.json: settings.series_idle_timeout_seconds: must be 0 (series never expire) or a number of "
               "seconds from 0.001 to 31536000 (365 days), not " +
                   std::string(bad == std::string("1e300") ? "1e+300" : bad));
   }
-  EXPECT_EQ(Err(settings(R"("series_idle_timeout_seconds": "10m")")),
+  EXPECT_EQ(Err(WithSettings(R"("series_idle_timeout_seconds": "10m")")),
             "cfg.json: settings.series_idle_timeout_seconds: must be a number, not string");
 }
 
 TEST(ConfigRangeTest, BpfCostWindows) {
-  auto settings = [](const std::string& kv) {
-    return R"({"settings": {)" + kv + R"(}, "metrics": [)" + kCounter + "]}";
-  };
-  auto c = ParseConfig(settings(""), "cfg.json");
+  auto c = ParseConfig(WithSettings(""), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.bpf_cost_window_seconds, 1);
   EXPECT_EQ(c->settings.bpf_cost_period_seconds, 60);
-  c = ParseConfig(settings(R"("bpf_cost_period_seconds": 0, "bpf_cost_window_seconds": 5)"), "cfg.json");
+  c = ParseConfig(WithSettings(R"("bpf_cost_period_seconds": 0, "bpf_cost_window_seconds": 5)"), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();  // off: any window
   EXPECT_EQ(c->settings.bpf_cost_period_seconds, 0);
-  c = ParseConfig(settings(R"("bpf_cost_period_seconds": 2, "bpf_cost_window_seconds": 0.5)"), "cfg.json");
+  c = ParseConfig(WithSettings(R"("bpf_cost_period_seconds": 2, "bpf_cost_window_seconds": 0.5)"), "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->settings.bpf_cost_window_seconds, 0.5);
-  EXPECT_EQ(Err(settings(R"("bpf_cost_period_seconds": 100000)")),
+  EXPECT_EQ(Err(WithSettings(R"("bpf_cost_period_seconds": 100000)")),
             "cfg.json: settings.bpf_cost_period_seconds: must be 0 (no cost windows) or a number of seconds from "
             "0.01 to 86400, not 100000");
-  EXPECT_EQ(Err(settings(R"("bpf_cost_period_seconds": 10, "bpf_cost_window_seconds": 11)")),
+  EXPECT_EQ(Err(WithSettings(R"("bpf_cost_period_seconds": 10, "bpf_cost_window_seconds": 11)")),
             "cfg.json: settings.bpf_cost_window_seconds: must be a number of seconds from 0.01 up to "
             "settings.bpf_cost_period_seconds (10), not 11");
-  EXPECT_EQ(Err(settings(R"("bpf_cost_window_seconds": 0)")),
+  EXPECT_EQ(Err(WithSettings(R"("bpf_cost_window_seconds": 0)")),
             "cfg.json: settings.bpf_cost_window_seconds: must be a number of seconds from 0.01 up to "
             "settings.bpf_cost_period_seconds (60), not 0");
 }
