@@ -140,14 +140,11 @@ TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
-  auto cfg = ParseConfig(R"({"settings": {"series_idle_timeout_seconds": 1.5}, "metrics": [
+  auto plan = Plan(R"({"settings": {"series_idle_timeout_seconds": 1.5}, "metrics": [
     {"name": "by_tid_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
      "filter": "comm == \"tpe_bpf_life\"", "labels": [{"name": "tid", "source": "tid"}]},
     {"name": "by_comm_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
-     "filter": "comm == \"tpe_bpf_life\"", "labels": [{"name": "comm", "source": "comm"}]}]})",
-                         "t.json");
-  ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+     "filter": "comm == \"tpe_bpf_life\"", "labels": [{"name": "comm", "source": "comm"}]}]})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
@@ -223,12 +220,9 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
-  auto cfg = ParseConfig(R"({"settings": {"max_series_per_metric": 2000}, "metrics": [
+  auto plan = Plan(R"({"settings": {"max_series_per_metric": 2000}, "metrics": [
     {"name": "churn_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
-     "filter": "comm == \"tpe_churn\"", "labels": [{"name": "tid", "source": "tid"}]}]})",
-                         "t.json");
-  ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+     "filter": "comm == \"tpe_churn\"", "labels": [{"name": "tid", "source": "tid"}]}]})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   // The pipeline's threads (sweeper included) on the last CPU, the tasks on CPU 0. Before Linux
   // 6.7 the kernel skips a program run uncounted while a BPF map syscall is under way on that
@@ -323,12 +317,9 @@ TEST(BpfEngineTest, ScrapesDuringForkChurnNeverCountTwice) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
-  auto cfg = ParseConfig(R"({"metrics": [
+  auto plan = Plan(R"({"metrics": [
     {"name": "churn2_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
-     "filter": "comm == \"tpe_churn2\"", "labels": [{"name": "tid", "source": "tid"}]}]})",
-                         "t.json");
-  ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+     "filter": "comm == \"tpe_churn2\"", "labels": [{"name": "tid", "source": "tid"}]}]})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
