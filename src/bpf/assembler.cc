@@ -65,6 +65,10 @@ void Assembler::AtomicAdd64(Reg dst, int16_t off, Reg src) {
   Emit(BPF_STX | BPF_DW | BPF_ATOMIC, dst, src, off, BPF_ADD);
 }
 
+void Assembler::AtomicXchg64(Reg dst, int16_t off, Reg src) {
+  Emit(BPF_STX | BPF_DW | BPF_ATOMIC, dst, src, off, BPF_XCHG);
+}
+
 void Assembler::ZeroStack(int16_t off, uint32_t bytes) {
   for (uint32_t i = 0; i < bytes; i += 8) StoreImm(8, R10, static_cast<int16_t>(off + static_cast<int>(i)), 0);
 }
@@ -214,6 +218,8 @@ std::string Disassemble(const std::vector<bpf_insn>& insns) {
     } else if (cls == BPF_LDX) {
       std::snprintf(buf, sizeof(buf), "r%d = *(%s *)(r%d %+d)", i.dst_reg, SizeName(BPF_SIZE(i.code)), i.src_reg,
                     i.off);
+    } else if (cls == BPF_STX && BPF_MODE(i.code) == BPF_ATOMIC && i.imm == BPF_XCHG) {
+      std::snprintf(buf, sizeof(buf), "r%d = xchg_64(r%d %+d, r%d)", i.src_reg, i.dst_reg, i.off, i.src_reg);
     } else if (cls == BPF_STX && BPF_MODE(i.code) == BPF_ATOMIC) {
       std::snprintf(buf, sizeof(buf), "lock *(u64 *)(r%d %+d) += r%d", i.dst_reg, i.off, i.src_reg);
     } else if (cls == BPF_STX) {

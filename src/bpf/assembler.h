@@ -51,6 +51,8 @@ class Assembler {
   void StoreImm(uint32_t size, Reg dst, int16_t off, int32_t imm);
   // lock *(u64 *)(dst + off) += src: atomic, so tasks preempted on one CPU never lose an add.
   void AtomicAdd64(Reg dst, int16_t off, Reg src);
+  // src = xchg(*(u64 *)(dst + off), src): BPF_ATOMIC BPF_XCHG (Linux 5.12; atomic on every CPU).
+  void AtomicXchg64(Reg dst, int16_t off, Reg src);
   // Zeroes `bytes` (a multiple of 8) of stack at R10 + off.
   void ZeroStack(int16_t off, uint32_t bytes);
 

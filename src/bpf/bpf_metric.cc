@@ -97,12 +97,14 @@ Status BpfMetric::Build(bool create) {
         return add("event", &spec_.end, EmitHistogram(s, fds));
       }
       case Kind::kLatency: {
+        in_place_ = GetLoadOptions().in_place_starts && start_key_.size == 0;
         for (size_t i = 0; i < spec_.starts.size(); ++i) {
           const BpfEndpoint& st = spec_.starts[i];
           LatencyStartShape s;
           s.filter = st.filter ? &*st.filter : nullptr;
           s.match = st.match;
           s.labels = i == 0 ? start_key_ : *LayoutKey(st.labels);
+          s.in_place = in_place_;
           TPE_RETURN_IF_ERROR(add(i == 0 ? "start" : "start" + std::to_string(i), &st, EmitLatencyStart(s, fds)));
         }
         LatencyEndShape e;
@@ -112,6 +114,7 @@ Status BpfMetric::Build(bool create) {
         e.labels = key_;
         e.thresholds = thresholds_;
         e.timeout_ns = spec_.timeout_ns;
+        e.in_place = in_place_;
         return add("end", &spec_.end, EmitLatencyEnd(e, fds));
       }
     }
@@ -404,6 +407,13 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
     shape.slots = static_cast<uint32_t>(value.size() / 8);
     shape.max_entries = static_cast<uint32_t>(spec_.max_inflight);
     for (MapEntry& e : ReadMap(&starts, shape, &starts_batch_)) {
+      if (in_place_ && (e.value[0] & kConsumedBit) != 0) {
+        // Consumed by an end at that time: kept for the key's next start, until it is as old as
+        // the timeout (not counted: nothing was lost).
+        const uint64_t t = e.value[0] & ~kConsumedBit;
+        if (now > t && now - t > spec_.timeout_ns) starts.Delete(e.key.data());
+        continue;
+      }
       const uint64_t t = e.value[0];
       if (now > t && now - t > spec_.timeout_ns) {
         if (starts.Delete(e.key.data()) == 0) ++expired;

@@ -160,6 +160,8 @@ class BpfMetric : public Collector {
   mutable std::mutex mu_;              // guards the counts below
   uint64_t removed_idle_ = 0, removed_exited_ = 0, expired_ = 0;
   size_t inflight_ = 0;
+  // Latency: the in-place shapes (programs.h; LoadOptions::in_place_starts and no start labels).
+  bool in_place_ = false;
   bool starts_batch_ = true;  // sweep thread only: BPF_MAP_LOOKUP_BATCH on the starts map
 };
 

@@ -470,6 +470,10 @@ StatusOr<uint64_t> Machine::Exec(const std::vector<bpf_insn>& insns) {
           const uint64_t old = LoadLE(p, size);
           StoreLE(p, size, old + src);
           if (in.imm & BPF_FETCH) r_[in.src_reg] = size == 4 ? static_cast<uint32_t>(old) : old;
+        } else if (cls == BPF_STX && BPF_MODE(in.code) == BPF_ATOMIC && size == 8 && in.imm == BPF_XCHG) {
+          const uint64_t old = LoadLE(p, size);
+          StoreLE(p, size, src);
+          r_[in.src_reg] = old;
         } else {
           return Fail("unsupported store mode");
         }

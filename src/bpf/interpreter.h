@@ -18,7 +18,7 @@
 //
 // Supported: ALU64 and ALU K/X (add sub mul div mod or and xor lsh rsh arsh neg mov), LD_IMM64
 // (plain and BPF_PSEUDO_MAP_FD), LDX/ST/STX MEM of 1/2/4/8 bytes, STX ATOMIC BPF_ADD (with or
-// without BPF_FETCH, 32 and 64 bits), JMP and JMP32 conditional jumps K/X, JA, CALL, EXIT.
+// without BPF_FETCH, 32 and 64 bits) and BPF_XCHG (64 bits), JMP and JMP32 conditional jumps K/X, JA, CALL, EXIT.
 // Not supported (an error): BPF_END, signed div/mod and movsx, bpf-to-bpf calls, tail calls.
 //
 // Pointers are plain u64 values with a region tag in the top 16 bits (ctx, stack, map handle,

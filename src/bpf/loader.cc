@@ -144,6 +144,7 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
   f.tracepoint_misses = at_least(6, 7);
   f.runtime_alloc_safe = at_least(6, 1) && !f.preempt_rt;
   f.memlock_charged = !at_least(5, 11);
+  f.atomic_xchg = at_least(5, 12);
   return f;
 }
 
@@ -172,6 +173,23 @@ BpfFeatures ProbeBpfFeatures() {
       f.probe_read_kernel_str = true;
     } else if (fd == -EINVAL) {
       f.probe_read_kernel_str = false;
+    }
+  }
+  // BPF_XCHG: the verifier refuses an atomic op it does not know with EINVAL.
+  Assembler x;
+  x.StoreImm(8, R10, -8, 0);
+  x.Mov(R1, 1);
+  x.AtomicXchg64(R10, -8, R1);
+  x.Mov(R0, 0);
+  x.Exit();
+  auto xchg = x.Finish();
+  if (xchg.ok()) {
+    int fd = ProgLoad("tpe_probe_xchg", *xchg, nullptr);
+    if (fd >= 0) {
+      ::close(fd);
+      f.atomic_xchg = true;
+    } else if (fd == -EINVAL) {
+      f.atomic_xchg = false;
     }
   }
   if (f.memlock_charged) {

@@ -53,6 +53,9 @@ struct BpfFeatures {
   // BPF maps and programs are charged to RLIMIT_MEMLOCK (before Linux 5.11; later to the memory
   // cgroup). ProbeBpfFeatures then raises RLIMIT_MEMLOCK to infinity when allowed.
   bool memlock_charged = false;
+  // BPF_ATOMIC BPF_XCHG (Linux 5.12, kernel commit 5ffa25502b5a "bpf: Add instructions for
+  // atomic_[cmp]xchg"): latency starts are then claimed and rewritten in place (programs.h).
+  bool atomic_xchg = true;
   std::string memlock_note;  // what was done about RLIMIT_MEMLOCK ("" when not charged)
 };
 // uname(2), /sys/kernel/realtime, a helper probe (a tiny program calling
@@ -77,6 +80,10 @@ struct LoadOptions {
   // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
   // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
   bool memlock_charged = false;
+  // Latency metrics whose start carries no labels keep their start entries and claim them with
+  // BPF_XCHG (programs.h "in place"): no element allocated or freed per pair. Needs
+  // BpfFeatures::atomic_xchg.
+  bool in_place_starts = false;
 };
 void SetLoadOptions(const LoadOptions& options);
 LoadOptions GetLoadOptions();

@@ -25,17 +25,17 @@ TEST(BpfFeaturesTest, EachKernelOfTheFleet) {
     const char* release;
     const char* version;
     const char* realtime;
-    bool str, misses, alloc_safe, memlock;
+    bool str, misses, alloc_safe, memlock, xchg;
   } rows[] = {
-      {"4.18.0-513.el8.x86_64", "#1 SMP", "", false, false, false, true},                 // RHEL 8
-      {"5.4.0-170-generic", "#188-Ubuntu SMP", "", false, false, false, true},            // Ubuntu 20.04
-      {"5.10.0-28-amd64", "#1 SMP Debian", "", true, false, false, true},                 // Debian 11
-      {"5.15.0-91-generic", "#101-Ubuntu SMP", "", true, false, false, false},            // Ubuntu 22.04
-      {"6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "", true, false, true, false},  // Debian 12
-      {"6.1.0-18-rt-amd64", "#1 SMP PREEMPT_RT Debian", "1", true, false, false, false},  // Debian 12 RT
-      {"6.6.0", "#1 SMP", "1", true, false, false, false},                                // RT by /sys/kernel/realtime
-      {"6.7.0", "#1 SMP", "", true, true, true, false},
-      {"6.12.9-amd64", "#1 SMP PREEMPT_DYNAMIC", "0", true, true, true, false},
+      {"4.18.0-513.el8.x86_64", "#1 SMP", "", false, false, false, true, false},                // RHEL 8
+      {"5.4.0-170-generic", "#188-Ubuntu SMP", "", false, false, false, true, false},           // Ubuntu 20.04
+      {"5.10.0-28-amd64", "#1 SMP Debian", "", true, false, false, true, false},                // Debian 11
+      {"5.15.0-91-generic", "#101-Ubuntu SMP", "", true, false, false, false, true},            // Ubuntu 22.04
+      {"6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "", true, false, true, false, true},  // Debian 12
+      {"6.1.0-18-rt-amd64", "#1 SMP PREEMPT_RT Debian", "1", true, false, false, false, true},  // Debian 12 RT
+      {"6.6.0", "#1 SMP", "1", true, false, false, false, true},  // RT by /sys/kernel/realtime
+      {"6.7.0", "#1 SMP", "", true, true, true, false, true},
+      {"6.12.9-amd64", "#1 SMP PREEMPT_DYNAMIC", "0", true, true, true, false, true},
   };
   for (const auto& r : rows) {
     BpfFeatures f = BpfFeaturesFromUname(r.release, r.version, r.realtime);
@@ -43,7 +43,20 @@ TEST(BpfFeaturesTest, EachKernelOfTheFleet) {
     EXPECT_EQ(f.tracepoint_misses, r.misses) << r.release;
     EXPECT_EQ(f.runtime_alloc_safe, r.alloc_safe) << r.release;
     EXPECT_EQ(f.memlock_charged, r.memlock) << r.release;
+    EXPECT_EQ(f.atomic_xchg, r.xchg) << r.release;
   }
+}
+
+TEST(BpfFeaturesTest, VerifierRefusingXchgMeansNoInPlaceStarts) {
+  // Linux 5.10's verifier: "BPF_ATOMIC uses invalid atomic opcode e1", EINVAL.
+  Fault f([](const BpfCall& c) {
+    if (c.insns == nullptr) return EPERM;
+    for (const bpf_insn& i : *c.insns) {
+      if (BPF_CLASS(i.code) == BPF_STX && BPF_MODE(i.code) == BPF_ATOMIC && i.imm == BPF_XCHG) return EINVAL;
+    }
+    return EPERM;
+  });
+  EXPECT_FALSE(ProbeBpfFeatures().atomic_xchg);
 }
 
 TEST(BpfFeaturesTest, VerifierRefusingTheHelperMeansNoProbeReadKernelStr) {

@@ -19,6 +19,16 @@
 //               histogram map keyed by start labels ++ end labels only when that delete
 //               returned 0 — of two ends racing on two CPUs for one start, exactly one observes
 //               (the other counts kNoStart)
+//   latency, in place (LatencyStartShape::in_place; start without labels, Linux 5.12 BPF_XCHG):
+//               the start entry is a single u64 and stays in the map across pairs. start: look
+//               the match key up and xchg the start time in (the old value, when a pending start,
+//               counts kReplaced); only a new key inserts (BPF_NOEXIST). end: look it up and
+//               xchg in kConsumedBit | now: the end that takes a pending start observes it, any
+//               other (a second end, or one on another CPU) reads the consumed bit and counts
+//               kNoStart. No element is allocated or freed per pair. An expired start is deleted
+//               by the end, which counts kExpired only when its delete returned 0 (the sweep that
+//               deletes it first counts it instead). Consumed entries are deleted by the sweep
+//               once older than the timeout (BpfMetric::Sweep).
 // Keys: a char-array label is copied up to its first NUL (the bytes after it stay zero, so stale
 // tails never split a series); a __data_loc string is read for at most the length its
 // __data_loc word gives (high 16 bits; offset in the low 16), as the perf engine's decoder.
@@ -136,10 +146,14 @@ struct HistogramShape {
   FieldRef value;
   std::vector<uint64_t> thresholds;  // Thresholds(); n = size()
 };
+// Bit 63 of an in-place start entry: consumed by an end at the time in the low 63 bits (ns).
+inline constexpr uint64_t kConsumedBit = uint64_t{1} << 63;
+
 struct LatencyStartShape {
   const FilterExpr* filter = nullptr;
   std::vector<FieldRef> match;  // the match key's fields, 8 bytes each
   KeyLayout labels;             // start labels, stored beside the start time
+  bool in_place = false;        // the in-place shape: needs labels.size == 0 and BPF_XCHG (5.12)
 };
 struct LatencyEndShape {
   const FilterExpr* filter = nullptr;
@@ -148,6 +162,7 @@ struct LatencyEndShape {
   KeyLayout labels;                  // end labels, after them in the key
   std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;           // older starts are expired, not observed
+  bool in_place = false;             // the in-place shape: needs start_label_bytes == 0
 };
 
 // Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without
@@ -157,8 +172,8 @@ struct LatencyEndShape {
 bool CountsRuns(const CounterShape& s);
 bool CountsRuns(const HistogramShape& s);
 
-// Each returns the program, or Unimplemented (the filter or a field cannot be compiled; the
-// message says which) or Internal.
+// Each returns the program, or Unimplemented (the filter or a field cannot be compiled, or an
+// in-place latency shape with start labels; the message says which) or Internal.
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps);

@@ -70,6 +70,9 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
       {"bpf_tracepoint_misses", "6.7", f.bpf.tracepoint_misses,
        "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
        "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
+      {"bpf_atomic_xchg", "5.12", f.bpf.atomic_xchg,
+       "bpf latency starts are inserted and deleted per pair (an element allocated and freed each time) instead of "
+       "rewritten in place: the same observations at a higher cost per pair"},
       {"bpf_memlock_uncharged", "5.11", !f.bpf.memlock_charged,
        "BPF memory is charged to RLIMIT_MEMLOCK: " +
            (f.bpf.memlock_note.empty() ? std::string("not raised") : f.bpf.memlock_note)},
@@ -84,6 +87,7 @@ bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {
   o.preallocate_maps = !f.bpf.runtime_alloc_safe;
   o.probe_read_fallback = !f.bpf.probe_read_kernel_str;
   o.memlock_charged = f.bpf.memlock_charged;
+  o.in_place_starts = f.bpf.atomic_xchg;
   return o;
 }
 
