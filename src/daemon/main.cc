@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "bpf/program_cost.h"
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -131,15 +132,22 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                    plan.engine_reasons[i].c_str());
     }
+    // The kernel times every BPF program run while this fd is held (a short, interactive run).
+    auto stats = tpe::bpf::EnableRunTimeStats();
     if (auto st = pipeline.Start(); !st.ok()) return Fail(st);
     std::fprintf(stderr, "tracing for %s (Ctrl-C to stop early)...\n", print_for.c_str());
+    const auto started = std::chrono::steady_clock::now();
     timespec ts{static_cast<time_t>(duration.count() / 1000), static_cast<long>(duration.count() % 1000) * 1000000};
     siginfo_t info;
     sigtimedwait(&signals, &info, &ts);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::vector<tpe::MetricCost> costs = tpe::MetricCosts(plan, stats.ok());
     pipeline.Stop();
     auto snap = pipeline.Snapshot();
     snap.resize(pipeline.plan().collectors.size());  // user metrics only
+    tpe::AddPerfEvents(snap, &costs);
     tpe::PrintReport(snap, std::cout);
+    tpe::PrintCosts(costs, seconds, stats.ok() ? "" : stats.status().message(), std::cout);
     return 0;
   }
 

@@ -90,4 +90,59 @@ void PrintReport(const std::vector<MetricSnapshot>& metrics, std::ostream& out) 
   }
 }
 
+void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std::string& why_no_stats,
+                std::ostream& out) {
+  out << "\ncost over " << Bound(seconds, true) << ":\n";
+  char line[256];
+  for (const MetricCost& c : costs) {
+    const double rate = seconds > 0 ? static_cast<double>(c.events) / seconds : 0;
+    std::snprintf(line, sizeof(line), "  %-40s %-4s %12llu %s (%.1f/s)", c.name.c_str(), c.engine.c_str(),
+                  static_cast<unsigned long long>(c.events), c.engine == "bpf" ? "runs" : "events", rate);
+    out << line;
+    if (c.engine != "bpf") {
+      out << ", ns/event: see README \"Cost per event\" (perf output is not timed per event)\n";
+    } else if (!c.kernel_ns) {
+      out << ", ns/event unknown: " << why_no_stats << "\n";
+    } else if (c.events == 0) {
+      out << ", no runs\n";
+    } else {
+      std::snprintf(line, sizeof(line), ", %.0f ns/event, %.4f%% of a CPU\n",
+                    *c.kernel_ns / static_cast<double>(c.events),
+                    seconds > 0 ? 100 * *c.kernel_ns * 1e-9 / seconds : 0.0);
+      out << line;
+    }
+  }
+}
+
+std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
+  std::vector<MetricCost> out;
+  for (size_t i = 0; i < plan.collectors.size(); ++i) {
+    MetricCost c;
+    c.name = plan.collectors[i]->name();
+    c.engine = i < plan.engines.size() ? plan.engines[i] : "perf";
+    if (c.engine == "bpf") {
+      double ns = 0;
+      for (const EngineStat& st : plan.collectors[i]->EngineStats()) {
+        if (st.family == "tracepoint_exporter_bpf_program_runs_total") c.events += static_cast<uint64_t>(st.value);
+        if (st.family == "tracepoint_exporter_bpf_program_run_seconds_total") ns += st.value * 1e9;
+      }
+      if (stats_on) c.kernel_ns = ns;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void AddPerfEvents(const std::vector<MetricSnapshot>& metrics, std::vector<MetricCost>* costs) {
+  for (size_t i = 0; i < metrics.size() && i < costs->size(); ++i) {
+    MetricCost& c = (*costs)[i];
+    if (c.engine == "bpf") continue;
+    uint64_t n = 0;
+    for (const auto& s : metrics[i].series) {
+      n += metrics[i].kind == MetricKind::kHistogram ? s.count : static_cast<uint64_t>(s.value);
+    }
+    c.events = n;
+  }
+}
+
 }  // namespace tpe

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "collectors/snapshot.h"
 #include "common/status.h"
+#include "daemon/plan.h"
 
 namespace tpe {
 
@@ -17,5 +20,32 @@ StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& text);
 
 // Writes every metric of `metrics`. Bounds of metrics named *_seconds print as durations.
 void PrintReport(const std::vector<MetricSnapshot>& metrics, std::ostream& out);
+
+// What one metric cost during a --print run.
+struct MetricCost {
+  std::string name;
+  std::string engine;  // "bpf", "perf"
+  // bpf: runs of the metric's programs (every hit, before its filter; a latency's start and end
+  // runs added up). perf: events the metric counted or observed (after the kernel filter).
+  uint64_t events = 0;
+  // bpf: kernel CPU time of the programs over the run (bpf_prog_info run_time_ns while
+  // BPF_ENABLE_STATS was held), ns; absent when the stats could not be turned on.
+  std::optional<double> kernel_ns;
+};
+
+// Writes one line per metric: events, events/s over `seconds`, and for bpf metrics ns/event and
+// the share of one CPU the programs took (kernel_ns / seconds); for perf metrics a pointer to
+// the README's per-hit costs (the kernel does not time perf output per event). `why_no_stats`:
+// why kernel_ns is absent ("" when present). Pure.
+void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std::string& why_no_stats,
+                std::ostream& out);
+
+// One MetricCost per metric of `plan` (config order) with its engine; bpf metrics get their
+// programs' runs and, when `stats_on`, kernel time (Collector::EngineStats). Call before the
+// pipeline stops (it reads the programs' info by fd).
+std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on);
+// Fills perf metrics' events from their final snapshots (`metrics[i]` is metric i): a counter's
+// value (a value counter: the sum of its values), a histogram's observation count.
+void AddPerfEvents(const std::vector<MetricSnapshot>& metrics, std::vector<MetricCost>* costs);
 
 }  // namespace tpe

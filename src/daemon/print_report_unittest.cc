@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 namespace tpe {
 namespace {
 
@@ -17,6 +19,21 @@ TEST(ParseDurationTest, UnitsAndBounds) {
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_NE(d.status().message().find("is not a duration"), std::string::npos) << bad;
   }
+}
+
+TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
+  std::ostringstream out;
+  PrintCosts({{"a_total", "bpf", 2000, 100000.0}, {"b_seconds", "perf", 50, std::nullopt}, {"c_total", "bpf", 0, 0.0}},
+             2.0, "", out);
+  const std::string s = out.str();
+  EXPECT_NE(s.find("a_total"), std::string::npos) << s;
+  EXPECT_NE(s.find("2000 runs (1000.0/s), 50 ns/event, 0.0050% of a CPU"), std::string::npos) << s;
+  EXPECT_NE(s.find("50 events (25.0/s), ns/event: see README"), std::string::npos) << s;
+  EXPECT_NE(s.find("0 runs (0.0/s), no runs"), std::string::npos) << s;
+  std::ostringstream no;
+  PrintCosts({{"a_total", "bpf", 10, std::nullopt}}, 1.0, "BPF_ENABLE_STATS: Operation not permitted", no);
+  EXPECT_NE(no.str().find("ns/event unknown: BPF_ENABLE_STATS: Operation not permitted"), std::string::npos)
+      << no.str();
 }
 
 }  // namespace
