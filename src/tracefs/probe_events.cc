@@ -119,7 +119,7 @@ Status WriteFailure(const std::string& root, const std::string& file, const std:
   }
   if (reason.empty()) {
     reason = std::strerror(err);
-    if (err == EINVAL && command.find('(') != std::string::npos && command[0] != '-') {
+    if (err == EINVAL && file == "uprobe_events" && command[0] != '-') {
       reason +=
           " (error_log has no reason; the kernel logs some refusals only to dmesg, e.g. \"Reference counter "
           "offset mismatch\" when another uprobe at the same file offset has another ref_ctr offset)";
@@ -456,8 +456,8 @@ StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& 
       int err = 0;
       Status st = AppendCommand(tracefs.root(), file, RemoveCommand(e), &err);
       if (st.ok()) {
-        TPE_LOG_INFO("removed stale probe event {}/{} (its owner, pid {}, is gone)", e.system, e.name,
-                     *PidOfProbeGroup(e.system));
+        TPE_LOG_INFO("removed stale probe event {}/{} (pid {} is gone or is not a tracepoint_exporter)", e.system,
+                     e.name, *PidOfProbeGroup(e.system));
         ++removed;
       } else if (err != ENOENT) {  // ENOENT: another daemon removed it first
         TPE_LOG_WARN("cannot remove stale probe event {}/{}: {}", e.system, e.name, st.message());
