@@ -1,0 +1,470 @@
+#include "tracefs/probe_events.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <set>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/scoped_fd.h"
+
+namespace tpe {
+namespace {
+
+constexpr size_t kMaxEventNameLen = 63;  // MAX_EVENT_NAME_LEN (64) counts the NUL
+constexpr size_t kMaxArgNameLen = 32;    // MAX_ARG_NAME_LEN
+constexpr size_t kMaxArgs = 128;         // MAX_TRACE_ARGS
+constexpr const char kGroupPrefix[] = "tpe_";
+
+bool IsUprobe(ProbeKind k) { return k == ProbeKind::kUprobe || k == ProbeKind::kUretprobe; }
+bool IsReturn(ProbeKind k) { return k == ProbeKind::kUretprobe || k == ProbeKind::kKretprobe; }
+const char* EventsFile(ProbeKind k) { return IsUprobe(k) ? "uprobe_events" : "kprobe_events"; }
+
+bool IsAlpha(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// The kernel's is_good_name(): [A-Za-z_][A-Za-z0-9_]*.
+bool IsGoodName(std::string_view s) {
+  if (s.empty() || !(IsAlpha(s[0]) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!(IsAlpha(c) || IsDigit(c) || c == '_')) return false;
+  }
+  return true;
+}
+
+// Shows a value in a message with control characters escaped, so a newline in it is visible.
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+Status CheckName(std::string_view what, std::string_view name, size_t max_len) {
+  if (!IsGoodName(name)) {
+    return InvalidArgument(std::string(what) + " " + Quote(name) +
+                           " is not a valid name: use letters, digits and '_', not starting with a digit "
+                           "([A-Za-z_][A-Za-z0-9_]*)");
+  }
+  if (name.size() > max_len) {
+    return InvalidArgument(std::string(what) + " " + Quote(name) + " has " + std::to_string(name.size()) +
+                           " characters; the kernel allows at most " + std::to_string(max_len));
+  }
+  return Status::Ok();
+}
+
+// Fetch args: registers, $vars, @addr/@sym, +|-[u]off(...), :type, b<w>@<o>/<c>, [N] arrays.
+bool IsFetchArgChar(char c) { return IsAlpha(c) || IsDigit(c) || std::strchr("_%$@+-().:[]/", c) != nullptr; }
+
+Status CheckPath(const std::string& path) {
+  if (path.empty() || path[0] != '/') {
+    return InvalidArgument("uprobe path " + Quote(path) + " is not an absolute path (e.g. \"/usr/bin/python3\")");
+  }
+  for (unsigned char c : path) {
+    if (c <= 0x20 || c == 0x7f || c == '#' || c == '"' || c == '\'' || c == '\\') {
+      return InvalidArgument("uprobe path " + Quote(path) +
+                             " holds whitespace, a control character, '#', a quote or a backslash, which the "
+                             "kernel's definition syntax cannot carry");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSymbol(const std::string& symbol) {
+  bool ok = !symbol.empty() && !IsDigit(symbol[0]) && symbol[0] != ':';
+  for (char c : symbol) ok = ok && (IsAlpha(c) || IsDigit(c) || c == '_' || c == '.' || c == ':');
+  if (!ok) {
+    return InvalidArgument("kprobe symbol " + Quote(symbol) +
+                           " is not a kernel function name ([MODULE:]FUNCTION of letters, digits, '_' and '.', "
+                           "e.g. \"do_nanosleep\")");
+  }
+  return Status::Ok();
+}
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The whole line a write of `command` to an events file fails with, as a Status.
+Status WriteFailure(const std::string& root, const std::string& file, const std::string& command, int err) {
+  std::string what = "the kernel refuses \"" + command + "\" in " + root + "/" + file;
+  if (err == EACCES || err == EPERM) {
+    return PermissionDenied(what + ": " + std::strerror(err) +
+                            "; creating probe events needs root (CAP_SYS_ADMIN) and tracefs write access");
+  }
+  std::string reason;
+  auto log = ReadFileToString(root + "/error_log");
+  if (log.ok()) {
+    if (auto e = KernelErrorFor(*log, command)) reason = *e;
+  }
+  if (reason.empty()) {
+    reason = std::strerror(err);
+    if (err == EINVAL && file == "uprobe_events" && command[0] != '-') {
+      reason +=
+          " (error_log has no reason; the kernel logs some refusals only to dmesg, e.g. \"Reference counter "
+          "offset mismatch\" when another uprobe at the same file offset has another ref_ctr offset)";
+    }
+  }
+  std::string msg = what + ": " + reason;
+  switch (err) {
+    case EINVAL:
+    case EEXIST:
+    case E2BIG:
+      return InvalidArgument(msg);
+    case ENOENT:
+      return NotFound(msg);
+    case EBUSY:
+      return Unavailable(msg);
+    default:
+      return Internal(msg);
+  }
+}
+
+// Appends `command` (one definition or "-:" removal) to <root>/<file>. O_APPEND, never O_TRUNC:
+// opening an events file with O_TRUNC removes every probe event on the machine.
+// Returns the write's errno through `err` (0 on success) for callers that treat some specially.
+Status AppendCommand(const std::string& root, const std::string& file, const std::string& command, int* err) {
+  *err = 0;
+  std::string path = root + "/" + file;
+  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  if (!fd.valid()) {
+    *err = errno;
+    if (*err == ENOENT) {
+      bool k = file == "kprobe_events";
+      return Unavailable(std::string(k ? "kprobes" : "uprobes") + " are not available on this kernel (no " + path +
+                         "; " + (k ? "CONFIG_KPROBE_EVENTS" : "CONFIG_UPROBE_EVENTS") + ")");
+    }
+    if (*err == EACCES || *err == EPERM) {
+      return PermissionDenied("cannot open " + path + " for writing: " + std::strerror(*err) +
+                              "; creating probe events needs root (CAP_SYS_ADMIN) and tracefs write access");
+    }
+    return ErrnoStatus(*err, "cannot open " + path + " for writing");
+  }
+  std::string data = command + "\n";
+  ssize_t n;
+  do {
+    n = ::write(fd.get(), data.data(), data.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    *err = errno;
+    return WriteFailure(root, file, command, *err);
+  }
+  if (static_cast<size_t>(n) != data.size()) return Internal("short write of \"" + command + "\" to " + path);
+  return Status::Ok();
+}
+
+std::string RemoveCommand(const EventName& e) { return "-:" + e.system + "/" + e.name; }
+
+std::string ReadSmallFile(const std::string& path) {
+  auto text = ReadFileToString(path);
+  return text.ok() ? Trim(*text) : "";
+}
+
+}  // namespace
+
+const char* ProbeKindName(ProbeKind kind) {
+  switch (kind) {
+    case ProbeKind::kUprobe:
+      return "uprobe";
+    case ProbeKind::kUretprobe:
+      return "uretprobe";
+    case ProbeKind::kKprobe:
+      return "kprobe";
+    case ProbeKind::kKretprobe:
+      return "kretprobe";
+  }
+  return "?";
+}
+
+StatusOr<std::string> ProbeEventLine(const ProbeEventSpec& spec) {
+  const std::string kind = ProbeKindName(spec.kind);
+  TPE_RETURN_IF_ERROR(CheckName(kind + " group", spec.group, kMaxEventNameLen));
+  TPE_RETURN_IF_ERROR(CheckName(kind + " event", spec.event, kMaxEventNameLen));
+  std::string line = std::string(IsReturn(spec.kind) ? "r:" : "p:") + spec.group + "/" + spec.event + " ";
+  if (IsUprobe(spec.kind)) {
+    if (!spec.symbol.empty()) {
+      return InvalidArgument(kind + " " + spec.event + " has symbol " + Quote(spec.symbol) +
+                             ": a uprobe is placed by path and file offset; symbols are for kprobes");
+    }
+    TPE_RETURN_IF_ERROR(CheckPath(spec.path));
+    line += spec.path + ":" + Hex(spec.offset);
+    if (spec.ref_ctr_offset != 0) line += "(" + Hex(spec.ref_ctr_offset) + ")";
+  } else {
+    if (!spec.path.empty()) {
+      return InvalidArgument(kind + " " + spec.event + " has path " + Quote(spec.path) +
+                             ": a kprobe is placed by kernel symbol; paths are for uprobes");
+    }
+    if (spec.ref_ctr_offset != 0) {
+      return InvalidArgument(kind + " " + spec.event + " has a ref_ctr offset: USDT semaphores are for uprobes");
+    }
+    TPE_RETURN_IF_ERROR(CheckSymbol(spec.symbol));
+    if (spec.kind == ProbeKind::kKretprobe && spec.offset != 0) {
+      return InvalidArgument(kind + " " + spec.event + " has offset " + std::to_string(spec.offset) + " into " +
+                             spec.symbol + ": a return probe attaches to a function's entry (offset 0)");
+    }
+    line += spec.symbol;
+    if (spec.offset != 0) line += "+" + std::to_string(spec.offset);
+  }
+  if (spec.args.size() > kMaxArgs) {
+    return InvalidArgument(kind + " " + spec.event + " has " + std::to_string(spec.args.size()) +
+                           " arguments; the kernel allows at most " + std::to_string(kMaxArgs));
+  }
+  std::set<std::string> seen;
+  for (const auto& [name, fetch] : spec.args) {
+    TPE_RETURN_IF_ERROR(CheckName(kind + " " + spec.event + " argument name", name, kMaxArgNameLen));
+    if (name.rfind("common_", 0) == 0 || name.rfind("__probe_", 0) == 0) {
+      return InvalidArgument(kind + " " + spec.event + " argument name " + Quote(name) +
+                             " is reserved: common_* and __probe_* are the event's own fields");
+    }
+    if (!seen.insert(name).second) {
+      return InvalidArgument(kind + " " + spec.event + " has two arguments named " + Quote(name));
+    }
+    bool ok = !fetch.empty();
+    for (char c : fetch) ok = ok && IsFetchArgChar(c);
+    if (!ok) {
+      return InvalidArgument(kind + " " + spec.event + " argument " + name + " has fetch arg " + Quote(fetch) +
+                             ": expected e.g. \"%di:u64\", \"+0(%si):ustring\", \"$retval:s32\", \"$stack1\" "
+                             "(letters, digits and _%$@+-().:[]/ only; no spaces, quotes, '=' or '\\')");
+    }
+    if (!IsReturn(spec.kind) && fetch.find("$retval") != std::string::npos) {
+      return InvalidArgument(kind + " " + spec.event + " argument " + name +
+                             " uses $retval, which only return probes (uretprobe, kretprobe) have");
+    }
+    line += " " + name + "=" + fetch;
+  }
+  if (line.back() == ' ') line.pop_back();
+  return line;
+}
+
+std::string ProbeGroupForPid(int pid) { return kGroupPrefix + std::to_string(pid); }
+
+std::optional<int> PidOfProbeGroup(std::string_view group) {
+  constexpr size_t kPrefix = sizeof(kGroupPrefix) - 1;
+  if (group.size() <= kPrefix || group.substr(0, kPrefix) != kGroupPrefix) return std::nullopt;
+  std::string_view digits = group.substr(kPrefix);
+  if (digits.size() > 10 || (digits[0] == '0' && digits.size() > 1)) return std::nullopt;
+  long long v = 0;
+  for (char c : digits) {
+    if (!IsDigit(c)) return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v <= 0 || v > INT_MAX) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+StatusOr<EventName> ParseProbeEventsLine(std::string_view line) {
+  auto bad = [&] {
+    return InvalidArgument("probe events line \"" + std::string(line) +
+                           "\" is not \"p|r[N]:GROUP/EVENT PLACE [ARGS]\"");
+  };
+  // p:GROUP/EVENT, r:GROUP/EVENT, r<maxactive>:GROUP/EVENT (kretprobes).
+  if (line.empty() || (line[0] != 'p' && line[0] != 'r')) return bad();
+  size_t i = 1;
+  while (i < line.size() && IsDigit(line[i])) ++i;
+  if (i >= line.size() || line[i] != ':') return bad();
+  size_t end = line.find(' ', i);
+  std::string_view name = line.substr(i + 1, end == std::string_view::npos ? std::string_view::npos : end - i - 1);
+  size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return bad();
+  std::string_view group = name.substr(0, slash), event = name.substr(slash + 1);
+  if (!IsGoodName(group) || !IsGoodName(event)) return bad();
+  return EventName{std::string(group), std::string(event)};
+}
+
+std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, const std::string& own_group,
+                                              const std::function<bool(int pid)>& owner_alive) {
+  std::vector<EventName> out;
+  size_t pos = 0;
+  while (pos < events_text.size()) {
+    size_t nl = events_text.find('\n', pos);
+    std::string_view line = events_text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? events_text.size() : nl + 1;
+    auto event = ParseProbeEventsLine(line);
+    if (!event.ok() || event->system == own_group) continue;
+    std::optional<int> pid = PidOfProbeGroup(event->system);
+    if (pid && !owner_alive(*pid)) out.push_back(std::move(*event));
+  }
+  return out;
+}
+
+bool ProbeOwnerAlive(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  // TASK_COMM_LEN is 16: "tracepoint_exporter" reads back as "tracepoint_expo".
+  const std::string comm = ReadSmallFile(proc + "/comm");
+  if (comm == std::string("tracepoint_exporter").substr(0, 15)) return true;
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink((proc + "/exe").c_str(), buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string exe(buf, static_cast<size_t>(n));
+    const std::string deleted = " (deleted)";
+    if (exe.size() > deleted.size() && exe.compare(exe.size() - deleted.size(), deleted.size(), deleted) == 0) {
+      exe.resize(exe.size() - deleted.size());
+    }
+    return exe.substr(exe.rfind('/') + 1) == "tracepoint_exporter";
+  }
+  // It exists but we cannot tell what it is (no comm either, e.g. /proc mounted with hidepid):
+  // assume it is in use.
+  return comm.empty();
+}
+
+std::optional<std::string> KernelErrorFor(std::string_view error_log, std::string_view command) {
+  // Entries look like (tracing_log_err(), kernel/trace/trace.c):
+  //   [ 1512.687795] trace_uprobe: error: Invalid register name
+  //     Command: p:tpe_scratch/e3 /bin/true:0x1139 a0=%zz:u64
+  //                                                   ^
+  constexpr std::string_view kError = ": error: ";
+  constexpr std::string_view kCommand = "  Command: ";
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < error_log.size();) {
+    size_t nl = error_log.find('\n', pos);
+    lines.push_back(error_log.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? error_log.size() : nl + 1;
+  }
+  std::optional<std::string> found;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    size_t e = lines[i].find(kError);
+    if (lines[i].empty() || lines[i][0] != '[' || e == std::string_view::npos) continue;
+    if (lines[i + 1].substr(0, kCommand.size()) != kCommand) continue;
+    std::string_view cmd = lines[i + 1].substr(kCommand.size());
+    while (!cmd.empty() && (cmd.back() == ' ' || cmd.back() == '\r')) cmd.remove_suffix(1);
+    if (cmd != command) continue;
+    std::string msg(lines[i].substr(e + kError.size()));
+    if (i + 2 < lines.size()) {
+      size_t caret = lines[i + 2].find('^');
+      if (caret != std::string_view::npos && caret >= kCommand.size() && caret - kCommand.size() < cmd.size()) {
+        std::string_view at = cmd.substr(caret - kCommand.size());
+        at = at.substr(0, at.find(' '));
+        msg += " (at \"" + std::string(at) + "\")";
+      }
+    }
+    found = std::move(msg);  // keep going: the last matching entry is the newest
+  }
+  return found;
+}
+
+ProbeEvents::ProbeEvents(const Tracefs& tracefs, std::string group) : tracefs_(&tracefs), group_(std::move(group)) {}
+
+ProbeEvents::~ProbeEvents() {
+  Status st = RemoveAll();
+  if (!st.ok()) TPE_LOG_WARN("probe events left behind: {}", st.message());
+}
+
+ProbeEvents::ProbeEvents(ProbeEvents&& o) noexcept
+    : tracefs_(o.tracefs_), group_(std::move(o.group_)), owned_(std::exchange(o.owned_, {})) {}
+
+ProbeEvents& ProbeEvents::operator=(ProbeEvents&& o) noexcept {
+  if (this != &o) {
+    Status st = RemoveAll();
+    if (!st.ok()) TPE_LOG_WARN("probe events left behind: {}", st.message());
+    tracefs_ = o.tracefs_;
+    group_ = std::move(o.group_);
+    owned_ = std::exchange(o.owned_, {});
+  }
+  return *this;
+}
+
+StatusOr<EventName> ProbeEvents::Create(const ProbeEventSpec& spec) {
+  ProbeEventSpec s = spec;
+  if (s.group.empty()) s.group = group_;
+  if (s.group != group_) {
+    return InvalidArgument(std::string(ProbeKindName(s.kind)) + " " + s.event + " is in group \"" + s.group +
+                           "\", but these probe events are group \"" + group_ + "\"");
+  }
+  TPE_ASSIGN_OR_RETURN(std::string line, ProbeEventLine(s));
+  EventName name{s.group, s.event};
+  const std::string file = EventsFile(s.kind);
+  // Checked first so that a missing interface says so rather than "no such event".
+  struct stat st {};
+  if (::stat((tracefs_->root() + "/" + file).c_str(), &st) != 0 && errno == ENOENT) {
+    int err = 0;
+    return AppendCommand(tracefs_->root(), file, line, &err);  // Unavailable, naming the file
+  }
+  if (tracefs_->HasEvent(name)) {
+    return InvalidArgument("probe event " + s.group + "/" + s.event + " already exists in " + tracefs_->root() +
+                           "/events; writing it again would add a probe location to it");
+  }
+  int err = 0;
+  TPE_RETURN_IF_ERROR(AppendCommand(tracefs_->root(), file, line, &err));
+  owned_.push_back({name, file});
+  return name;
+}
+
+Status ProbeEvents::Remove(const EventName& event) {
+  auto it = owned_.begin();
+  while (it != owned_.end() && !(it->name == event)) ++it;
+  if (it == owned_.end()) {
+    return InvalidArgument("probe event " + event.system + "/" + event.name + " was not created by these (group " +
+                           group_ + ") probe events");
+  }
+  int err = 0;
+  Status st = AppendCommand(tracefs_->root(), it->file, RemoveCommand(event), &err);
+  if (err == EBUSY) {
+    return Unavailable("cannot remove probe event " + event.system + "/" + event.name +
+                       ": it is in use (EBUSY): a perf event or BPF program is still open on it; close them first");
+  }
+  if (st.ok() || err == ENOENT) owned_.erase(it);
+  return st;
+}
+
+Status ProbeEvents::RemoveAll() {
+  Status first = Status::Ok();
+  for (size_t i = owned_.size(); i-- > 0;) {
+    Status st = Remove(EventName(owned_[i].name));
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+std::vector<EventName> ProbeEvents::events() const {
+  std::vector<EventName> out;
+  for (const auto& o : owned_) out.push_back(o.name);
+  return out;
+}
+
+StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& own_group) {
+  int removed = 0;
+  for (const char* file : {"uprobe_events", "kprobe_events"}) {
+    const std::string path = tracefs.root() + "/" + file;
+    auto text = ReadFileToString(path);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) continue;  // no such probes on this kernel
+      return text.status();
+    }
+    for (const EventName& e : SelectStaleProbeEvents(*text, own_group, ProbeOwnerAlive)) {
+      int err = 0;
+      Status st = AppendCommand(tracefs.root(), file, RemoveCommand(e), &err);
+      if (st.ok()) {
+        TPE_LOG_INFO("removed stale probe event {}/{} (pid {} is gone or is not a tracepoint_exporter)", e.system,
+                     e.name, *PidOfProbeGroup(e.system));
+        ++removed;
+      } else if (err != ENOENT) {  // ENOENT: another daemon removed it first
+        TPE_LOG_WARN("cannot remove stale probe event {}/{}: {}", e.system, e.name, st.message());
+      }
+    }
+  }
+  return removed;
+}
+
+}  // namespace tpe
