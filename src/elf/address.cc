@@ -1,0 +1,27 @@
+#include "elf/address.h"
+
+#include <cstdio>
+#include <string>
+
+namespace tpe::elf {
+
+const LoadSegment* SegmentForAddress(const std::vector<LoadSegment>& segments, uint64_t address) {
+  for (const LoadSegment& s : segments) {
+    // Written as a difference so a segment at the top of the address space cannot overflow.
+    if (address >= s.vaddr && address - s.vaddr < s.filesz) return &s;
+  }
+  return nullptr;
+}
+
+StatusOr<uint64_t> FileOffsetForAddress(const std::vector<LoadSegment>& segments, uint64_t address) {
+  const LoadSegment* s = SegmentForAddress(segments, address);
+  if (s == nullptr) {
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(address));
+    return NotFound(std::string("address ") + hex + " is in no file-backed PT_LOAD segment (" +
+                    std::to_string(segments.size()) + " segments)");
+  }
+  return address - s->vaddr + s->offset;
+}
+
+}  // namespace tpe::elf
