@@ -12,8 +12,10 @@ is an empty bpftrace program on the same tracepoint: what the stats instrumentat
 dispatch cost whoever the program is. Each cell is the median of N rounds, tracers interleaved
 within a round so that machine noise hits both. Prints a Markdown table and the targets, writes
 them to docs/BPF_COST.md (--out), and exits 1 when a target is missed.
-The default config's row is the sum of ns/run of its programs on raw_syscalls (every syscall
-runs them all).
+The shipped configs' rows are the sum of ns/run of their programs that run on every syscall of
+the loop (config/default.json has none since its syscall metrics moved to the opt-in
+config/syscalls.json); the "added per syscall" rows are the loop's own ns per getppid() with the
+tracer running minus without (pinned, median of the rounds): the tracing slow path included.
 """
 import argparse
 import json
@@ -52,6 +54,9 @@ TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter"
            ("{comm} counter <= 0.85 x bpftrace @[comm] = count()", "{comm} counter", 0.85),
            ("latency start + end <= 0.7 x bpftrace's pair", "enter->exit latency, start + end", 0.7)]
 DEFAULT_BUDGET_NS = 150.0
+# Shipped configs whose per-syscall price is reported: the default (the budget applies to it) and
+# the opt-in syscall metrics.
+SHIPPED = ["default.json", "syscalls.json"]
 
 
 def progs():
@@ -86,17 +91,24 @@ def measure(cmd, loop, seconds, env=None):
         b = progs()
         calls = json.loads(out.strip().splitlines()[-1])["calls"]
         return calls, {i: (b[i].get("name", "?"), b[i].get("run_cnt", 0) - a[i].get("run_cnt", 0),
-                           b[i].get("run_time_ns", 0) - a[i].get("run_time_ns", 0)) for i in ids if i in a and i in b}
+                           b[i].get("run_time_ns", 0) - a[i].get("run_time_ns", 0)) for i in ids if i in a and i in b}, \
+            seconds * 1e9 / calls
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
 
 
+def loop_ns(loop, seconds):
+    """ns per getppid() of the pinned loop alone."""
+    out = subprocess.run([loop, str(seconds), "1"], check=True, capture_output=True, text=True).stdout
+    return seconds * 1e9 / json.loads(out.strip().splitlines()[-1])["calls"]
+
+
 def ns_per_run(measured, every_call=False):
     """Sum over programs of ns/run (each program that ran; with `every_call`, only those that ran
-    at least once per call of the loop: on the default config, the programs on raw_syscalls)."""
-    calls, result = measured
+    at least once per call of the loop: on a shipped config, the programs on every syscall)."""
+    calls, result = measured[0], measured[1]
     return sum(ns / runs for _, runs, ns in result.values() if runs > 0 and (not every_call or runs >= calls))
 
 
@@ -124,18 +136,23 @@ def main():
         try:
             with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
                 f.write("1")
-            default_cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "default.json")
+            cfg_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config")
             for r in range(args.rounds):
                 def cell(key, cmd):
                     cells.setdefault(key, []).append(ns_per_run(measure(cmd, loop, args.seconds)))
+                cells.setdefault(("untraced", "loop"), []).append(loop_ns(loop, args.seconds))
                 cell(("floor", "bpftrace"), ["bpftrace", "-e", FLOOR])
                 for name, metric, bt in JOBS:
                     cell((name, "ours"), ours_cmd(args.build, [metric], tmp, "job"))
                     cell((name, "bpftrace"), ["bpftrace", "-e", bt])
-                # The default config: its programs on raw_syscalls run on every syscall.
-                res = measure([os.path.join(args.build, "tracepoint_exporter"), "--config.file", default_cfg,
-                               "--web.listen-address", "127.0.0.1:0", "--log.level", "warn"], loop, args.seconds)
-                cells.setdefault(("config/default.json per syscall", "ours"), []).append(ns_per_run(res, True))
+                # The shipped configs: their programs that run on every syscall, and what the
+                # loop's syscall costs more with the daemon running.
+                for cfg in SHIPPED:
+                    res = measure([os.path.join(args.build, "tracepoint_exporter"), "--config.file",
+                                   os.path.join(cfg_dir, cfg), "--web.listen-address", "127.0.0.1:0",
+                                   "--log.level", "warn"], loop, args.seconds)
+                    cells.setdefault((cfg, "programs"), []).append(ns_per_run(res, True))
+                    cells.setdefault((cfg, "loop"), []).append(res[2])
                 print("round %d of %d done" % (r + 1, args.rounds), file=sys.stderr)
         finally:
             with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
@@ -157,8 +174,19 @@ def main():
         o, b = med[(name, "ours")], med[(name, "bpftrace")]
         out.append("| %s | %.0f | %.0f | %.0f | %.0f | %.2f |" % (name, o, b, o - floor, b - floor,
                                                                (o - floor) / max(b - floor, 1e-9)))
-    d = med[("config/default.json per syscall", "ours")]
-    out.append("| config/default.json, its programs on every syscall | %.0f | - | %.0f | - | - |\n" % (d, d - floor))
+    base = med[("untraced", "loop")]
+    for cfg in SHIPPED:
+        p = med[(cfg, "programs")]
+        out.append("| config/%s, its programs on every syscall | %.0f | - | %s | - | - |" %
+                   (cfg, p, "%.0f" % (p - floor) if p > 0 else "no program runs"))
+    out.append("")
+    out.append("| config | untraced getppid() | with the exporter | added per syscall |")
+    out.append("|---|---|---|---|")
+    for cfg in SHIPPED:
+        out.append("| config/%s | %.0f ns | %.0f ns | %+.0f ns |" % (cfg, base, med[(cfg, "loop")],
+                                                               med[(cfg, "loop")] - base))
+    out.append("")
+    d = med[("default.json", "programs")]
     out += ["| target | measured | met |", "|---|---|---|"]
     ok = True
     for label, job, bound in TARGETS:
@@ -168,7 +196,7 @@ def main():
         out.append("| %s | %.2f | %s |" % (label, o / max(b, 1e-9), "yes" if hit else "**no**"))
     hit = d <= DEFAULT_BUDGET_NS
     ok &= hit
-    out.append("| config/default.json per syscall <= 150 ns (stats included) | %.0f ns | %s |" %
+    out.append("| config/default.json's programs per syscall <= 150 ns (stats included) | %.0f ns | %s |" %
                (d, "yes" if hit else "**no**"))
     doc = "\n".join(out) + "\n"
     print(doc)

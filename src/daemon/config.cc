@@ -15,6 +15,7 @@
 
 #include "collectors/buckets.h"
 #include "common/scoped_fd.h"
+#include "daemon/probes.h"
 #include "decode/field_extractor.h"
 #include "filter/filter.h"
 
@@ -400,6 +401,13 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
 }
 
 Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event) {
+  if (IsProbeEvent(event)) {
+    for (unsigned char ch : event) {
+      if (ch < ' ' || ch == 0x7f) return c.Error(jp, Quote(event) + " holds a control character");
+    }
+    auto ref = ParseProbeRef(event);
+    return ref.ok() ? Status::Ok() : c.Error(jp, ref.status().message());
+  }
   // tracefs names: events/<system>/<event>, each a plain file name (no '/', '.', '..', spaces).
   const size_t colon = event.find(':');
   bool ok = colon != std::string::npos && colon > 0 && colon + 1 < event.size() &&
@@ -410,7 +418,32 @@ Status CheckEventName(const Checker& c, const std::string& jp, const std::string
     ok = system != "." && system != ".." && name != "." && name != "..";
   }
   if (!ok) {
-    return c.Error(jp, Quote(event) + " is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
+    return c.Error(jp, Quote(event) +
+                           " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (uprobe:, "
+                           "uretprobe:, usdt:, kprobe:, kretprobe:)");
+  }
+  return Status::Ok();
+}
+
+// "args" of a probe event: an object of field name -> "argN[:TYPE]" | "retval[:TYPE]".
+Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const std::string& event,
+                 std::vector<std::pair<std::string, std::string>>* out) {
+  auto it = j.find("args");
+  if (it == j.end()) return Status::Ok();
+  if (!IsProbeEvent(event)) {
+    return c.Error(jp + ".args", "args are for probe events (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:); " +
+                                     Quote(event) + " is a tracepoint, whose fields are in its format");
+  }
+  if (!it->is_object()) return c.Error(jp + ".args", "must be an object like {\"size\": \"arg1:u64\"}");
+  auto ref = ParseProbeRef(event);
+  if (!ref.ok()) return c.Error(jp + ".event", ref.status().message());
+  for (auto a = it->begin(); a != it->end(); ++a) {
+    const std::string ap = jp + ".args" + KeySegment(a.key(), false);
+    if (!a->is_string()) return c.Error(ap, "must be a string like \"arg0:u64\" or \"retval:s32\"");
+    const std::string& spec = a->get_ref<const std::string&>();
+    auto arg = ParseProbeArg(*ref, a.key(), spec);
+    if (!arg.ok()) return c.Error(ap, arg.status().message());
+    out->emplace_back(a.key(), spec);
   }
   return Status::Ok();
 }
@@ -418,9 +451,10 @@ Status CheckEventName(const Checker& c, const std::string& jp, const std::string
 Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, EndpointConfig* e) {
   if (!j.is_object())
     return c.Error(jp, "must be an object like {\"event\": \"sched:sched_waking\", \"key\": [\"pid\"]}");
-  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter"}));
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter", "args"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
+  TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, e->event, &e->args));
   TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &e->filter));
   e->json_path = jp;
   auto key = j.find("key");
@@ -565,10 +599,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
   const bool latency = m->type == "latency";
   if (m->type == "counter") {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine"}));
+    TPE_RETURN_IF_ERROR(
+        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args"}));
   } else if (m->type == "histogram") {
     TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine"}));
+        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine", "args"}));
   } else if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp,
@@ -606,6 +641,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   if (!latency) {
     TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", m->event));
+    TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, m->event, &m->args));
   } else {
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
@@ -685,7 +721,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
   }
   auto endpoint = [](const EndpointConfig& e) {
-    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}};
+    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}, {"args", e.args}};
   };
   json starts = json::array();
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
@@ -696,6 +732,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"type", m.type},
       {"engine", m.engine},
       {"event", m.event},
+      {"args", m.args},
       {"filter", m.filter},
       {"labels", labels},
       {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},

@@ -80,7 +80,9 @@ struct EndpointConfig {
   std::string event;             // "system:event"
   std::vector<std::string> key;  // integer fields matched between start and end
   std::string filter;            // kernel filter for this side
-  std::string json_path;         // "metrics[3].start[1]"
+  // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]", in config order.
+  std::vector<std::pair<std::string, std::string>> args;
+  std::string json_path;  // "metrics[3].start[1]"
 };
 
 struct MetricConfig {
@@ -91,6 +93,10 @@ struct MetricConfig {
   std::string engine = "auto";
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
+  // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
+  std::vector<std::pair<std::string, std::string>> args;
+  // Set by planning: some event of the metric is a probe event (uprobe, usdt, kprobe...).
+  bool probe = false;
   std::vector<LabelConfig> labels;
   ValueConfig value;                   // histogram; counter (optional, field empty = none)
   BucketsConfig buckets;               // histogram, latency

@@ -79,12 +79,24 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: metrics[0].name: counter \"calls\" must end in _total (e.g. \"calls_total\")");
   EXPECT_NE(Err(R"({"metrics": [{"name": "process_x_total", "type": "counter", "event": "s:e"}]})").find("reserved"),
             std::string::npos);
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
+            "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. "
+            "\"sched:sched_switch\") nor a probe (uprobe:, uretprobe:, usdt:, "
+            "kprobe:, kretprobe:)");
   EXPECT_EQ(
-      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "sched_switch"}]})"),
-      "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\")");
-  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
-            "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: engine, event, filter, help, labels, name, "
-            "type, value)");
+      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
+      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: args, engine, event, filter, help, labels, name, "
+      "type, value)");
+  // Probe events: the name and the args are checked here; the ELF and the kernel at planning.
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "args": {"x": "arg0"}}]})"),
+            "cfg.json: metrics[0].args: args are for probe events (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:); "
+            "\"s:e\" is a tracepoint, whose fields are in its format");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:/bin/x:f",
+                    "args": {"x": "retval"}}]})"),
+            "cfg.json: metrics[0].args.x: args.x \"retval\": retval is only for uretprobe: and kretprobe: events");
+  EXPECT_NE(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:bin/x:f"}]})")
+                .find("metrics[0].event: \"uprobe:bin/x:f\" needs an absolute PATH"),
+            std::string::npos);
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "filter": 3}]})"),
             "cfg.json: metrics[0].filter: must be a string, not number");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e"},

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/plan.h"
+#include "daemon/probes.h"
 
 namespace tpe {
 namespace {
@@ -20,7 +21,11 @@ double NowUnix() {
 Daemon::Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnums* enums)
     : config_path_(std::move(config_path)), tracefs_(tracefs), enums_(enums) {}
 
-Daemon::~Daemon() { Stop(); }
+Daemon::~Daemon() {
+  Stop();
+  pipeline_.reset();  // closes the perf events, so the probe events on them can go
+  if (ProbeRegistry* probes = ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();
+}
 
 namespace {
 // `running`: the running plan on a reload (its bpf metrics are kept, not loaded again), or null.
@@ -72,6 +77,8 @@ Status Daemon::Reload() {
   // the new perf events and swaps (Pipeline::Reload), keeping unchanged metrics' perf events.
   auto next = LoadPlan(config_path_, *tracefs_, *enums_, &pipeline_->plan());
   Status st = next.ok() ? pipeline_->Reload(std::move(*next)) : next.status();
+  // Probe events the old plan had and the new one dropped (or a refused plan created).
+  if (ProbeRegistry* probes = ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();
   std::lock_guard<std::mutex> lock(mu_);
   if (!st.ok()) {
     ++reload_failure_;

@@ -18,6 +18,7 @@
 #include "daemon/plan.h"
 #include "daemon/print_report.h"
 #include "daemon/privileges.h"
+#include "daemon/probes.h"
 #include "exporter/exporter.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
                     plan.engine_reasons[i].c_str());
       }
       for (const auto& n : plan.kernel_notes) std::printf("  kernel: %s\n", n.c_str());
+      opened->reset();
+      if (auto* probes = tpe::ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();
       return 0;
     }
     for (const auto& n : plan.kernel_notes) std::fprintf(stderr, "kernel: %s\n", n.c_str());
@@ -148,6 +151,8 @@ int main(int argc, char** argv) {
     tpe::AddPerfEvents(snap, &costs);
     tpe::PrintReport(snap, std::cout);
     tpe::PrintCosts(costs, seconds, stats.ok() ? "" : stats.status().message(), std::cout);
+    opened->reset();
+    if (auto* probes = tpe::ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();
     return 0;
   }
 
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
     if (!w.ok()) return Fail(w.status());
     web = std::move(*w);
   }
+  tpe::ProbeRegistry::Get(*tracefs);  // removes probe events crashed runs left behind
   tpe::Daemon daemon(config_file, &*tracefs, &enums);
   if (auto st = daemon.Start(); !st.ok()) return Fail(st);
   auto http = tpe::HttpExporter::Start(

@@ -83,6 +83,49 @@ StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::str
 
 namespace {
 
+// Creates (or shares) the probe event of `event` with `args` and names it in `event`.
+Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, const std::string& json_path,
+                         const std::vector<std::pair<std::string, std::string>>& args, std::string* event) {
+  if (!IsProbeEvent(*event)) return Status::Ok();
+  const std::string where = cfg.path + ": " + json_path + ".event";
+  auto ref = ParseProbeRef(*event);
+  if (!ref.ok()) return ref.status().WithContext(where);
+  std::vector<ProbeArg> parsed;
+  for (const auto& [field, spec] : args) {
+    auto a = ParseProbeArg(*ref, field, spec);
+    if (!a.ok()) return a.status().WithContext(cfg.path + ": " + json_path);
+    parsed.push_back(*a);
+  }
+  auto spec = ResolveProbe(*ref, parsed);
+  if (!spec.ok()) return spec.status().WithContext(where);
+  auto handle = ProbeRegistry::Get(tracefs).Acquire(*spec, *ref);
+  if (!handle.ok()) return handle.status().WithContext(where + " \"" + *event + "\"");
+  *event = (*handle)->event().ToString();
+  plan->probes.push_back(*handle);
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace plan_internal {
+
+Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m) {
+  const bool probe =
+      IsProbeEvent(m->event) || IsProbeEvent(m->end.event) ||
+      std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
+  if (!probe) return Status::Ok();
+  m->probe = true;
+  if (m->type != "latency") return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, &m->event);
+  for (EndpointConfig& e : m->starts) {
+    TPE_RETURN_IF_ERROR(ResolveProbeEvent(plan, cfg, tracefs, e.json_path, e.args, &e.event));
+  }
+  return ResolveProbeEvent(plan, cfg, tracefs, m->end.json_path, m->end.args, &m->end.event);
+}
+
+}  // namespace plan_internal
+
+namespace {
+
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
                               bool sampled, const std::string& json_path, const Tracefs& tracefs,
                               const KernelEnums& enums, bool check_filters) {
@@ -266,7 +309,13 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
   }
   bpf::SetLoadOptions(ChooseLoadOptions(features));
-  for (const auto& m : cfg.metrics) {
+  // Probe events become dynamic trace events of this process's group; from here on the metric
+  // names them as "group:event" like any tracepoint.
+  Config resolved = cfg;
+  for (MetricConfig& m : resolved.metrics) {
+    TPE_RETURN_IF_ERROR(ResolveProbeEvents(plan.get(), cfg, tracefs, &m));
+  }
+  for (const auto& m : resolved.metrics) {
     std::string why;
     TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf,
                                                     running_bpf.count(m.canonical) > 0, &why));

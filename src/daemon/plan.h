@@ -26,6 +26,7 @@
 #include "common/scoped_fd.h"
 #include "daemon/config.h"
 #include "daemon/kernel_features.h"
+#include "daemon/probes.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
 #include "perf/perf_event.h"
@@ -76,6 +77,9 @@ struct EventPlan {
 };
 
 struct Plan {
+  // The probe events (uprobes, USDT, kprobes) this plan opens. First, so destroyed last: after the
+  // perf events and programs on them are closed (ProbeRegistry::RemoveUnreferenced).
+  std::vector<std::shared_ptr<const ProbeHandle>> probes;
   std::string config_path;
   Settings settings;
   std::vector<std::unique_ptr<EventPlan>> events;

@@ -26,6 +26,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;
   }
+  if (m.probe) {
+    const std::string probes =
+        "the bpf engine attaches tracepoint programs only; uprobe, usdt and kprobe events run on the perf engine";
+    if (forced)
+      return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + probes + "; use \"auto\" or \"perf\"");
+    *why = probes;
+    return false;
+  }
   if (!bpf.available && !running) {
     if (forced) return PermissionDenied(where + ": \"bpf\" for " + m.name + ": " + bpf.reason);
     *why = "the bpf engine is not available: " + bpf.reason;

@@ -35,4 +35,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why);
 
+// Probe events (daemon/probes.h) of `m` created or shared through ProbeRegistry and renamed in
+// `m` to their "group:event"; sets m->probe. Errors name the file, the JSON path and the probe.
+Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m);
+
 }  // namespace tpe::plan_internal

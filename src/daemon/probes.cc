@@ -1,0 +1,312 @@
+#include "daemon/probes.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "common/log.h"
+#include "elf/elf_file.h"
+
+namespace tpe {
+namespace {
+
+constexpr const char* kForms =
+    "uprobe:PATH:SYMBOL[+OFFSET], uretprobe:PATH:SYMBOL, usdt:PATH:PROVIDER:NAME, kprobe:FUNCTION[+OFFSET] or "
+    "kretprobe:FUNCTION";
+
+// The x86-64 calling convention's argument registers, as the kernel's fetch args name them.
+constexpr const char* kArgRegs[] = {"di", "si", "dx", "cx", "r8", "r9"};
+
+bool IsIdent(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// "SYMBOL[+OFFSET]" into `ref`.
+Status SplitOffset(const std::string& event, const std::string& text, ProbeRef* ref) {
+  const size_t plus = text.find('+');
+  ref->symbol = text.substr(0, plus);
+  if (plus == std::string::npos) return Status::Ok();
+  const std::string off = text.substr(plus + 1);
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(off.c_str(), &end, 0);
+  if (off.empty() || *end != '\0' || errno != 0 || off[0] == '-') {
+    return InvalidArgument("\"" + event + "\": the offset \"" + off +
+                           "\" is not a number of bytes (e.g. +16 or +0x10)");
+  }
+  ref->offset = v;
+  return Status::Ok();
+}
+
+std::string TypeFor(int size, bool is_signed) { return std::string(is_signed ? "s" : "u") + std::to_string(8 * size); }
+
+bool IsStringType(const std::string& t) { return t == "ustring" || t == "string"; }
+
+}  // namespace
+
+bool IsProbeEvent(const std::string& event) {
+  for (const char* p : {"uprobe:", "uretprobe:", "usdt:", "kprobe:", "kretprobe:"}) {
+    if (event.starts_with(p)) return true;
+  }
+  return false;
+}
+
+StatusOr<ProbeRef> ParseProbeRef(const std::string& event) {
+  ProbeRef ref;
+  const size_t colon = event.find(':');
+  const std::string kind = event.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "" : event.substr(colon + 1);
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("\"" + event + "\" " + why + " (valid forms: " + kForms + ")");
+  };
+  if (kind == "kprobe" || kind == "kretprobe") {
+    ref.kind = kind == "kprobe" ? ProbeKind::kKprobe : ProbeKind::kKretprobe;
+    TPE_RETURN_IF_ERROR(SplitOffset(event, rest, &ref));
+    if (ref.symbol.empty()) {
+      return bad("names no kernel function");
+    }
+    if (ref.kind == ProbeKind::kKretprobe && ref.offset != 0) return bad("has an offset: a return probe takes none");
+    return ref;
+  }
+  if (kind != "uprobe" && kind != "uretprobe" && kind != "usdt") return bad("is not a probe name");
+  if (!rest.starts_with("/")) return bad("needs an absolute PATH after \"" + kind + ":\"");
+  const size_t last = rest.rfind(':');
+  if (last == std::string::npos || last + 1 >= rest.size()) return bad("names no symbol after the path");
+  if (kind == "usdt") {
+    ref.usdt = true;
+    const size_t prev = rest.rfind(':', last - 1);
+    if (prev == std::string::npos || prev == 0) return bad("needs PATH:PROVIDER:NAME");
+    ref.path = rest.substr(0, prev);
+    ref.provider = rest.substr(prev + 1, last - prev - 1);
+    ref.name = rest.substr(last + 1);
+    if (ref.provider.empty()) return bad("names no provider");
+    return ref;
+  }
+  ref.kind = kind == "uprobe" ? ProbeKind::kUprobe : ProbeKind::kUretprobe;
+  ref.path = rest.substr(0, last);
+  TPE_RETURN_IF_ERROR(SplitOffset(event, rest.substr(last + 1), &ref));
+  if (ref.symbol.empty()) return bad("names no symbol");
+  if (ref.kind == ProbeKind::kUretprobe && ref.offset != 0) return bad("has an offset: a return probe takes none");
+  return ref;
+}
+
+StatusOr<ProbeArg> ParseProbeArg(const ProbeRef& probe, const std::string& field, const std::string& spec) {
+  const std::string culprit = "args." + field + " \"" + spec + "\"";
+  if (!IsIdent(field) || field.size() > 32 || field.starts_with("common_") || field.starts_with("__probe_")) {
+    return InvalidArgument("args: \"" + field +
+                           "\" is not a valid field name ([A-Za-z_][A-Za-z0-9_]*, at most 32 characters, not common_* "
+                           "or __probe_*)");
+  }
+  ProbeArg a;
+  a.field = field;
+  const size_t colon = spec.find(':');
+  const std::string what = spec.substr(0, colon);
+  if (colon != std::string::npos) a.type = spec.substr(colon + 1);
+  const bool ret_probe = probe.kind == ProbeKind::kUretprobe || probe.kind == ProbeKind::kKretprobe;
+  if (what == "retval") {
+    if (!ret_probe || probe.usdt) {
+      return InvalidArgument(culprit + ": retval is only for uretprobe: and kretprobe: events");
+    }
+    a.retval = true;
+  } else if (what.starts_with("arg") && what.size() > 3 && what.size() <= 5 &&
+             what.find_first_not_of("0123456789", 3) == std::string::npos) {
+    a.index = std::stoi(what.substr(3));
+    const int max = probe.usdt ? 11 : 5;
+    if (a.index > max) {
+      return InvalidArgument(culprit + ": arg" + std::to_string(a.index) + " is out of range (arg0 to arg" +
+                             std::to_string(max) + (probe.usdt ? ")" : "; later arguments are on the stack)"));
+    }
+    if (ret_probe && !probe.usdt) {
+      return InvalidArgument(culprit +
+                             ": a return probe has no arguments (the registers are no longer theirs); "
+                             "use retval, or an entry probe");
+    }
+  } else {
+    return InvalidArgument(culprit + ": must be argN[:TYPE] or retval[:TYPE]");
+  }
+  static const char* kTypes[] = {"u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "ustring", "string"};
+  if (!a.type.empty() && std::find(std::begin(kTypes), std::end(kTypes), a.type) == std::end(kTypes)) {
+    return InvalidArgument(culprit + ": type \"" + a.type + "\" is not one of u8, u16, u32, u64, s8, s16, s32, s64, " +
+                           "ustring, string");
+  }
+  return a;
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> FetchArgs(const ProbeRef& probe,
+                                                                     const std::vector<ProbeArg>& args,
+                                                                     const std::vector<elf::UsdtArgument>& usdt_args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ProbeArg& a : args) {
+    std::string place, type = a.type;
+    if (a.retval) {
+      place = "$retval";
+      if (type.empty()) type = "u64";
+    } else if (!probe.usdt) {
+      place = std::string("%") + kArgRegs[a.index];
+      if (type.empty()) type = "u64";
+    } else {
+      if (static_cast<size_t>(a.index) >= usdt_args.size()) {
+        return InvalidArgument("args." + a.field + ": " + probe.provider + ":" + probe.name + " has " +
+                               std::to_string(usdt_args.size()) + " arguments (arg0 to arg" +
+                               std::to_string(static_cast<int>(usdt_args.size()) - 1) + ")");
+      }
+      const elf::UsdtArgument& u = usdt_args[static_cast<size_t>(a.index)];
+      switch (u.kind) {
+        case elf::UsdtArgKind::kRegister:
+          place = "%" + u.reg;
+          break;
+        case elf::UsdtArgKind::kMemory:
+          place = (u.value < 0 ? "" : "+") + std::to_string(u.value) + "(%" + u.reg + ")";
+          break;
+        case elf::UsdtArgKind::kConstant:
+          return InvalidArgument("args." + a.field + ": arg" + std::to_string(a.index) + " of " + probe.provider + ":" +
+                                 probe.name + " is the constant " + std::to_string(u.value) + " (\"" + u.spec +
+                                 "\"), which is not fetched");
+      }
+      if (type.empty()) type = TypeFor(u.size, u.is_signed);
+      if (IsStringType(type) && u.size != 8) {
+        return InvalidArgument("args." + a.field + ": arg" + std::to_string(a.index) + " of " + probe.provider + ":" +
+                               probe.name + " is " + std::to_string(u.size) + " bytes (\"" + u.spec +
+                               "\"), not a pointer to a string");
+      }
+    }
+    if (IsStringType(type)) place = "+0(" + place + ")";
+    out.emplace_back(a.field, place + ":" + type);
+  }
+  return out;
+}
+
+StatusOr<ProbeEventSpec> ResolveProbe(const ProbeRef& probe, const std::vector<ProbeArg>& args) {
+  ProbeEventSpec spec;
+  spec.kind = probe.kind;
+  std::vector<elf::UsdtArgument> usdt_args;
+  if (probe.kind == ProbeKind::kKprobe || probe.kind == ProbeKind::kKretprobe) {
+    spec.symbol = probe.symbol;
+    spec.offset = probe.offset;
+  } else {
+    TPE_ASSIGN_OR_RETURN(elf::ElfFile file, elf::ElfFile::Open(probe.path));
+    spec.path = probe.path;
+    if (probe.usdt) {
+      TPE_ASSIGN_OR_RETURN(std::vector<elf::UsdtProbe> sites, file.FindUsdt(probe.provider, probe.name));
+      if (sites.size() != 1) {
+        return InvalidArgument("usdt:" + probe.path + ":" + probe.provider + ":" + probe.name + " has " +
+                               std::to_string(sites.size()) + " sites (the macro is inlined in several places); " +
+                               "probes with more than one site are not supported yet");
+      }
+      spec.offset = sites[0].file_offset;
+      spec.ref_ctr_offset = sites[0].semaphore_file_offset;
+      if (!sites[0].args_status.ok() && !args.empty()) {
+        return sites[0].args_status.WithContext("usdt:" + probe.path + ":" + probe.provider + ":" + probe.name);
+      }
+      usdt_args = sites[0].args;
+    } else {
+      TPE_ASSIGN_OR_RETURN(spec.offset, file.SymbolFileOffset(probe.symbol, probe.offset));
+    }
+  }
+  TPE_ASSIGN_OR_RETURN(spec.args, FetchArgs(probe, args, usdt_args));
+  return spec;
+}
+
+std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec) {
+  std::string prefix;
+  switch (probe.kind) {
+    case ProbeKind::kUprobe:
+      prefix = probe.usdt ? "usdt_" : "u_";
+      break;
+    case ProbeKind::kUretprobe:
+      prefix = "ur_";
+      break;
+    case ProbeKind::kKprobe:
+      prefix = "k_";
+      break;
+    case ProbeKind::kKretprobe:
+      prefix = "kr_";
+      break;
+  }
+  std::string what = probe.usdt ? probe.provider + "_" + probe.name : probe.symbol;
+  for (char& c : what) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) c = '_';
+  }
+  what = what.substr(0, 40);
+  // FNV-1a over the definition (every field that reaches the kernel).
+  std::string def = std::to_string(static_cast<int>(spec.kind)) + "\n" + spec.path + "\n" + spec.symbol + "\n" +
+                    std::to_string(spec.offset) + "\n" + std::to_string(spec.ref_ctr_offset);
+  for (const auto& [n, f] : spec.args) def += "\n" + n + "=" + f;
+  uint32_t h = 2166136261u;
+  for (unsigned char c : def) h = (h ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", h);
+  return prefix + what + "_" + hex;
+}
+
+ProbeRegistry::ProbeRegistry(const Tracefs& tracefs)
+    : tracefs_(tracefs), events_(tracefs_, ProbeGroupForPid(::getpid())) {
+  auto stale = RemoveStaleProbeEvents(tracefs_, events_.group());
+  if (!stale.ok()) {
+    TPE_LOG_WARN("probe events of crashed runs were not removed: {}", stale.status().message());
+  } else if (*stale > 0) {
+    TPE_LOG_INFO("removed {} probe events left by crashed runs", *stale);
+  }
+}
+
+namespace {
+std::atomic<ProbeRegistry*> g_registry{nullptr};
+}  // namespace
+
+ProbeRegistry& ProbeRegistry::Get(const Tracefs& tracefs) {
+  static ProbeRegistry registry(tracefs);
+  g_registry.store(&registry);
+  return registry;
+}
+
+ProbeRegistry* ProbeRegistry::IfCreated() { return g_registry.load(); }
+
+StatusOr<std::shared_ptr<const ProbeHandle>> ProbeRegistry::Acquire(ProbeEventSpec spec, const ProbeRef& probe) {
+  spec.group = events_.group();
+  spec.event = ProbeEventName(probe, spec);
+  TPE_ASSIGN_OR_RETURN(std::string line, ProbeEventLine(spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_line_.find(line);
+  if (it != by_line_.end()) {
+    if (auto live = it->second.handle.lock()) return live;
+    auto handle = std::make_shared<const ProbeHandle>(it->second.event);  // not removed yet: reuse it
+    it->second.handle = handle;
+    return handle;
+  }
+  TPE_ASSIGN_OR_RETURN(EventName name, events_.Create(spec));
+  auto handle = std::make_shared<const ProbeHandle>(name);
+  by_line_[line] = Entry{name, handle};
+  return handle;
+}
+
+int ProbeRegistry::RemoveUnreferenced() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int removed = 0;
+  for (auto it = by_line_.begin(); it != by_line_.end();) {
+    if (!it->second.handle.expired()) {
+      ++it;
+      continue;
+    }
+    Status st = events_.Remove(it->second.event);
+    if (st.ok() || st.code() == StatusCode::kNotFound) {
+      removed += st.ok();
+      it = by_line_.erase(it);
+      continue;
+    }
+    TPE_LOG_WARN("probe event {} not removed yet: {}", it->second.event.ToString(), st.message());
+    ++it;
+  }
+  return removed;
+}
+
+}  // namespace tpe
