@@ -1,0 +1,190 @@
+// Probe events from config (daemon/probes.h) through the whole pipeline on the live kernel:
+// uprobes and uretprobes on tests/triggers/uprobe_target, CPython's USDT probes, and no probe
+// event left behind after a run or a reload that drops it.
+#include "daemon/probes.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "common/file_util.h"
+#include "daemon/daemon.h"
+#include "kernel/kernel_util.h"
+
+namespace tpe {
+namespace {
+
+constexpr int kCalls = 1000;
+constexpr const char* kPython = "/usr/bin/python3.11";
+
+// Runs `argv` to its exit; true when it exited 0.
+bool RunCommand(std::vector<std::string> argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The lines of uprobe_events in this process's probe group.
+std::vector<std::string> OurProbeLines() {
+  std::vector<std::string> out;
+  auto text = ReadFileToString("/sys/kernel/tracing/uprobe_events");
+  if (!text.ok()) return out;
+  const std::string group = ProbeGroupForPid(getpid()) + "/";
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) nl = text->size();
+    std::string line = text->substr(pos, nl - pos);
+    if (line.find(":" + group) != std::string::npos) out.push_back(line);
+    pos = nl + 1;
+  }
+  return out;
+}
+
+void RemoveUnreferenced() {
+  if (ProbeRegistry* r = ProbeRegistry::IfCreated()) r->RemoveUnreferenced();
+}
+
+std::string Target() { return TPE_UPROBE_TARGET; }
+
+TEST(ProbesKernelTest, UprobeCountsSumsStringsReturnValuesAndLatencyExactly) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  const std::string t = Target();
+  auto snap = testing::RunPipeline(R"({"metrics": [
+      {"name": "calls_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target"},
+      {"name": "xsum_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target",
+       "args": {"x": "arg0:s64"}, "value": {"field": "x"}},
+      {"name": "big_x_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target",
+       "args": {"x": "arg0:s64"}, "filter": "x >= 900", "labels": [{"name": "comm", "source": "comm"}]},
+      {"name": "strs_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target_str",
+       "args": {"s": "arg0:ustring"}, "labels": [{"name": "s", "field": "s"}]},
+      {"name": "rv_total", "type": "counter", "event": "uretprobe:)" +
+                                       t + R"(:tpe_target",
+       "args": {"rv": "retval:s64"}, "value": {"field": "rv"}},
+      {"name": "call_seconds", "type": "latency",
+       "start": {"event": "uprobe:)" + t +
+                                       R"(:tpe_target", "key": ["common_pid"]},
+       "end": {"event": "uretprobe:)" + t +
+                                       R"(:tpe_target", "key": ["common_pid"]},
+       "buckets": {"type": "exp2", "min": 1e-7, "max": 1}}]})",
+                                   [&] {
+                                     EXPECT_TRUE(RunCommand({t, std::to_string(kCalls)}));
+                                   });
+  ASSERT_NE(testing::FindSeries(snap, "calls_total"), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "calls_total")->value, kCalls);
+  EXPECT_EQ(testing::FindSeries(snap, "xsum_total")->value, kCalls * (kCalls - 1) / 2);  // tpe_target(i), i < N
+  ASSERT_NE(testing::FindSeries(snap, "big_x_total", {{"comm", "uprobe_target"}}), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "big_x_total", {{"comm", "uprobe_target"}})->value, 100);
+  ASSERT_NE(testing::FindSeries(snap, "strs_total", {{"s", "tpe_hello"}}), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "strs_total", {{"s", "tpe_hello"}})->value, kCalls);
+  EXPECT_EQ(testing::FindSeries(snap, "rv_total")->value, static_cast<double>(kCalls) * kCalls);  // sum of 2i + 1
+  ASSERT_NE(testing::FindSeries(snap, "call_seconds"), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "call_seconds")->count, static_cast<uint64_t>(kCalls));
+  RemoveUnreferenced();
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+TEST(ProbesKernelTest, CpythonUsdtAuditByEventAndGcStartByGeneration) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  if (access(kPython, X_OK) != 0) {
+    if (testing::KernelRequired()) FAIL() << kPython << " is missing (scripts/install-deps.sh installs python3)";
+    GTEST_SKIP() << kPython << " is missing";
+  }
+  const std::string py = kPython;
+  constexpr int kAudits = 700, kCollects = 1000;
+  auto snap = testing::RunPipeline(
+      R"({"metrics": [
+      {"name": "py_audit_total", "type": "counter", "event": "usdt:)" +
+          py + R"(:python:audit",
+       "args": {"event": "arg0:ustring"}, "labels": [{"name": "event", "field": "event"}]},
+      {"name": "py_gc1_total", "type": "counter", "event": "usdt:)" +
+          py + R"(:python:gc__start",
+       "args": {"generation": "arg0"}, "filter": "generation == 1"}]})",
+      [&] {
+        EXPECT_TRUE(RunCommand({py, "-c",
+                                "import sys, gc\ngc.disable()\nfor _ in range(" + std::to_string(kAudits) +
+                                    "): sys.audit('tpe_x')\nfor _ in range(" + std::to_string(kCollects) +
+                                    "): gc.collect(1)\n"}));
+      });
+  ASSERT_NE(testing::FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}}), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}})->value, kAudits);
+  ASSERT_NE(testing::FindSeries(snap, "py_gc1_total"), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "py_gc1_total")->value, kCollects);
+  RemoveUnreferenced();
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+// A reload that drops a probe metric removes its event at once; one that keeps it keeps the very
+// event (and its count); the daemon's end removes the rest.
+TEST(ProbesKernelTest, ReloadKeepsOrRemovesProbeEventsAndStopLeavesNone) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string t = Target();
+  const std::string path = ::testing::TempDir() + "/probes_reload_test.json";
+  const std::string calls = R"({"name": "calls_total", "type": "counter", "event": "uprobe:)" + t +
+                            R"(:tpe_target", "args": {"x": "arg0"}, "labels": [{"name": "comm", "source": "comm"}]})";
+  const std::string strs =
+      R"({"name": "strs_total", "type": "counter", "event": "uprobe:)" + t + R"(:tpe_target_str"})";
+  testing::WriteFile(path, R"({"metrics": [)" + calls + "," + strs + "]}");
+  {
+    Daemon daemon(path, &*tracefs, &enums);
+    ASSERT_TRUE(daemon.Start().ok());
+    EXPECT_EQ(OurProbeLines().size(), 2u);
+    ASSERT_TRUE(RunCommand({t, "300"}));
+    testing::WriteFile(path, R"({"metrics": [)" + calls + "]}");  // strs_total dropped
+    Status st = daemon.Reload();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const std::vector<std::string> lines = OurProbeLines();
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("tpe_target"), std::string::npos) << lines[0];
+    ASSERT_TRUE(RunCommand({t, "200"}));
+    // A refused reload (an unknown symbol) keeps the running metrics and creates nothing.
+    testing::WriteFile(path, R"({"metrics": [)" + calls + R"(, {"name": "n_total", "type": "counter",
+        "event": "uprobe:)" + t + R"(:tpe_targt"}]})");
+    st = daemon.Reload();
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("tpe_target"), std::string::npos) << st.ToString();  // the closest name
+    EXPECT_EQ(OurProbeLines().size(), 1u);
+    daemon.Stop();
+    auto snap = daemon.Snapshot();
+    ASSERT_NE(testing::FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}}), nullptr);
+    EXPECT_EQ(testing::FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}})->value, 500);
+  }
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+TEST(ProbesKernelTest, MissingBinaryAndStrippedNamesAreClearErrors) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(
+      R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:/nonexistent/tpe:main"}]})", "p.json");
+  ASSERT_TRUE(cfg.ok());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kNotFound) << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find("p.json: metrics[0].event"), std::string::npos) << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find("/nonexistent/tpe"), std::string::npos) << plan.status().ToString();
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace tpe
