@@ -3,9 +3,5 @@
 # installs bpftrace and bpftool.   sudo bench/bpf_cost.sh [--rounds N] [--seconds S]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh >/dev/null
-for p in bpftrace bpftool; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null
-done
+source bench/ensure_tracers.sh
 python3 bench/bpf_cost.py --build build "$@"

@@ -148,6 +148,21 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
   return f;
 }
 
+namespace {
+// Loads `insns`: sets *feature to true when the kernel takes them, false when the verifier refuses
+// them with EINVAL, and leaves it (the version's guess) when the load cannot decide (EPERM).
+void DecideByLoad(const char* name, const StatusOr<std::vector<bpf_insn>>& insns, bool* feature) {
+  if (!insns.ok()) return;
+  const int fd = ProgLoad(name, *insns, nullptr);
+  if (fd >= 0) {
+    ::close(fd);
+    *feature = true;
+  } else if (fd == -EINVAL) {
+    *feature = false;
+  }
+}
+}  // namespace
+
 BpfFeatures ProbeBpfFeatures() {
   utsname u{};
   ::uname(&u);
@@ -155,8 +170,9 @@ BpfFeatures ProbeBpfFeatures() {
   std::ifstream rt("/sys/kernel/realtime");
   std::getline(rt, realtime);
   BpfFeatures f = BpfFeaturesFromUname(u.release, u.version, realtime);
-  // The helper itself: the verifier refuses an unknown helper id with EINVAL. A backport can
-  // make the version wrong in either direction; the load decides when it can.
+  // Each probe program uses one feature, which the verifier refuses with EINVAL when the kernel
+  // lacks it (an unknown helper id or atomic op). A backport can make the version wrong in either
+  // direction; the load decides when it can.
   Assembler a;
   a.MovReg(R1, R10);
   a.Alu(BPF_ADD, R1, -8);
@@ -165,33 +181,14 @@ BpfFeatures ProbeBpfFeatures() {
   a.Call(BPF_FUNC_probe_read_kernel_str);
   a.Mov(R0, 0);
   a.Exit();
-  auto insns = a.Finish();
-  if (insns.ok()) {
-    int fd = ProgLoad("tpe_probe_str", *insns, nullptr);
-    if (fd >= 0) {
-      ::close(fd);
-      f.probe_read_kernel_str = true;
-    } else if (fd == -EINVAL) {
-      f.probe_read_kernel_str = false;
-    }
-  }
-  // BPF_XCHG: the verifier refuses an atomic op it does not know with EINVAL.
+  DecideByLoad("tpe_probe_str", a.Finish(), &f.probe_read_kernel_str);
   Assembler x;
   x.StoreImm(8, R10, -8, 0);
   x.Mov(R1, 1);
   x.AtomicXchg64(R10, -8, R1);
   x.Mov(R0, 0);
   x.Exit();
-  auto xchg = x.Finish();
-  if (xchg.ok()) {
-    int fd = ProgLoad("tpe_probe_xchg", *xchg, nullptr);
-    if (fd >= 0) {
-      ::close(fd);
-      f.atomic_xchg = true;
-    } else if (fd == -EINVAL) {
-      f.atomic_xchg = false;
-    }
-  }
+  DecideByLoad("tpe_probe_xchg", x.Finish(), &f.atomic_xchg);
   if (f.memlock_charged) {
     rlimit inf{RLIM_INFINITY, RLIM_INFINITY};
     if (::setrlimit(RLIMIT_MEMLOCK, &inf) == 0) {

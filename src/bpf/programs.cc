@@ -535,6 +535,30 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
 
 namespace {
 
+// map_update_elem(starts, the match key, the start value, `flags`); R0 = its result.
+void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags) {
+  a->LoadMapFd(R1, maps.starts);
+  StackPtr(a, R2, kMatchOff);
+  StackPtr(a, R3, kStartValOff);
+  a->Mov(R4, flags);
+  CallMapUpdate(a);
+}
+
+// The end of both start shapes: the labels `nomem` and `full` count kNoMemory and kTableFull,
+// then `out` and `filtered` return.
+StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, Label nomem, Label full, Label out,
+                                            Label filtered) {
+  a->Bind(nomem);
+  EmitStat(a, maps, kNoMemory);
+  a->Goto(out);
+  a->Bind(full);
+  EmitStat(a, maps, kTableFull);
+  a->Bind(out);
+  a->Bind(filtered);
+  EmitReturn(a);
+  return a->Finish();
+}
+
 // The in-place start (programs.h): lookup and xchg; insert only a new key.
 StatusOr<std::vector<bpf_insn>> EmitLatencyStartInPlace(const LatencyStartShape& s, const MapFds& maps) {
   if (s.labels.size != 0) return Unimplemented("in-place latency starts carry no labels");
@@ -562,26 +586,14 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStartInPlace(const LatencyStartShape&
     a.Bind(insert);
     a.Store(8, R10, kStartValOff, R9);
     a.StoreImm(8, R10, kKeyOff, 0);  // the value's (unused) 8-byte label slot
-    a.LoadMapFd(R1, maps.starts);
-    StackPtr(&a, R2, kMatchOff);
-    StackPtr(&a, R3, kStartValOff);
-    a.Mov(R4, BPF_NOEXIST);
-    CallMapUpdate(&a);
+    EmitStartUpdate(&a, maps, BPF_NOEXIST);
     a.Jump(BPF_JEQ, R0, 0, out);
     a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
     if (attempt == 1) break;
     a.Jump(BPF_JNE, R0, -EEXIST, full);
   }
   a.Goto(full);
-  a.Bind(nomem);
-  EmitStat(&a, maps, kNoMemory);
-  a.Goto(out);
-  a.Bind(full);
-  EmitStat(&a, maps, kTableFull);
-  a.Bind(out);
-  a.Bind(filtered);
-  EmitReturn(&a);
-  return a.Finish();
+  return FinishStart(&a, maps, nomem, full, out, filtered);
 }
 
 // The in-place end (programs.h): lookup, xchg in the consumed bit, observe what it took.
@@ -650,13 +662,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, con
   // Insert, or replace a pending start whole (the new start wins, as in the perf engine). A
   // replace whose start an end consumed meanwhile (-ENOENT) inserts once more.
   Label replace = a.NewLabel(), nomem = a.NewLabel(), insert_again = a.NewLabel();
-  auto update = [&](int32_t flags) {
-    a.LoadMapFd(R1, maps.starts);
-    StackPtr(&a, R2, kMatchOff);
-    StackPtr(&a, R3, kStartValOff);
-    a.Mov(R4, flags);
-    CallMapUpdate(&a);
-  };
+  auto update = [&](int32_t flags) { EmitStartUpdate(&a, maps, flags); };
   update(BPF_NOEXIST);
   a.Jump(BPF_JEQ, R0, 0, out);
   a.Jump(BPF_JEQ, R0, -EEXIST, replace);
@@ -674,15 +680,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, con
   a.Jump(BPF_JEQ, R0, 0, out);
   a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a.Goto(full);
-  a.Bind(nomem);
-  EmitStat(&a, maps, kNoMemory);
-  a.Goto(out);
-  a.Bind(full);
-  EmitStat(&a, maps, kTableFull);
-  a.Bind(out);
-  a.Bind(filtered);
-  EmitReturn(&a);
-  return a.Finish();
+  return FinishStart(&a, maps, nomem, full, out, filtered);
 }
 
 StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps) {

@@ -69,7 +69,7 @@ TEST(ProgramsGoldenTest, LabelLessCounter) {  // "engine": "bpf" on a label-less
   ExpectGolden("counter_no_labels", EmitCounter(s, Fds()));
 }
 
-TEST(ProgramsGoldenTest, CommCounterOnRawSyscalls) {  // config/default.json's syscalls_total
+TEST(ProgramsGoldenTest, CommCounterOnRawSyscalls) {  // config/syscalls.json's syscalls_total
   CounterShape s;
   s.key = Layout([] {
     std::vector<LabelSpec> v;
@@ -79,7 +79,7 @@ TEST(ProgramsGoldenTest, CommCounterOnRawSyscalls) {  // config/default.json's s
   ExpectGolden("counter_comm", EmitCounter(s, Fds()));
 }
 
-TEST(ProgramsGoldenTest, FilteredErrorCounter) {  // config/default.json's syscall_errors_total
+TEST(ProgramsGoldenTest, FilteredErrorCounter) {  // config/syscalls.json's syscall_errors_total
   const EventFormat exit = testing::CapturedFormat("raw_syscalls", "sys_exit");
   auto filter = ParseFilter("ret < 0 && ret > -4096", exit);
   ASSERT_TRUE(filter.ok()) << filter.status().ToString();

@@ -47,7 +47,7 @@ TEST(ConfigTest, ParsesAValidConfig) {
 }
 
 TEST(ConfigTest, ShippedConfigsParse) {
-  for (const char* f : {"default.json", "examples.json", "latency.json"}) {
+  for (const char* f : {"default.json", "examples.json", "latency.json", "syscalls.json"}) {
     auto c = LoadConfig(std::string(TPE_SOURCE_DIR) + "/config/" + f);
     EXPECT_TRUE(c.ok()) << f << ": " << c.status().ToString();
   }
