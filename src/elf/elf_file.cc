@@ -12,6 +12,7 @@
 #include <memory>
 #include <string_view>
 
+#include "common/edit_distance.h"
 #include "common/scoped_fd.h"
 
 namespace tpe::elf {
@@ -33,29 +34,12 @@ Status Corrupt(const std::string& path, const std::string& what) {
   return InvalidArgument(path + ": " + what + " (" + (why != nullptr ? why : "corrupt") + ")");
 }
 
-// Levenshtein distance, for suggestions (the same measure as tracefs' EditDistance; kept local
-// so this floor does not depend on tracefs).
-size_t Distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // Up to 3 distinct `candidates` closest to `target`, joined as "a, b, c".
 std::string Closest(const std::string& target, std::vector<std::string> candidates) {
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   std::vector<std::pair<size_t, std::string>> scored;
-  for (auto& c : candidates) scored.emplace_back(Distance(target, c), std::move(c));
+  for (auto& c : candidates) scored.emplace_back(EditDistance(target, c), std::move(c));
   size_t n = std::min<size_t>(3, scored.size());
   std::partial_sort(scored.begin(), scored.begin() + n, scored.end());
   std::string out;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/edit_distance.h"
 #include "common/status.h"
 
 namespace tpe {
@@ -66,8 +67,5 @@ class Tracefs {
   std::string EventDir(const EventName& e) const { return root_ + "/events/" + e.system + "/" + e.name; }
   std::string root_;
 };
-
-// Levenshtein distance, for suggestions.
-size_t EditDistance(const std::string& a, const std::string& b);
 
 }  // namespace tpe
