@@ -3,10 +3,13 @@
 // event left behind after a run or a reload that drops it.
 #include "daemon/probes.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <string>
 
 #include "common/file_util.h"
@@ -185,6 +188,68 @@ TEST(ProbesKernelTest, ReloadKeepsOrRemovesProbeEventsAndStopLeavesNone) {
     EXPECT_EQ(testing::FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}})->value, 500);
   }
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+// kprobe:/kretprobe: through the whole pipeline where the kernel has kprobe events (Debian's
+// kernels in the kernel matrix); elsewhere (this development VM) the plan says why, exactly.
+TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  constexpr int kSleeps = 20;
+  const std::string config = R"({"settings": {"ring_buffer_pages": 256}, "metrics": [
+      {"name": "sleeps_total", "type": "counter", "event": "kprobe:do_nanosleep",
+       "filter": "comm == \"tpe_kp_sleep\""},
+      {"name": "sleep_seconds", "type": "latency",
+       "start": {"event": "kprobe:do_nanosleep", "key": ["common_pid"], "filter": "comm == \"tpe_kp_sleep\""},
+       "end": {"event": "kretprobe:do_nanosleep", "key": ["common_pid"], "args": {"ret": "retval:s32"},
+               "filter": "comm == \"tpe_kp_sleep\""},
+       "labels": [{"name": "ret", "field": "ret", "from": "end"}],
+       "buckets": {"type": "explicit", "bounds": [0.0005, 1]}}]})";
+  if (access((tracefs->root() + "/kprobe_events").c_str(), F_OK) != 0) {
+    auto cfg = ParseConfig(config, "k.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), StatusCode::kUnavailable) << plan.status().ToString();
+    EXPECT_NE(plan.status().message().find("k.json: metrics[0].event \"kprobe:do_nanosleep\": kprobes are not "
+                                           "available on this kernel (no " +
+                                           tracefs->root() + "/kprobe_events; CONFIG_KPROBE_EVENTS)"),
+              std::string::npos)
+        << plan.status().ToString();
+    return;
+  }
+  int go[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    prctl(PR_SET_NAME, "tpe_kp_sleep");
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(2);
+    for (int i = 0; i < kSleeps; ++i) {
+      timespec ts{0, 1'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  auto snap = testing::RunPipeline(config, [&] {
+    EXPECT_EQ(write(go[1], "x", 1), 1);
+    close(go[1]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  });
+  ASSERT_NE(testing::FindSeries(snap, "sleeps_total"), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "sleeps_total")->value, kSleeps);
+  const SeriesSnapshot* lat = testing::FindSeries(snap, "sleep_seconds", {{"ret", "0"}});
+  ASSERT_NE(lat, nullptr);
+  EXPECT_EQ(lat->count, static_cast<uint64_t>(kSleeps));
+  ASSERT_EQ(lat->bucket_counts.size(), 3u);
+  EXPECT_EQ(lat->bucket_counts[0], 0u);  // none shorter than 0.5 ms: each slept 1 ms
+  EXPECT_GE(lat->sum, kSleeps * 0.001);
+  RemoveUnreferenced();
 }
 
 TEST(ProbesKernelTest, MissingBinaryAndStrippedNamesAreClearErrors) {
