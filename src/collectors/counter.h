@@ -47,6 +47,8 @@ class CounterCollector : public Collector {
   // plan): reads the same kernel count through `kernel_count` from now on. Not concurrent with
   // Snapshot (the caller holds the pipeline's lock).
   void RebindKernelCount(std::function<uint64_t()> kernel_count) { kernel_count_ = std::move(kernel_count); }
+  // Counting mode: the count so far (0 when not in counting mode). Same locking as Rebind.
+  uint64_t KernelCount() const { return kernel_count_ ? kernel_count_() : 0; }
 
  private:
   std::string name_, help_;

@@ -468,6 +468,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       // Metrics this reload adds count from now on, even on kept perf events with samples of
       // the past still in their rings.
       const uint64_t swap_ns = MonotonicNs();
+      std::vector<std::pair<CounterCollector*, EventPlan*>> rebased;
       for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
       for (size_t i = 0; i < next->collectors.size(); ++i) {
         for (size_t j = 0; j < plan_->collectors.size(); ++j) {
@@ -480,9 +481,18 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
             }
           }
           if (EventPlan* ep = next->counting_events[i]) {
-            static_cast<CounterCollector*>(adopted.get())->RebindKernelCount([ep] {
-              return ep->ReadKernelCounts().count;
+            auto* counter = static_cast<CounterCollector*>(adopted.get());
+            const bool same_events = std::any_of(next->events.begin(), next->events.end(), [&](const auto& e) {
+              return e.get() == ep && kept[static_cast<size_t>(&e - next->events.data())] != nullptr;
             });
+            if (same_events) {
+              counter->RebindKernelCount([ep] { return ep->ReadKernelCounts().count; });
+            } else {
+              // The same metric on other perf events (a probe event redefined because its binary
+              // was replaced): it goes on from the old events' final count, read once they are
+              // disabled below.
+              rebased.push_back({counter, ep});
+            }
           }
           next->collectors[i] = std::move(adopted);
           break;
@@ -499,6 +509,10 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
         for (auto& fd : oep->fds) {
           if (fd.valid()) (void)DisableEvent(fd.get());
         }
+      }
+      for (const auto& [counter, ep] : rebased) {
+        const uint64_t carried = counter->KernelCount();  // the old events', now final
+        counter->RebindKernelCount([ep, carried] { return carried + ep->ReadKernelCounts().count; });
       }
       old = std::move(plan_);
       plan_ = std::move(next);

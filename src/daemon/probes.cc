@@ -1,5 +1,6 @@
 #include "daemon/probes.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,20 +32,21 @@ bool IsIdent(const std::string& s) {
   return true;
 }
 
-// "SYMBOL[+OFFSET]" into `ref`.
+// "SYMBOL[+OFFSET]" into `ref`; OFFSET is decimal or 0x hex.
 Status SplitOffset(const std::string& event, const std::string& text, ProbeRef* ref) {
   const size_t plus = text.find('+');
   ref->symbol = text.substr(0, plus);
   if (plus == std::string::npos) return Status::Ok();
   const std::string off = text.substr(plus + 1);
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(off.c_str(), &end, 0);
-  if (off.empty() || *end != '\0' || errno != 0 || off[0] == '-') {
+  const bool hex = off.starts_with("0x") || off.starts_with("0X");
+  const std::string digits = hex ? off.substr(2) : off;
+  const bool ok = !digits.empty() && digits.size() <= 15 &&
+                  digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") == std::string::npos;
+  if (!ok) {
     return InvalidArgument("\"" + event + "\": the offset \"" + off +
-                           "\" is not a number of bytes (e.g. +16 or +0x10)");
+                           "\" is not a number of bytes in decimal or 0x hex (e.g. +16 or +0x10)");
   }
-  ref->offset = v;
+  ref->offset = std::stoull(digits, nullptr, hex ? 16 : 10);
   return Status::Ok();
 }
 
@@ -111,7 +113,10 @@ StatusOr<ProbeArg> ParseProbeArg(const ProbeRef& probe, const std::string& field
   a.field = field;
   const size_t colon = spec.find(':');
   const std::string what = spec.substr(0, colon);
-  if (colon != std::string::npos) a.type = spec.substr(colon + 1);
+  if (colon != std::string::npos) {
+    a.type = spec.substr(colon + 1);
+    if (a.type.empty()) return InvalidArgument(culprit + ": the type after ':' is missing");
+  }
   const bool ret_probe = probe.kind == ProbeKind::kUretprobe || probe.kind == ProbeKind::kKretprobe;
   if (what == "retval") {
     if (!ret_probe || probe.usdt) {
@@ -210,14 +215,39 @@ StatusOr<ProbeEventSpec> ResolveProbe(const ProbeRef& probe, const std::vector<P
       }
       usdt_args = sites[0].args;
     } else {
-      TPE_ASSIGN_OR_RETURN(spec.offset, file.SymbolFileOffset(probe.symbol, probe.offset));
+      // An offset into a function must land on an instruction boundary, which nothing here can
+      // check (no disassembler; the kernel decodes whatever bytes are there): a probe inside an
+      // instruction would change what the traced program executes.
+      if (probe.offset != 0) {
+        return InvalidArgument("uprobe:" + probe.path + ":" + probe.symbol + "+" + std::to_string(probe.offset) +
+                               ": an offset into a function is refused: it must be an instruction boundary, and the "
+                               "exporter has no disassembler to check that (a probe inside an instruction changes "
+                               "what the program executes); probe the function's entry, or a USDT probe");
+      }
+      for (const elf::Symbol& sym : file.Symbols(probe.symbol)) {
+        if (sym.name == probe.symbol && sym.is_ifunc) {
+          return InvalidArgument(
+              probe.path + ": " + probe.symbol +
+              " is an IFUNC: a probe on it fires when the dynamic loader resolves it (once per "
+              "process), not on calls; probe the implementation it resolves to (--list-events='uprobe:" +
+              probe.path + ":*" + probe.symbol + "*')");
+        }
+      }
+      TPE_ASSIGN_OR_RETURN(spec.offset, file.SymbolFileOffset(probe.symbol));
     }
   }
   TPE_ASSIGN_OR_RETURN(spec.args, FetchArgs(probe, args, usdt_args));
   return spec;
 }
 
-std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec) {
+std::string FileIdentity(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
+}
+
+std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec, const std::string& file_identity) {
   std::string prefix;
   switch (probe.kind) {
     case ProbeKind::kUprobe:
@@ -242,6 +272,7 @@ std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec) {
   std::string def = std::to_string(static_cast<int>(spec.kind)) + "\n" + spec.path + "\n" + spec.symbol + "\n" +
                     std::to_string(spec.offset) + "\n" + std::to_string(spec.ref_ctr_offset);
   for (const auto& [n, f] : spec.args) def += "\n" + n + "=" + f;
+  def += "\n" + file_identity;
   uint32_t h = 2166136261u;
   for (unsigned char c : def) h = (h ^ c) * 16777619u;
   char hex[9];
@@ -251,6 +282,13 @@ std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec) {
 
 ProbeRegistry::ProbeRegistry(const Tracefs& tracefs)
     : tracefs_(tracefs), events_(tracefs_, ProbeGroupForPid(::getpid())) {
+  // A process with this pid (in this pid namespace) that died left these: none can be ours yet.
+  auto leftovers = RemoveProbeGroup(tracefs_, events_.group());
+  if (!leftovers.ok()) {
+    TPE_LOG_WARN("probe events of an earlier process with this pid were not removed: {}", leftovers.status().message());
+  } else if (*leftovers > 0) {
+    TPE_LOG_INFO("removed {} probe events an earlier process with this pid left in {}", *leftovers, events_.group());
+  }
   auto stale = RemoveStaleProbeEvents(tracefs_, events_.group());
   if (!stale.ok()) {
     TPE_LOG_WARN("probe events of crashed runs were not removed: {}", stale.status().message());
@@ -273,8 +311,10 @@ ProbeRegistry* ProbeRegistry::IfCreated() { return g_registry.load(); }
 
 StatusOr<std::shared_ptr<const ProbeHandle>> ProbeRegistry::Acquire(ProbeEventSpec spec, const ProbeRef& probe) {
   spec.group = events_.group();
-  spec.event = ProbeEventName(probe, spec);
+  const std::string identity = FileIdentity(spec.path);
+  spec.event = ProbeEventName(probe, spec, identity);
   TPE_ASSIGN_OR_RETURN(std::string line, ProbeEventLine(spec));
+  line += "\n" + identity;  // the same line on a replaced file is another event
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_line_.find(line);
   if (it != by_line_.end()) {

@@ -2,7 +2,8 @@
 // bpftrace names them, turned into dynamic trace events (tracefs/probe_events.h) that the rest of
 // the plan opens like any tracepoint (DESIGN.md "probes beyond tracepoints").
 //
-//   uprobe:PATH:SYMBOL[+OFFSET]   entry of a function (or an instruction OFFSET bytes into it)
+//   uprobe:PATH:SYMBOL            entry of a function (an OFFSET is parsed but refused by
+//                                 ResolveProbe: no disassembler checks the instruction boundary)
 //   uretprobe:PATH:SYMBOL         return of a function ($retval)
 //   usdt:PATH:PROVIDER:NAME       a USDT probe (.note.stapsdt); its semaphore is set by the kernel
 //                                 (ref_ctr_offset, Linux 4.20) while the event is open
@@ -76,9 +77,14 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> FetchArgs(const Probe
 StatusOr<ProbeEventSpec> ResolveProbe(const ProbeRef& probe, const std::vector<ProbeArg>& args);
 
 // The event name for a definition: a prefix naming the probe (u_/ur_/usdt_/k_/kr_ and the
-// symbol or provider_name, cut to fit) and 8 hex digits of a hash of the definition, so equal
-// definitions share one event and different ones never collide in practice. Pure.
-std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec);
+// symbol or provider_name, cut to fit) and 8 hex digits of a hash of the definition and
+// `file_identity` (FileIdentity of a uprobe's binary), so equal definitions on the same file
+// share one event and different ones never collide in practice. Pure.
+std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec, const std::string& file_identity = "");
+// "st_dev:st_ino:mtime_ns" of `path` ("" when it cannot be stat'ed): the kernel binds a uprobe to
+// the file's inode when it is defined, so a binary replaced under the same path (a package
+// upgrade) needs a new event, which a changed identity gives. Thread-safe.
+std::string FileIdentity(const std::string& path);
 
 // Held by every plan that opens a probe event: while one is held the event stays.
 class ProbeHandle {
@@ -121,7 +127,7 @@ class ProbeRegistry {
   std::mutex mu_;
   const Tracefs tracefs_;                 // events_ points at it
   ProbeEvents events_;                    // guarded by mu_
-  std::map<std::string, Entry> by_line_;  // definition line -> its event; guarded by mu_
+  std::map<std::string, Entry> by_line_;  // definition line + file identity -> its event; guarded by mu_
 };
 
 }  // namespace tpe

@@ -29,8 +29,11 @@ TEST(ParseProbeRefTest, EveryForm) {
   EXPECT_EQ(k->symbol, "do_nanosleep");
   EXPECT_EQ(k->offset, 4u);
   EXPECT_EQ(ParseProbeRef("kretprobe:do_nanosleep")->kind, ProbeKind::kKretprobe);
-  for (const char* bad : {"uprobe:relative/x:main", "uprobe:/x", "uprobe:/x:", "usdt:/x:audit", "kprobe:",
-                          "uretprobe:/x:f+8", "kretprobe:f+1", "uprobe:/x:f+-1", "uprobe:/x:f+zz", "tracepoint:a:b"}) {
+  EXPECT_EQ(ParseProbeRef("kprobe:f+010")->offset, 10u);  // decimal, never octal
+  EXPECT_EQ(ParseProbeRef("kprobe:f+0x1F")->offset, 31u);
+  for (const char* bad : {"uprobe:relative/x:main", "uprobe:/x", "uprobe:/x:", "usdt:/x:audit",
+                          "kprobe:", "uretprobe:/x:f+8", "kretprobe:f+1", "uprobe:/x:f+-1", "uprobe:/x:f+zz",
+                          "tracepoint:a:b", "kprobe:f+ 4", "kprobe:f+0x", "kprobe:f+"}) {
     auto st = ParseProbeRef(bad);
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_TRUE(st.status().message().find("valid forms") != std::string::npos ||
@@ -65,6 +68,7 @@ TEST(ParseProbeArgTest, ArgsRetvalTypesAndRefusals) {
       {&entry, "common_pid", "arg0", "not a valid field"},
       {&entry, "1x", "arg0", "not a valid field"},
       {&entry, "a", "x0", "argN[:TYPE] or retval"},
+      {&entry, "a", "arg0:", "type after ':' is missing"},
       {&entry, std::string(33, 'a').c_str(), "arg0", "32"},
   };
   for (const Bad& b : bads) {

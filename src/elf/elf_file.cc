@@ -132,7 +132,8 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
   static const bool kLibelfReady = elf_version(EV_CURRENT) != EV_NONE;
   if (!kLibelfReady) return Internal("libelf: elf_version(EV_CURRENT) failed");
 
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) return ErrnoStatus(errno, "ELF file " + path);
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat " + path);

@@ -256,20 +256,55 @@ StatusOr<std::string> ProbeEventLine(const ProbeEventSpec& spec) {
   return line;
 }
 
-std::string ProbeGroupForPid(int pid) { return kGroupPrefix + std::to_string(pid); }
+uint64_t CurrentPidNamespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return kInitPidNamespace;
+  return static_cast<uint64_t>(st.st_ino);
+}
 
-std::optional<int> PidOfProbeGroup(std::string_view group) {
-  constexpr size_t kPrefix = sizeof(kGroupPrefix) - 1;
-  if (group.size() <= kPrefix || group.substr(0, kPrefix) != kGroupPrefix) return std::nullopt;
-  std::string_view digits = group.substr(kPrefix);
-  if (digits.size() > 10 || (digits[0] == '0' && digits.size() > 1)) return std::nullopt;
-  long long v = 0;
+std::string ProbeGroupName(int pid, uint64_t pidns) {
+  std::string g = kGroupPrefix + std::to_string(pid);
+  if (pidns != kInitPidNamespace) g += "_" + std::to_string(pidns);
+  return g;
+}
+
+std::string ProbeGroupForPid(int pid) { return ProbeGroupName(pid, CurrentPidNamespace()); }
+
+namespace {
+// A canonical decimal number of at most `max_digits` digits (no leading zero), in [1, max].
+std::optional<uint64_t> CanonicalNumber(std::string_view digits, size_t max_digits, uint64_t max) {
+  if (digits.empty() || digits.size() > max_digits || digits[0] == '0') return std::nullopt;
+  uint64_t v = 0;
   for (char c : digits) {
     if (!IsDigit(c)) return std::nullopt;
-    v = v * 10 + (c - '0');
+    v = v * 10 + static_cast<uint64_t>(c - '0');
   }
-  if (v <= 0 || v > INT_MAX) return std::nullopt;
-  return static_cast<int>(v);
+  if (v == 0 || v > max) return std::nullopt;
+  return v;
+}
+}  // namespace
+
+std::optional<ProbeGroupOwner> ParseProbeGroup(std::string_view group) {
+  constexpr size_t kPrefix = sizeof(kGroupPrefix) - 1;
+  if (group.size() <= kPrefix || group.substr(0, kPrefix) != kGroupPrefix) return std::nullopt;
+  std::string_view rest = group.substr(kPrefix);
+  const size_t sep = rest.find('_');
+  auto pid = CanonicalNumber(rest.substr(0, sep), 10, INT_MAX);
+  if (!pid) return std::nullopt;
+  ProbeGroupOwner owner;
+  owner.pid = static_cast<int>(*pid);
+  if (sep != std::string_view::npos) {
+    auto ns = CanonicalNumber(rest.substr(sep + 1), 20, UINT64_MAX / 10);
+    if (!ns || *ns == kInitPidNamespace) return std::nullopt;
+    owner.pidns = *ns;
+  }
+  return owner;
+}
+
+std::optional<int> PidOfProbeGroup(std::string_view group) {
+  auto owner = ParseProbeGroup(group);
+  if (!owner) return std::nullopt;
+  return owner->pid;
 }
 
 StatusOr<EventName> ParseProbeEventsLine(std::string_view line) {
@@ -293,6 +328,8 @@ StatusOr<EventName> ParseProbeEventsLine(std::string_view line) {
 
 std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, const std::string& own_group,
                                               const std::function<bool(int pid)>& owner_alive) {
+  const std::optional<ProbeGroupOwner> own = ParseProbeGroup(own_group);
+  const uint64_t own_ns = own ? own->pidns : kInitPidNamespace;
   std::vector<EventName> out;
   size_t pos = 0;
   while (pos < events_text.size()) {
@@ -301,8 +338,8 @@ std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, cons
     pos = nl == std::string_view::npos ? events_text.size() : nl + 1;
     auto event = ParseProbeEventsLine(line);
     if (!event.ok() || event->system == own_group) continue;
-    std::optional<int> pid = PidOfProbeGroup(event->system);
-    if (pid && !owner_alive(*pid)) out.push_back(std::move(*event));
+    std::optional<ProbeGroupOwner> owner = ParseProbeGroup(event->system);
+    if (owner && owner->pidns == own_ns && !owner_alive(owner->pid)) out.push_back(std::move(*event));
   }
   return out;
 }
@@ -311,6 +348,12 @@ bool ProbeOwnerAlive(int pid) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   const std::string proc = "/proc/" + std::to_string(pid);
+  // proc(5): "pid (comm) state ..."; comm may hold ')' and spaces, so the state follows the last ')'.
+  const std::string stat = ReadSmallFile(proc + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X')) {
+    return false;  // dead, not reaped yet: its probe events are no one's
+  }
   // TASK_COMM_LEN is 16: "tracepoint_exporter" reads back as "tracepoint_expo".
   const std::string comm = ReadSmallFile(proc + "/comm");
   if (comm == std::string("tracepoint_exporter").substr(0, 15)) return true;
@@ -461,6 +504,33 @@ StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& 
         ++removed;
       } else if (err != ENOENT) {  // ENOENT: another daemon removed it first
         TPE_LOG_WARN("cannot remove stale probe event {}/{}: {}", e.system, e.name, st.message());
+      }
+    }
+  }
+  return removed;
+}
+
+StatusOr<int> RemoveProbeGroup(const Tracefs& tracefs, const std::string& group) {
+  int removed = 0;
+  for (const char* file : {"uprobe_events", "kprobe_events"}) {
+    auto text = ReadFileToString(tracefs.root() + "/" + file);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) continue;
+      return text.status();
+    }
+    size_t pos = 0;
+    while (pos < text->size()) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      auto event = ParseProbeEventsLine(std::string_view(*text).substr(pos, nl - pos));
+      pos = nl + 1;
+      if (!event.ok() || event->system != group) continue;
+      int err = 0;
+      Status st = AppendCommand(tracefs.root(), file, RemoveCommand(*event), &err);
+      if (st.ok()) {
+        ++removed;
+      } else if (err != ENOENT) {
+        return st.WithContext("probe event " + event->ToString() + " left by an earlier process with this pid");
       }
     }
   }

@@ -82,11 +82,29 @@ struct ProbeEventSpec {
 // Nothing written can start a second definition (no newline, no space inside a piece).
 StatusOr<std::string> ProbeEventLine(const ProbeEventSpec& spec);
 
-// The probe group of the daemon with process id `pid`: "tpe_<pid>". Pure; thread-safe.
+// The initial pid namespace's inode number (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+inline constexpr uint64_t kInitPidNamespace = 0xEFFFFFFCu;
+// This process's pid namespace: the inode of /proc/self/ns/pid (kInitPidNamespace when
+// unreadable). Thread-safe.
+uint64_t CurrentPidNamespace();
+
+// The probe group of the daemon with process id `pid` in pid namespace `pidns`: "tpe_<pid>" in
+// the initial namespace, "tpe_<pid>_<pidns>" in any other (a container's daemon is often pid 1:
+// the namespace keeps its group apart from the host's pid 1 and from other containers'). Pure.
+std::string ProbeGroupName(int pid, uint64_t pidns);
+// ProbeGroupName(pid, CurrentPidNamespace()).
 std::string ProbeGroupForPid(int pid);
 
-// The pid in a group name made by ProbeGroupForPid ("tpe_1234" -> 1234); nullopt for any other
-// name (including non-canonical ones such as "tpe_01234" or "tpe_1x"). Pure; thread-safe.
+// The owner named by a group ProbeGroupName makes.
+struct ProbeGroupOwner {
+  int pid = 0;
+  uint64_t pidns = kInitPidNamespace;
+  bool operator==(const ProbeGroupOwner&) const = default;
+};
+// nullopt for any other name (including non-canonical ones such as "tpe_01234", "tpe_1x" or
+// "tpe_1_<the initial namespace>"). Pure; thread-safe.
+std::optional<ProbeGroupOwner> ParseProbeGroup(std::string_view group);
+// The pid of ParseProbeGroup(group). Pure; thread-safe.
 std::optional<int> PidOfProbeGroup(std::string_view group);
 
 // The event a line read back from uprobe_events/kprobe_events defines, e.g.
@@ -95,16 +113,18 @@ std::optional<int> PidOfProbeGroup(std::string_view group);
 // Pure; thread-safe. Errors: InvalidArgument quoting the line.
 StatusOr<EventName> ParseProbeEventsLine(std::string_view line);
 
-// From the text of uprobe_events or kprobe_events: the events of groups "tpe_<pid>"
-// (PidOfProbeGroup) other than `own_group` whose `owner_alive(pid)` is false. Other tools' groups
-// and unparsable lines are never selected. Pure (but for calling `owner_alive`); thread-safe.
+// From the text of uprobe_events or kprobe_events: the events of groups ParseProbeGroup reads,
+// in `own_group`'s pid namespace (pids of other namespaces cannot be judged from here), other
+// than `own_group`, whose `owner_alive(pid)` is false. Other tools' groups and unparsable lines
+// are never selected. Pure (but for calling `owner_alive`); thread-safe.
 std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, const std::string& own_group,
                                               const std::function<bool(int pid)>& owner_alive);
 
 // Whether process `pid` (in this process's pid namespace) exists and is a tracepoint_exporter:
 // its /proc/<pid>/comm is "tracepoint_expo" (the name truncated to 15 characters) or its
 // /proc/<pid>/exe is named tracepoint_exporter. A process that exists but whose comm and exe
-// cannot be read counts as alive (never remove what may be in use). Thread-safe.
+// cannot be read counts as alive (never remove what may be in use). A zombie (state Z or X in
+// /proc/<pid>/stat: dead, not yet reaped) is not alive. Thread-safe.
 bool ProbeOwnerAlive(int pid);
 
 // The kernel's reason for refusing `command` from the text of <tracefs>/error_log: the message of
@@ -175,8 +195,13 @@ class ProbeEvents {
 // that cannot be removed (EBUSY: someone still has it open) is logged and skipped.
 // Returns how many events were removed.
 // Errors: PermissionDenied / Internal when an events file exists but cannot be read.
-// Limitation: pids are those of this pid namespace; daemons in other pid namespaces sharing this
-// tracefs must use distinct group names.
+// Groups of other pid namespaces are left alone (ProbeGroupName keeps them apart).
 StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& own_group);
+
+// Removes every event of `group` from uprobe_events and kprobe_events: at start-up, the events a
+// dead process with this process's pid (and namespace) left in the group this process is about
+// to use. Returns how many were removed. Errors: as RemoveStaleProbeEvents; an event still open
+// (EBUSY) is an error naming it.
+StatusOr<int> RemoveProbeGroup(const Tracefs& tracefs, const std::string& group);
 
 }  // namespace tpe

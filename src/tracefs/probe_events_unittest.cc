@@ -5,9 +5,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <set>
+
+#include "common/file_util.h"
 
 namespace tpe {
 namespace {
@@ -160,8 +164,8 @@ TEST(ProbeEventLineTest, InjectionAttemptsAreRefused) {
               }())
                   .message(),
               HasSubstr("\"a\\n-:x/y\""));  // the newline is shown escaped
-  const std::vector<std::string> bad_paths = {"bin/x", "", "/bin/x -:x/y", "/bin/x\n-:x/y", "/bin/x#", "/bin/\"x\"",
-                                              "/bin/x\\y", "/bin/x\t"};
+  const std::vector<std::string> bad_paths = {"bin/x",   "",           "/bin/x -:x/y", "/bin/x\n-:x/y",
+                                              "/bin/x#", "/bin/\"x\"", "/bin/x\\y",    "/bin/x\t"};
   for (const auto& path : bad_paths) {
     ProbeEventSpec s = Uprobe();
     s.path = path;
@@ -194,7 +198,14 @@ TEST(ProbeEventLineTest, PlaceMatchesKind) {
 }
 
 TEST(ProbeGroupTest, ForPidAndBack) {
-  EXPECT_EQ(ProbeGroupForPid(1234), "tpe_1234");
+  EXPECT_EQ(ProbeGroupName(1234, kInitPidNamespace), "tpe_1234");
+  EXPECT_EQ(ProbeGroupName(1, 4026532512), "tpe_1_4026532512");  // pid 1 of a container
+  EXPECT_EQ(ParseProbeGroup("tpe_1_4026532512"), (ProbeGroupOwner{1, 4026532512}));
+  EXPECT_EQ(ParseProbeGroup("tpe_1234"), (ProbeGroupOwner{1234, kInitPidNamespace}));
+  EXPECT_EQ(ParseProbeGroup("tpe_1_4026531836"), std::nullopt);  // the initial namespace has no suffix
+  EXPECT_EQ(ParseProbeGroup("tpe_1_"), std::nullopt);
+  EXPECT_EQ(ParseProbeGroup("tpe_1_04026532512"), std::nullopt);
+  EXPECT_EQ(ProbeGroupForPid(7), ProbeGroupName(7, CurrentPidNamespace()));
   EXPECT_EQ(PidOfProbeGroup("tpe_1234"), 1234);
   EXPECT_EQ(PidOfProbeGroup(ProbeGroupForPid(2147483647)), 2147483647);
   for (const char* g : {"tpe_", "tpe_01234", "tpe_0", "tpe_12x", "tpe_1234_x", "uprobes", "xtpe_1", "tpe_99999999999",
@@ -223,8 +234,8 @@ TEST(ParseProbeEventsLineTest, RealReadBackLines) {
     ASSERT_TRUE(e.ok()) << c.line << ": " << e.status().ToString();
     EXPECT_EQ(*e, c.want) << c.line;
   }
-  for (const char* bad : {"", "x:a/b /bin/x:0x1", "p:ab /bin/x:0x1", "p a/b", "p:/b x", "p:a/ x", "rx:a/b x",
-                          "p:a-b/c x"}) {
+  for (const char* bad :
+       {"", "x:a/b /bin/x:0x1", "p:ab /bin/x:0x1", "p a/b", "p:/b x", "p:a/ x", "rx:a/b x", "p:a-b/c x"}) {
     EXPECT_FALSE(ParseProbeEventsLine(bad).ok()) << bad;
   }
   EXPECT_EQ(ParseProbeEventsLine("p:ab /bin/x:0x1").status().message(),
@@ -235,11 +246,11 @@ TEST(SelectStaleProbeEventsTest, OnlyDeadOrForeignPidsOfOurPrefix) {
   const std::string text =
       "p:tpe_100/a /bin/x:0x0000000000001139 a0=%di:u64\n"
       "r:tpe_100/b /bin/x:0x0000000000001139 rv=$retval:s32\n"
-      "p:tpe_200/a /bin/x:0x0000000000001139\n"        // alive
-      "p:tpe_300/a /bin/x:0x0000000000001139\n"        // our own group, whatever the predicate says
-      "p:uprobes/p_bash_0x4245c0 /bin/bash:0x1\n"      // another tool
-      "p:tpe_0100/a /bin/x:0x1\n"                      // not a group we would name
-      "p:tpe_scratch/a /bin/x:0x1\n"                   // not ours
+      "p:tpe_200/a /bin/x:0x0000000000001139\n"    // alive
+      "p:tpe_300/a /bin/x:0x0000000000001139\n"    // our own group, whatever the predicate says
+      "p:uprobes/p_bash_0x4245c0 /bin/bash:0x1\n"  // another tool
+      "p:tpe_0100/a /bin/x:0x1\n"                  // not a group we would name
+      "p:tpe_scratch/a /bin/x:0x1\n"               // not ours
       "garbage line\n"
       "\n"
       "p:tpe_400/z /bin/x:0x0000000000001139";  // no trailing newline
@@ -252,7 +263,46 @@ TEST(SelectStaleProbeEventsTest, OnlyDeadOrForeignPidsOfOurPrefix) {
   EXPECT_EQ(stale, (std::vector<EventName>{{"tpe_100", "a"}, {"tpe_100", "b"}, {"tpe_400", "z"}}));
   EXPECT_EQ(asked, (std::set<int>{100, 200, 400}));
   EXPECT_TRUE(SelectStaleProbeEvents("", "tpe_1", alive).empty());
+  // Another pid namespace's groups are never judged by pid; in that namespace, only its own.
+  const std::string mixed = "p:tpe_1_4026532512/a /bin/x:0x1\np:tpe_5/b /bin/x:0x1\np:tpe_6_4026532512/c /bin/x:0x1\n";
+  EXPECT_EQ(SelectStaleProbeEvents(mixed, "tpe_300", [](int) { return false; }),
+            (std::vector<EventName>{{"tpe_5", "b"}}));
+  EXPECT_EQ(SelectStaleProbeEvents(mixed, "tpe_1_4026532512", [](int) { return false; }),
+            (std::vector<EventName>{{"tpe_6_4026532512", "c"}}));
   EXPECT_TRUE(SelectStaleProbeEvents(text, "tpe_300", [](int) { return true; }).empty());
+}
+
+// A daemon killed and not yet reaped is a zombie: /proc/<pid>/comm still says tracepoint_expo,
+// but its events are no one's.
+std::string ProcFile(pid_t pid, const char* name) {
+  auto text = ReadFileToString("/proc/" + std::to_string(pid) + "/" + name);
+  return text.ok() ? *text : "";
+}
+
+TEST(ProbeOwnerAliveTest, AZombieExporterIsNotAlive) {
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    prctl(PR_SET_NAME, "tracepoint_exporter");
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  for (int i = 0; i < 200 && ProcFile(child, "comm") != "tracepoint_expo\n"; ++i) {
+    usleep(5000);
+  }
+  EXPECT_TRUE(ProbeOwnerAlive(child));  // running, named like an exporter
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  for (int i = 0; i < 200; ++i) {  // until it is a zombie
+    const std::string stat = ProcFile(child, "stat");
+    if (stat.find(") Z") != std::string::npos) break;
+    usleep(5000);
+  }
+  EXPECT_FALSE(ProbeOwnerAlive(child));
+  waitpid(child, nullptr, 0);
+  close(go[0]);
+  close(go[1]);
 }
 
 TEST(ProbeOwnerAliveTest, ThisProcessIsNotAnExporterAndNoPidIsAlive) {

@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <ctime>
 #include <string>
 
 #include "common/file_util.h"
+#include "common/scoped_fd.h"
 #include "daemon/daemon.h"
 #include "kernel/kernel_util.h"
 
@@ -250,6 +252,83 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
   EXPECT_EQ(lat->bucket_counts[0], 0u);  // none shorter than 0.5 ms: each slept 1 ms
   EXPECT_GE(lat->sum, kSleeps * 0.001);
   RemoveUnreferenced();
+}
+
+// A package upgrade replaces the binary under the same path (a new inode): the kernel bound the
+// old uprobe to the old inode, so a reload must define a new event, and the count goes on.
+TEST(ProbesKernelTest, ReloadAfterTheBinaryWasReplacedProbesTheNewFile) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  const std::string bin = ::testing::TempDir() + "/tpe_replaced_target";
+  auto copy = [&] {
+    const std::string tmp = bin + ".new";
+    ASSERT_TRUE(RunCommand({"/bin/cp", Target(), tmp}));
+    ASSERT_EQ(::rename(tmp.c_str(), bin.c_str()), 0);  // a new inode at the same path
+  };
+  copy();
+  const std::string path = ::testing::TempDir() + "/probes_replaced_test.json";
+  testing::WriteFile(path, R"({"metrics": [{"name": "calls_total", "type": "counter", "event": "uprobe:)" + bin +
+                               R"(:tpe_target"}]})");
+  {
+    Daemon daemon(path, &*tracefs, &enums);
+    ASSERT_TRUE(daemon.Start().ok());
+    ASSERT_TRUE(RunCommand({bin, "30"}));
+    copy();
+    Status st = daemon.Reload();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(RunCommand({bin, "40"}));
+    daemon.Stop();
+    auto snap = daemon.Snapshot();
+    ASSERT_NE(testing::FindSeries(snap, "calls_total"), nullptr);
+    EXPECT_EQ(testing::FindSeries(snap, "calls_total")->value, 70);
+  }
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+  ::unlink(bin.c_str());
+}
+
+// Probes that would count the wrong thing, or change what the program executes, are refused.
+TEST(ProbesKernelTest, IfuncsAndOffsetsIntoFunctionsAreRefused) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto plan_error = [&](const std::string& event) {
+    auto cfg =
+        ParseConfig(R"({"metrics": [{"name": "a_total", "type": "counter", "event": ")" + event + R"("}]})", "p.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+    return plan.ok() ? std::string("planned") : plan.status().message();
+  };
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
+  EXPECT_NE(plan_error("uprobe:" + libc + ":strlen").find("strlen is an IFUNC"), std::string::npos)
+      << plan_error("uprobe:" + libc + ":strlen");
+  EXPECT_NE(plan_error("uprobe:" + Target() + ":tpe_target+1").find("an offset into a function is refused"),
+            std::string::npos);
+  RemoveUnreferenced();
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
+// A process that had this pid before (a crash loop in a container, where the daemon is always pid
+// 1) left events in the group this process uses: a new registry removes them first.
+TEST(ProbesKernelTest, ANewRegistryRemovesItsGroupsLeftovers) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  ProbeEventSpec left;
+  left.group = ProbeGroupForPid(getpid());
+  left.event = "left_by_a_dead_process";
+  left.path = Target();
+  auto line = ProbeEventLine(left);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  {  // written by hand, owned by no object: as a crashed process leaves it
+    ScopedFd fd(::open((tracefs->root() + "/uprobe_events").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::write(fd.get(), line->data(), line->size()), static_cast<ssize_t>(line->size()));
+  }
+  ASSERT_EQ(OurProbeLines().size(), 1u);
+  ProbeRegistry fresh(*tracefs);
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
 
 TEST(ProbesKernelTest, MissingBinaryAndStrippedNamesAreClearErrors) {
