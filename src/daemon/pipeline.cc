@@ -77,7 +77,7 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
     if (!st.ok()) {
       Status why = tracefs_ ? tracefs_->CheckFilter(ep->event, ep->filter) : st;
       return InvalidArgument(plan_->config_path + ": filter \"" + Abbreviate(ep->filter) + "\" on " +
-                             ep->event.ToString() + ": " + (why.ok() ? st.message() : why.message()));
+                             ep->display + ": " + (why.ok() ? st.message() : why.message()));
     }
   }
   if (ep->sampled) {

@@ -64,7 +64,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       if (o.sampled) sampled = &o;
     }
     if (seen) continue;
-    LabelPairs l = {{"event", ep.event.ToString()}, {"filter", ep.filter}};
+    LabelPairs l = {{"event", ep.display}, {"filter", ep.filter}};
     Add(&hits, l, static_cast<double>((sampled ? sampled : &ep)->ReadCounts().count));
     if (sampled == nullptr) continue;
     Add(&samples, l, static_cast<double>(sampled->samples.Get()));

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::str
   }
   auto ep = std::make_unique<EventPlan>();
   ep->event = name;
+  ep->display = name.ToString();
   ep->filter = filter;
   ep->sampled = sampled;
   auto id = tracefs.ReadId(name);
@@ -100,6 +101,7 @@ Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, 
   if (!spec.ok()) return spec.status().WithContext(where);
   auto handle = ProbeRegistry::Get(tracefs).Acquire(*spec, *ref);
   if (!handle.ok()) return handle.status().WithContext(where + " \"" + *event + "\"");
+  plan->probe_names[(*handle)->event().ToString()] = *event;
   *event = (*handle)->event().ToString();
   plan->probes.push_back(*handle);
   return Status::Ok();
@@ -134,6 +136,7 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
+  if (auto it = plan->probe_names.find(event); it != plan->probe_names.end()) ep->display = it->second;
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
 }
@@ -146,7 +149,7 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
                                       const std::string& json_path) {
   const FieldFormat* f = ep.format.FindField(field);
   if (f == nullptr) {
-    return NotFound(cfg.path + ": " + json_path + ": " + ep.event.ToString() + " has no field \"" + field +
+    return NotFound(cfg.path + ": " + json_path + ": " + ep.display + " has no field \"" + field +
                     "\"; its fields: " + ep.format.DescribeFields());
   }
   return f;
@@ -204,8 +207,8 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
           !table->unresolved.empty()) {
         // The format names enum constants and this kernel has no BTF to give their values:
         // show numbers rather than refuse to start.
-        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.event.ToString() +
-                            " field \"" + l.field + "\" (" + table->unresolved.front() +
+        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.display + " field \"" +
+                            l.field + "\" (" + table->unresolved.front() +
                             ", ...) have no values without kernel BTF (/sys/kernel/btf/vmlinux); showing numbers");
         decode = LabelDecode::kAuto;
       }
@@ -239,9 +242,8 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
     const std::string jp = e.json_path + ".key[" + std::to_string(i) + "]";
     TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, e.key[i], jp));
     if (!f->IsNumeric()) {  // integers and pointers (e.g. workqueue `work`, a request's address)
-      return InvalidArgument(cfg.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.event.ToString() +
-                             " is " + f->type + " (" + FieldKindName(f->kind) +
-                             "); keys must be integer or pointer fields");
+      return InvalidArgument(cfg.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.display + " is " +
+                             f->type + " (" + FieldKindName(f->kind) + "); keys must be integer or pointer fields");
     }
     key.push_back(*FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr));
   }
@@ -334,8 +336,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     if (m.type == "histogram") {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
       if (!f->IsNumeric()) {
-        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " +
-                               ep->event.ToString() + " is " + f->type + " (" + FieldKindName(f->kind) +
+        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
+                               " is " + f->type + " (" + FieldKindName(f->kind) +
                                "), not a number; a histogram needs an integer field");
       }
       TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
@@ -351,8 +353,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
           if (g.kind == FieldKind::kInteger && !g.name.starts_with("common_"))
             ints += (ints.empty() ? "" : ", ") + g.name;
         }
-        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " +
-                               ep->event.ToString() + " is " + f->type + " (" + FieldKindName(f->kind) +
+        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
+                               " is " + f->type + " (" + FieldKindName(f->kind) +
                                "), not an integer; a counter adds an integer field; its integer fields: " + ints);
       }
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));

@@ -37,6 +37,10 @@ namespace tpe {
 
 struct EventPlan {
   EventName event;
+  // What the config calls it, for messages and self-metric labels: event.ToString(), or for a
+  // probe event its probe name ("uprobe:/usr/bin/x:main"), which stays the same across restarts
+  // while its group:event names the process.
+  std::string display;
   uint64_t tracepoint_id = 0;
   std::string filter;
   EventFormat format;
@@ -80,6 +84,8 @@ struct Plan {
   // The probe events (uprobes, USDT, kprobes) this plan opens. First, so destroyed last: after the
   // perf events and programs on them are closed (ProbeRegistry::RemoveUnreferenced).
   std::vector<std::shared_ptr<const ProbeHandle>> probes;
+  // Each probe event's "group:event" -> its name in the config (EventPlan::display).
+  std::map<std::string, std::string> probe_names;
   std::string config_path;
   Settings settings;
   std::vector<std::unique_ptr<EventPlan>> events;
