@@ -1,6 +1,7 @@
 // tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
 // The only place in the project that exits the process.
 #include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 
@@ -108,6 +109,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (config_check || !print_for.empty()) {
+    // The report is stdout's; log lines go to stderr beside it.
+    if (!print_for.empty()) spdlog::set_default_logger(spdlog::stderr_color_mt("tracepoint_exporter"));
     std::chrono::milliseconds duration{0};
     if (!print_for.empty()) {
       auto d = tpe::ParseDuration(print_for);
@@ -144,11 +147,10 @@ int main(int argc, char** argv) {
     siginfo_t info;
     sigtimedwait(&signals, &info, &ts);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::vector<tpe::MetricCost> costs = tpe::MetricCosts(plan, stats.ok());
     pipeline.Stop();
+    std::vector<tpe::MetricCost> costs = tpe::MetricCosts(pipeline.plan(), stats.ok());
     auto snap = pipeline.Snapshot();
     snap.resize(pipeline.plan().collectors.size());  // user metrics only
-    tpe::AddPerfEvents(snap, &costs);
     tpe::PrintReport(snap, std::cout);
     tpe::PrintCosts(costs, seconds, stats.ok() ? "" : stats.status().message(), std::cout);
     opened->reset();

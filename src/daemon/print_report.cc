@@ -118,31 +118,28 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
   std::vector<MetricCost> out;
   for (size_t i = 0; i < plan.collectors.size(); ++i) {
     MetricCost c;
-    c.name = plan.collectors[i]->name();
+    const Collector* collector = plan.collectors[i].get();
+    c.name = collector->name();
     c.engine = i < plan.engines.size() ? plan.engines[i] : "perf";
     if (c.engine == "bpf") {
       double ns = 0;
-      for (const EngineStat& st : plan.collectors[i]->EngineStats()) {
+      for (const EngineStat& st : collector->EngineStats()) {
         if (st.family == "tracepoint_exporter_bpf_program_runs_total") c.events += static_cast<uint64_t>(st.value);
         if (st.family == "tracepoint_exporter_bpf_program_run_seconds_total") ns += st.value * 1e9;
       }
       if (stats_on) c.kernel_ns = ns;
+    } else if (i < plan.counting_events.size() && plan.counting_events[i] != nullptr) {
+      c.events = plan.counting_events[i]->ReadCounts().count;
+    } else {
+      for (const auto& ep : plan.events) {
+        for (const auto& consumer : ep->consumers) {
+          if (consumer.first == collector) c.events += ep->samples.Get();
+        }
+      }
     }
     out.push_back(std::move(c));
   }
   return out;
-}
-
-void AddPerfEvents(const std::vector<MetricSnapshot>& metrics, std::vector<MetricCost>* costs) {
-  for (size_t i = 0; i < metrics.size() && i < costs->size(); ++i) {
-    MetricCost& c = (*costs)[i];
-    if (c.engine == "bpf") continue;
-    uint64_t n = 0;
-    for (const auto& s : metrics[i].series) {
-      n += metrics[i].kind == MetricKind::kHistogram ? s.count : static_cast<uint64_t>(s.value);
-    }
-    c.events = n;
-  }
 }
 
 }  // namespace tpe

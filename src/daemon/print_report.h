@@ -26,7 +26,8 @@ struct MetricCost {
   std::string name;
   std::string engine;  // "bpf", "perf"
   // bpf: runs of the metric's programs (every hit, before its filter; a latency's start and end
-  // runs added up). perf: events the metric counted or observed (after the kernel filter).
+  // runs added up). perf: hits of its perf events that passed the kernel filter (samples, or the
+  // counting-mode count; a latency's start and end events added up).
   uint64_t events = 0;
   // bpf: kernel CPU time of the programs over the run (bpf_prog_info run_time_ns while
   // BPF_ENABLE_STATS was held), ns; absent when the stats could not be turned on.
@@ -40,12 +41,10 @@ struct MetricCost {
 void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std::string& why_no_stats,
                 std::ostream& out);
 
-// One MetricCost per metric of `plan` (config order) with its engine; bpf metrics get their
-// programs' runs and, when `stats_on`, kernel time (Collector::EngineStats). Call before the
-// pipeline stops (it reads the programs' info by fd).
+// One MetricCost per metric of `plan` (config order) with its engine: bpf metrics get their
+// programs' runs and, when `stats_on`, kernel time (Collector::EngineStats); perf metrics the
+// samples of the events they consume (EventPlan::consumers) or their counting-mode count. Call
+// while the plan's perf events and programs are open (before the pipeline is destroyed).
 std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on);
-// Fills perf metrics' events from their final snapshots (`metrics[i]` is metric i): a counter's
-// value (a value counter: the sum of its values), a histogram's observation count.
-void AddPerfEvents(const std::vector<MetricSnapshot>& metrics, std::vector<MetricCost>* costs);
 
 }  // namespace tpe
