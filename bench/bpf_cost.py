@@ -79,7 +79,33 @@ def wait_new(before, proc, timeout=30.0):
     raise RuntimeError("no programs appeared for %s" % (proc.args,))
 
 
+BUSY = ("cc1plus", "ld", "ninja", "clang++", "lld")
+
+
+def busy():
+    """Whether a compiler or linker runs on this machine (its CPU time would land in the figures)."""
+    out = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout.split()
+    return any(c in BUSY for c in out)
+
+
+def quietly(fn, tries=20):
+    """fn() when no build ran before or during it: waits for a quiet machine, and measures again
+    when a build started meanwhile."""
+    for _ in range(tries):
+        while busy():
+            time.sleep(2)
+        result = fn()
+        if not busy():
+            return result
+        print("a build ran during a measurement: measuring again", file=sys.stderr)
+    raise RuntimeError("the machine never stayed quiet")
+
+
 def measure(cmd, loop, seconds, env=None):
+    return quietly(lambda: measure_once(cmd, loop, seconds, env))
+
+
+def measure_once(cmd, loop, seconds, env=None):
     """Starts `cmd`, runs the loop, returns {prog id: (name, runs, ns)} of its new programs."""
     before = progs()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
@@ -140,7 +166,7 @@ def main():
             for r in range(args.rounds):
                 def cell(key, cmd):
                     cells.setdefault(key, []).append(ns_per_run(measure(cmd, loop, args.seconds)))
-                cells.setdefault(("untraced", "loop"), []).append(loop_ns(loop, args.seconds))
+                cells.setdefault(("untraced", "loop"), []).append(quietly(lambda: loop_ns(loop, args.seconds)))
                 cell(("floor", "bpftrace"), ["bpftrace", "-e", FLOOR])
                 for name, metric, bt in JOBS:
                     cell((name, "ours"), ours_cmd(args.build, [metric], tmp, "job"))

@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from bpf_cost import quietly
+
 
 def run_target(target, calls):
     """Seconds the trigger takes for `calls` calls of each function."""
@@ -80,9 +82,9 @@ def main():
              lambda: len(uprobe_lines()) > base_lines or bpftrace_attached()),
         ]
         for r in range(args.rounds):
-            cells.setdefault("untraced", []).append(run_target(target, args.calls))
+            cells.setdefault("untraced", []).append(quietly(lambda: run_target(target, args.calls)))
             for name, cmd, ready in tracers:
-                cells.setdefault(name, []).append(with_tracer(cmd, ready, target, args.calls))
+                cells.setdefault(name, []).append(quietly(lambda: with_tracer(cmd, ready, target, args.calls)))
             print("round %d of %d done" % (r + 1, args.rounds), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in cells.items()}
     # Each iteration of the trigger calls tpe_target and tpe_target_str once: per call of the
