@@ -272,6 +272,8 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
       if (i.code != (BPF_JMP | BPF_CALL) || i.src_reg != 0) continue;
       if (i.imm == BPF_FUNC_probe_read_kernel) i.imm = BPF_FUNC_probe_read;
       if (i.imm == BPF_FUNC_probe_read_kernel_str) i.imm = BPF_FUNC_probe_read_str;
+      if (i.imm == BPF_FUNC_probe_read_user) i.imm = BPF_FUNC_probe_read;
+      if (i.imm == BPF_FUNC_probe_read_user_str) i.imm = BPF_FUNC_probe_read_str;
     }
   }
   int fd = ProgLoad(short_name, insns, nullptr, type);

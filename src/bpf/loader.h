@@ -74,8 +74,8 @@ struct LoadOptions {
   // max_entries x (key + value x possible CPUs)) are allocated when it is created, none in the
   // tracepoint.
   bool preallocate_maps = false;
-  // Rewrite calls of probe_read_kernel(_str) to probe_read(_str) (the pre-5.5 helpers, which
-  // read kernel memory the same way on the architectures without a separate user space).
+  // Rewrite calls of probe_read_kernel(_str) and probe_read_user(_str) to probe_read(_str) (the
+  // pre-5.5 helpers, which read kernel and, on x86-64, user memory the same way).
   bool probe_read_fallback = false;
   // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
   // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
