@@ -74,7 +74,7 @@ Status BpfMetric::Build(bool create) {
 
   // Probe records guard with BPF_XCHG where the kernel has it (probe_record.h).
   for (BpfEndpoint* ep : Endpoints()) {
-    if (ep->probe) ep->probe->atomic_guard = GetLoadOptions().in_place_starts;
+    if (ep->probe) ep->probe->atomic_guard = GetLoadOptions().atomic_xchg;
   }
   auto probe_of = [](const BpfEndpoint& ep) { return ep.probe ? &*ep.probe : nullptr; };
 

@@ -84,6 +84,9 @@ struct LoadOptions {
   // BPF_XCHG (programs.h "in place"): no element allocated or freed per pair. Needs
   // BpfFeatures::atomic_xchg.
   bool in_place_starts = false;
+  // BPF_XCHG is available (BpfFeatures::atomic_xchg): probe programs take their record's guard
+  // with it (probe_record.h).
+  bool atomic_xchg = false;
 };
 void SetLoadOptions(const LoadOptions& options);
 LoadOptions GetLoadOptions();

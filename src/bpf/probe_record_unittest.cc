@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -250,6 +251,29 @@ TEST_F(ProbeRecordTest, BusyRecordIsCountedNotTouched) {
     EXPECT_EQ(StatOf(&in_, kRuns), 1u);
     EXPECT_EQ(RecordBytes(&in_)[0], 0);
     AddMaps(&in_, 0, 8, 16);  // fresh stats
+  }
+}
+
+// A kprobe's memory operands and strings are kernel memory: probe_read_kernel(_str), never the
+// user variants.
+TEST(ProbeRecordBuildTest, KprobesReadKernelMemory) {
+  const EventFormat f = Event("tpe_capture", "ent");
+  for (bool user : {true, false}) {
+    auto r = BuildProbeRecord(kEntArgs, f, user);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->user, user);
+    CounterShape s;
+    s.probe = &*r;
+    auto prog = EmitCounter(s, ProbeFds());
+    ASSERT_TRUE(prog.ok());
+    std::map<int, int> calls;
+    for (const bpf_insn& i : *prog) {
+      if (i.code == (BPF_JMP | BPF_CALL)) ++calls[i.imm];
+    }
+    EXPECT_EQ(calls[BPF_FUNC_probe_read_user_str], user ? 2 : 0);
+    EXPECT_EQ(calls[BPF_FUNC_probe_read_user], user ? 1 : 0);
+    EXPECT_EQ(calls[BPF_FUNC_probe_read_kernel_str], user ? 0 : 2);
+    EXPECT_EQ(calls[BPF_FUNC_probe_read_kernel], user ? 0 : 1);
   }
 }
 
