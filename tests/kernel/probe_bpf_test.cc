@@ -95,6 +95,9 @@ TEST_F(ProbeBpfTest, PythonUsdtLabelsAndFiltersExactly) {
     {"name": "py_audit_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
                              python + R"(:python:audit",
      "args": {"event": "arg0:ustring"}, "labels": [{"name": "event", "field": "event"}]},
+    {"name": "py_audit_x_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
+                             python + R"(:python:audit",
+     "args": {"event": "arg0:ustring"}, "labels": [{"name": "comm", "source": "comm"}], "filter": "event == \"tpe_x\""},
     {"name": "py_gc1_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
                              python + R"(:python:gc__start",
      "args": {"generation": "arg0"}, "filter": "generation == 1", "labels": [{"name": "comm", "source": "comm"}]}
@@ -106,6 +109,9 @@ TEST_F(ProbeBpfTest, PythonUsdtLabelsAndFiltersExactly) {
   const SeriesSnapshot* audit = FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}});
   ASSERT_NE(audit, nullptr);
   EXPECT_EQ(audit->value, kAudits);
+  double audit_x = 0;  // sys.audit('tpe_x') only: the interpreter audits its own events too
+  for (const auto& s : FindMetric(snap, "py_audit_x_total")->series) audit_x += s.value;
+  EXPECT_EQ(audit_x, kAudits);
   double gc1 = 0;
   for (const auto& s : FindMetric(snap, "py_gc1_total")->series) gc1 += s.value;
   EXPECT_EQ(gc1, kCollects);  // generation 1 only: the interpreter's own collections are 0 or 2
@@ -130,7 +136,7 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
        "labels": [{"name": "ip", "field": "__probe_ip"}]},
       {"name": "str_filter_total", "type": "counter", "event": ")" +
            str + R"(",
-       "args": {"s": "arg0:ustring"}, "filter": "s == \"x\"", "labels": [{"name": "comm", "source": "comm"}]}
+       "args": {"s": "arg0:ustring"}, "filter": "s ~ \"*x\"", "labels": [{"name": "comm", "source": "comm"}]}
     ]})";
   };
   {
@@ -155,6 +161,28 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().ToString();
   EXPECT_NE(plan.status().message().find("__probe_ip"), std::string::npos) << plan.status().ToString();
+}
+
+// A __data_loc string filter compiled into a tracepoint program (filter_compiler.h): the string
+// is read from ctx + offset. sched_process_exec's filename, exact over N execs.
+TEST_F(ProbeBpfTest, TracepointDataLocStringFilterOnBpf) {
+  constexpr int kExecs = 40;
+  const std::string config = R"({"metrics": [
+    {"name": "true_execs_total", "type": "counter", "engine": "bpf", "event": "sched:sched_process_exec",
+     "filter": "filename == \"/bin/true\"", "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "bin_execs_total", "type": "counter", "engine": "bpf", "event": "sched:sched_process_exec",
+     "filter": "filename ~ \"/bin/tr*\"", "labels": [{"name": "comm", "source": "comm"}]}
+  ]})";
+  auto snap = RunPipeline(config, [&] {
+    for (int i = 0; i < kExecs; ++i) Shell("/bin/true; /bin/truncate --help >/dev/null; /usr/bin/true");
+  });
+  auto total = [&](const std::string& name) {
+    double n = 0;
+    for (const auto& s : FindMetric(snap, name)->series) n += s.value;
+    return n;
+  };
+  EXPECT_EQ(total("true_execs_total"), kExecs);
+  EXPECT_EQ(total("bin_execs_total"), 2 * kExecs);
 }
 
 }  // namespace
