@@ -32,6 +32,13 @@ StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::Create(BpfMetricSpec spec) {
   return m;
 }
 
+std::vector<BpfEndpoint*> BpfMetric::Endpoints() {
+  std::vector<BpfEndpoint*> out;
+  for (BpfEndpoint& s : spec_.starts) out.push_back(&s);
+  out.push_back(&spec_.end);
+  return out;
+}
+
 Status BpfMetric::Build(bool create) {
   using Kind = BpfMetricSpec::Kind;
   const bool latency = spec_.kind == Kind::kLatency;
@@ -65,6 +72,12 @@ Status BpfMetric::Build(bool create) {
   const uint32_t match_bytes = latency ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
   const uint32_t start_value_bytes = 8 + start_key_.MapKeySize();
 
+  // Probe records guard with BPF_XCHG where the kernel has it (probe_record.h).
+  for (BpfEndpoint* ep : Endpoints()) {
+    if (ep->probe) ep->probe->atomic_guard = GetLoadOptions().atomic_xchg;
+  }
+  auto probe_of = [](const BpfEndpoint& ep) { return ep.probe ? &*ep.probe : nullptr; };
+
   // 2. Emit every program with placeholder map fds (shape errors surface here), then the maps.
   auto emit = [&](const MapFds& fds) -> Status {
     programs_.clear();
@@ -82,6 +95,7 @@ Status BpfMetric::Build(bool create) {
       case Kind::kCounter: {
         CounterShape s;
         s.filter = end_filter;
+        s.probe = probe_of(spec_.end);
         s.key = key_;
         s.value = spec_.value;
         runs_in_value_ = !CountsRuns(s);
@@ -90,6 +104,7 @@ Status BpfMetric::Build(bool create) {
       case Kind::kHistogram: {
         HistogramShape s;
         s.filter = end_filter;
+        s.probe = probe_of(spec_.end);
         s.key = key_;
         s.value = *spec_.value;
         s.thresholds = thresholds_;
@@ -102,6 +117,7 @@ Status BpfMetric::Build(bool create) {
           const BpfEndpoint& st = spec_.starts[i];
           LatencyStartShape s;
           s.filter = st.filter ? &*st.filter : nullptr;
+          s.probe = probe_of(st);
           s.match = st.match;
           s.labels = i == 0 ? start_key_ : *LayoutKey(st.labels);
           s.in_place = in_place_;
@@ -109,6 +125,7 @@ Status BpfMetric::Build(bool create) {
         }
         LatencyEndShape e;
         e.filter = end_filter;
+        e.probe = probe_of(spec_.end);
         e.match = spec_.end.match;
         e.start_label_bytes = start_key_.size;
         e.labels = key_;
@@ -149,10 +166,18 @@ Status BpfMetric::Build(bool create) {
   for (size_t i = 0; i < count; ++i) {
     TPE_ASSIGN_OR_RETURN(ScopedFd stats, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_stats", 4, 8, kStatCount));
     fds.stats = stats.get();
+    ScopedFd record;
+    if (const BpfEndpoint* ep = programs_[i].endpoint; ep->probe) {
+      TPE_ASSIGN_OR_RETURN(record, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_record", 4, ep->probe->size, 1));
+    }
+    fds.record = record.valid() ? record.get() : -1;
     TPE_RETURN_IF_ERROR(emit(fds));  // the same shapes, now with the real maps
     Program p = std::move(programs_[i]);
     p.stats = std::move(stats);
-    TPE_ASSIGN_OR_RETURN(p.fd, LoadTracepointProgram(ProgramName(spec_.name, p.role), p.insns));
+    p.record = std::move(record);
+    TPE_ASSIGN_OR_RETURN(p.fd,
+                         LoadTracepointProgram(ProgramName(spec_.name, p.role), p.insns,
+                                               p.endpoint->probe ? BPF_PROG_TYPE_KPROBE : BPF_PROG_TYPE_TRACEPOINT));
     loaded.push_back(std::move(p));
   }
   programs_ = std::move(loaded);
@@ -230,6 +255,7 @@ std::vector<BpfMetric::ProgramReport> BpfMetric::Programs() const {
     r.event = p.endpoint->event;
     r.runs = runs_in_value_ ? KeylessCount() : ReadStat(p.stats.get(), kRuns);
     r.kernel = ReadProgramStats(p.fd.get());
+    if (p.endpoint->probe) r.busy = ReadStat(p.stats.get(), kBusy);
     out.push_back(std::move(r));
   }
   return out;
@@ -265,7 +291,8 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
     const ProgramReport& p = reports[i];
     LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
     out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
-    out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    out.push_back(
+        {"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses + p.busy)});
     out.push_back(
         {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
     // Absent until a cost window has measured the program (never a false 0).
@@ -287,6 +314,7 @@ uint64_t BpfMetric::map_memory_bytes() const {
   }
   for (const Program& p : programs_) {
     if (p.stats.valid()) n += MapMemoryBytes(p.stats.get());
+    if (p.record.valid()) n += MapMemoryBytes(p.record.get());
   }
   return n;
 }

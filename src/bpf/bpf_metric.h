@@ -50,6 +50,9 @@ struct BpfEndpoint {
   std::optional<FilterExpr> filter;
   LabelSet labels;              // counter/histogram: all labels; latency: this side's labels
   std::vector<FieldRef> match;  // latency: the key fields
+  // A probe event (uprobe, USDT, kprobe): its program is a BPF_PROG_TYPE_KPROBE one that
+  // materializes this record (probe_record.h). Unset: a tracepoint.
+  std::optional<ProbeRecord> probe;
 };
 
 struct BpfMetricSpec {
@@ -118,6 +121,7 @@ class BpfMetric : public Collector {
     std::string role, event;
     uint64_t runs = 0;
     ProgramStats kernel;
+    uint64_t busy = 0;  // probe programs: runs skipped preempting another run (kBusy; probe_record.h)
   };
   std::vector<ProgramReport> Programs() const;
   // The generated instructions of each program, disassembled (for --print and tests).
@@ -131,12 +135,15 @@ class BpfMetric : public Collector {
     const BpfEndpoint* endpoint = nullptr;
     std::vector<bpf_insn> insns;
     ScopedFd fd;
-    ScopedFd stats;  // this program's stats map
+    ScopedFd stats;   // this program's stats map
+    ScopedFd record;  // a probe program's record (per-CPU array of one ProbeRecord::size value)
     std::unique_ptr<ProgramCost> cost = std::make_unique<ProgramCost>();
   };
   explicit BpfMetric(BpfMetricSpec spec) : spec_(std::move(spec)) {}
   // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.
   Status Build(bool create);
+  // The endpoints: the starts, then the end.
+  std::vector<BpfEndpoint*> Endpoints();
   // Sums the per-CPU stats slots of every program.
   std::array<uint64_t, kStatCount> Stats() const;
   std::string LabelKey(std::string_view bpf_key) const;

@@ -478,6 +478,63 @@ class Compiler {
     return Status::Ok();
   }
 
+  // A __data_loc string: its first min(len, 32) bytes are copied to the scratch (zero-padded)
+  // with probe_read_kernel from ctx + (loc & 0xffff) (a variable-offset pointer may be passed to
+  // a helper, never dereferenced), then matched as the kernel's regex_match_full (strncmp over
+  // len bytes) or regex_match_front (false when 0 < len < pattern) would. A length of 0 (a probe
+  // string whose read faulted) is taken as the empty string; the kernel compares whatever bytes
+  // sit at its offset up to a NUL.
+  Status DataLocPredicate(const FilterPredicate& p, Label target, bool jump_if) {
+    const FilterField& f = p.field;
+    if (p.match != StringMatch::kFull && p.match != StringMatch::kPrefix) {
+      return Unsupported(p, std::string(FilterFieldKindName(f.kind)) +
+                                " fields take full matches and prefix patterns \"x*\" (suffix, substring and glob "
+                                "patterns are not compiled: the string's length is read from the record)");
+    }
+    const size_t limit = p.match == StringMatch::kFull ? kScratchBytes - 1 : kScratchBytes;
+    if (p.pattern.size() > limit) {
+      return Unsupported(p, "a pattern of more than " + std::to_string(limit) + " bytes against a " +
+                                FilterFieldKindName(f.kind) + " field");
+    }
+    if (const std::string problem = RecordFieldProblem(f, 4); !problem.empty()) return Unsupported(p, problem);
+    const auto off = static_cast<int16_t>(f.offset);
+    a_->ZeroStack(cx_.scratch_off, kScratchBytes);
+    Label bounded = a_->NewLabel(), nonzero = a_->NewLabel();
+    a_->Load(4, R3, cx_.ctx, off);
+    a_->MovReg(R2, R3);
+    a_->Alu(BPF_RSH, R2, 16);
+    a_->Jump(BPF_JLE, R2, static_cast<int32_t>(kScratchBytes), bounded);
+    a_->Mov(R2, static_cast<int32_t>(kScratchBytes));
+    a_->Bind(bounded);
+    a_->Alu(BPF_AND, R3, 0xffff);
+    a_->AluReg(BPF_ADD, R3, cx_.ctx);
+    a_->MovReg(R1, R10);
+    a_->Alu(BPF_ADD, R1, cx_.scratch_off);
+    a_->Call(BPF_FUNC_probe_read_kernel);
+    a_->Load(4, R1, cx_.ctx, off);  // R1 = len
+    a_->Alu(BPF_RSH, R1, 16);
+    a_->Jump(BPF_JNE, R1, 0, nonzero);
+    a_->Mov(R1, static_cast<int32_t>(2 * kScratchBytes));  // no length: the zeroed scratch decides
+    a_->Bind(nonzero);
+    const std::string& pat = p.pattern;
+    Wrap(jump_if != p.invert, target, [&](Label no) {
+      if (p.match == StringMatch::kPrefix) {
+        // No length check: at most len bytes were copied, so a string shorter than the
+        // pattern mismatches at its end (patterns hold no NUL).
+        BytesEqual(Bytes{R10, cx_.scratch_off, kScratchBytes}, 0, pat, no);
+        return;
+      }
+      Label match = a_->NewLabel();
+      for (size_t i = 0; i <= pat.size(); ++i) {  // strncmp(s, pat, len) == 0
+        a_->Jump(BPF_JLE, R1, static_cast<int32_t>(i), match);
+        a_->Load(1, R0, R10, static_cast<int16_t>(cx_.scratch_off + static_cast<int32_t>(i)));
+        a_->Jump(BPF_JNE, R0, i < pat.size() ? static_cast<uint8_t>(pat[i]) : 0, no);
+      }
+      a_->Bind(match);
+    });
+    return Status::Ok();
+  }
+
   Status Predicate(const FilterPredicate& p, Label target, bool jump_if) {
     const FilterField& f = p.field;
     if (f.kind == FilterFieldKind::kInteger && f.offset < kRegsSlotBytes && !IsCommonPid(f)) {
@@ -502,11 +559,12 @@ class Compiler {
         if (p.operand != FilterOperand::kString) return Unsupported(p, "a string field compares with a string");
         return StringPredicate(p, target, jump_if);
       case FilterFieldKind::kDataLocString:
+        if (p.operand != FilterOperand::kString) return Unsupported(p, "a string field compares with a string");
+        TPE_RETURN_IF_ERROR(CheckStringMatch(p, kScratchBytes));
+        return DataLocPredicate(p, target, jump_if);
       case FilterFieldKind::kRelLocString:
         return Unsupported(p, std::string(FilterFieldKindName(f.kind)) +
-                                  " fields are not supported yet: the string sits at an offset read from the record, "
-                                  "and the verifier refuses variable-offset ctx loads (it would take "
-                                  "bpf_probe_read_kernel_str from ctx + offset)");
+                                  " fields are not supported yet: the string sits at an offset relative to the field");
       case FilterFieldKind::kStringPointer:
         return Unsupported(p, "char * fields are not supported: the string lives outside the record (" +
                                   std::string(f.user_string ? "user" : "kernel") + " memory)");

@@ -24,8 +24,12 @@
 // patterns without wildcards or starting with a digit), prefix "x*", suffix "*x" (the kernel's
 // quirk: the end of the whole N-byte array), substring "*x*" (over all N bytes, when
 // (N-L+1)*L <= 1024 byte compares), '!'-inverted patterns; && || ! with short-circuit jumps.
+// __data_loc strings with full matches (patterns up to 31 bytes) and prefix patterns (up to 32):
+// their first 32 bytes are read with bpf_probe_read_kernel from ctx + (loc & 0xffff), compared
+// over the length the __data_loc word gives (a length of 0 is taken as "").
 // Unimplemented (StatusCode::kUnimplemented, naming the predicate and its column): glob
-// patterns, char * fields, __data_loc/__rel_loc strings, cpumask fields, common_type/
+// patterns, suffix and substring patterns on __data_loc strings, char * fields, __rel_loc
+// strings, cpumask fields, common_type/
 // common_flags/common_preempt_count, larger substring searches, fields beyond 8192 bytes.
 //
 // Pure (emits into the caller's Assembler). Thread-safety: functions; no shared state.

@@ -317,6 +317,44 @@ TEST_F(FilterCompilerTest, Cpus) {
   EXPECT_TRUE(Decide(synth_, "common_pid & CPUS{101,103}", Synth<uint8_t>(8, 1), t));
 }
 
+// __data_loc strings (the kernel's filter_pred_strloc): strncmp over the length the __data_loc
+// word gives, prefix patterns false for a shorter length; the string is read from ctx + offset.
+TEST_F(FilterCompilerTest, DataLocStrings) {
+  auto rec = [&](const std::string& bytes, uint32_t len) {
+    std::string r(RecordSize(synth_) + 64, '\0');
+    const uint32_t at = static_cast<uint32_t>(RecordSize(synth_));
+    std::memcpy(r.data() + at, bytes.data(), bytes.size());
+    const uint32_t loc = len << 16 | at;
+    std::memcpy(r.data() + 260, &loc, 4);
+    return r;
+  };
+  const std::string x = rec(std::string("tpe_x\0", 6), 6);
+  EXPECT_TRUE(Decide(synth_, "msg == \"tpe_x\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg == \"tpe_\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg == \"tpe_xy\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg != \"tpe_x\"", x, task_));
+  EXPECT_TRUE(Decide(synth_, "msg != \"tpe_y\"", x, task_));
+  EXPECT_TRUE(Decide(synth_, "msg ~ \"tpe*\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg ~ \"tpx*\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg ~ \"!tpe*\"", x, task_));
+  EXPECT_FALSE(Decide(synth_, "msg == \"\"", x, task_));
+  EXPECT_TRUE(Decide(synth_, "msg == \"\"", rec(std::string(1, '\0'), 1), task_));
+  EXPECT_TRUE(Decide(synth_, "u8v == 0 && msg == \"tpe_x\" && s8v == 0", x, task_));
+  // A length without the NUL: strncmp over 3 bytes.
+  const std::string short3 = rec("tpe_x", 3);
+  EXPECT_TRUE(Decide(synth_, "msg == \"tpe\"", short3, task_));
+  EXPECT_TRUE(Decide(synth_, "msg == \"tpeXYZ\"", short3, task_));
+  EXPECT_FALSE(Decide(synth_, "msg == \"tpX\"", short3, task_));
+  EXPECT_FALSE(Decide(synth_, "msg ~ \"tpe_*\"", short3, task_));
+  EXPECT_TRUE(Decide(synth_, "msg ~ \"tp*\"", short3, task_));
+  // Longer than the 32 bytes read: a full match needs the NUL within them, a prefix does not.
+  const std::string forty = std::string(40, 'a');
+  const std::string long40 = rec(forty + std::string(1, '\0'), 41);
+  EXPECT_FALSE(Decide(synth_, "msg == \"" + forty.substr(0, 31) + "\"", long40, task_));
+  EXPECT_TRUE(Decide(synth_, "msg ~ \"" + forty.substr(0, 32) + "*\"", long40, task_));
+  EXPECT_FALSE(Decide(synth_, "msg ~ \"" + forty.substr(0, 31) + "b*\"", long40, task_));
+}
+
 TEST_F(FilterCompilerTest, UnimplementedReasons) {
   struct Case {
     const char* filter;
@@ -332,7 +370,9 @@ TEST_F(FilterCompilerTest, UnimplementedReasons) {
     EXPECT_NE(s.message().find(c.reason), std::string::npos) << s.message();
   }
   const Case synth_cases[] = {
-      {"msg == \"x\"", "__data_loc"},
+      {"msg ~ \"*x\"", "__data_loc"},
+      {"msg ~ \"*x*\"", "__data_loc"},
+      {"msg == \"0123456789abcdef0123456789abcdef\"", "more than 31 bytes"},
       {"ptr == \"x\"", "char *"},
       {"ptr.ustring ~ \"x*\"", "user"},
       {"mask & CPUS{1}", "cpumask"},

@@ -37,8 +37,15 @@ uint64_t IntReturn(uint64_t ret) { return static_cast<uint32_t>(ret); }
 
 class Machine {
  public:
-  Machine(std::map<int, FakeMap>* maps, std::string_view record, const FakeTask& task, const BeforeHelper& hook)
-      : maps_(maps), ctx_(record), stack_(kStackBytes, '\0'), task_(task), hook_(hook) {}
+  Machine(std::map<int, FakeMap>* maps, std::string_view record, const FakeTask& task, const BeforeHelper& hook,
+          const std::map<uint64_t, std::string>* user, bool regs_ctx)
+      : maps_(maps),
+        ctx_(record),
+        stack_(kStackBytes, '\0'),
+        task_(task),
+        hook_(hook),
+        user_(user),
+        regs_ctx_(regs_ctx) {}
 
   StatusOr<uint64_t> Exec(const std::vector<bpf_insn>& insns);
 
@@ -59,6 +66,8 @@ class Machine {
     return Status::Ok();
   }
   Status CallHelper(int32_t id);
+  // Bytes [addr, addr+size) of the probed process's memory (Interpreter::AddUserMemory), or null.
+  const uint8_t* ResolveUser(uint64_t addr, uint64_t size) const;
   StatusOr<FakeMap*> MapArg(uint64_t v);
 
   std::map<int, FakeMap>* maps_;
@@ -66,6 +75,8 @@ class Machine {
   std::string stack_;
   const FakeTask& task_;
   const BeforeHelper& hook_;
+  const std::map<uint64_t, std::string>* user_;  // base address -> bytes
+  bool regs_ctx_;                                // ctx is a struct pt_regs (a kprobe program)
   uint64_t r_[11] = {};
   size_t pc_ = 0;
   // Map value regions handed out by lookups: (fd, key).
@@ -94,6 +105,15 @@ uint8_t* Machine::Resolve(uint64_t addr, uint64_t size, bool write) {
   }
   if (off > mem->size() || mem->size() - off < size) return nullptr;
   return reinterpret_cast<uint8_t*>(mem->data()) + off;
+}
+
+const uint8_t* Machine::ResolveUser(uint64_t addr, uint64_t size) const {
+  auto it = user_->upper_bound(addr);
+  if (it == user_->begin()) return nullptr;
+  --it;
+  const uint64_t off = addr - it->first;
+  if (off > it->second.size() || it->second.size() - off < size) return nullptr;
+  return reinterpret_cast<const uint8_t*>(it->second.data()) + off;
 }
 
 StatusOr<FakeMap*> Machine::MapArg(uint64_t v) {
@@ -197,12 +217,16 @@ Status Machine::CallHelper(int32_t id) {
       ret = task_.cgroup_id;
       break;
     case BPF_FUNC_probe_read_kernel:
-    case BPF_FUNC_probe_read_kernel_str: {
+    case BPF_FUNC_probe_read_kernel_str:
+    case BPF_FUNC_probe_read_user:
+    case BPF_FUNC_probe_read_user_str: {
+      const bool user = id == BPF_FUNC_probe_read_user || id == BPF_FUNC_probe_read_user_str;
+      auto src_at = [&](uint64_t addr, uint64_t n) { return user ? ResolveUser(addr, n) : Resolve(addr, n, false); };
       const uint64_t size = static_cast<uint32_t>(r_[2]);
       uint8_t* dst = nullptr;
       if (size != 0) TPE_RETURN_IF_ERROR(Access(r_[1], size, true, &dst));
-      if (id == BPF_FUNC_probe_read_kernel) {
-        const uint8_t* src = size == 0 ? nullptr : Resolve(r_[3], size, false);
+      if (id == BPF_FUNC_probe_read_kernel || id == BPF_FUNC_probe_read_user) {
+        const uint8_t* src = size == 0 ? nullptr : src_at(r_[3], size);
         if (size != 0 && src == nullptr) {
           std::memset(dst, 0, size);
           ret = Neg(EFAULT);
@@ -219,7 +243,7 @@ Status Machine::CallHelper(int32_t id) {
           copy.push_back('\0');
           break;
         }
-        const uint8_t* c = Resolve(r_[3] + copy.size(), 1, false);
+        const uint8_t* c = src_at(r_[3] + copy.size(), 1);
         if (c == nullptr) {
           fault = true;
           break;
@@ -446,7 +470,10 @@ StatusOr<uint64_t> Machine::Exec(const std::vector<bpf_insn>& insns) {
         if (BPF_MODE(in.code) != BPF_MEM) return Fail("unsupported BPF_LDX mode");
         const uint32_t size = SizeBytes(in.code);
         const uint64_t addr = src + static_cast<uint64_t>(static_cast<int64_t>(in.off));
-        if (addr >> kTagShift == kCtxTag) {
+        if (addr >> kTagShift == kCtxTag && regs_ctx_) {
+          // kprobe_prog_is_valid_access: inside struct pt_regs (Resolve checks), aligned.
+          if ((addr & kOffsetMask) % size != 0) return Fail("misaligned pt_regs read");
+        } else if (addr >> kTagShift == kCtxTag) {
           // tp_prog_is_valid_access: the first 8 bytes hold a pt_regs pointer; aligned reads only.
           const uint64_t off = addr & kOffsetMask;
           if (off < 8) return Fail("ctx read at offset " + std::to_string(off) + " (below 8: the pt_regs pointer)");
@@ -527,8 +554,18 @@ FakeMap* Interpreter::map(int fd) {
 }
 
 StatusOr<uint64_t> Interpreter::Run(const std::vector<bpf_insn>& insns, std::string_view record, const FakeTask& task) {
-  Machine m(&maps_, record, task, before_helper_);
+  Machine m(&maps_, record, task, before_helper_, &user_memory_, false);
   return m.Exec(insns);
 }
+
+StatusOr<uint64_t> Interpreter::RunKprobe(const std::vector<bpf_insn>& insns, const std::vector<uint64_t>& regs,
+                                          const FakeTask& task) {
+  std::string ctx(regs.size() * 8, '\0');
+  if (!regs.empty()) std::memcpy(ctx.data(), regs.data(), ctx.size());
+  Machine m(&maps_, ctx, task, before_helper_, &user_memory_, true);
+  return m.Exec(insns);
+}
+
+void Interpreter::AddUserMemory(uint64_t addr, std::string bytes) { user_memory_[addr] = std::move(bytes); }
 
 }  // namespace tpe::bpf

@@ -14,7 +14,8 @@
 //   with a negative errno is right on both. Other helpers: get_current_pid_tgid
 //   (tgid << 32 | tid), get_current_comm (strscpy_pad),
 //   get_smp_processor_id, ktime_get_ns, get_current_cgroup_id, probe_read_kernel (dst zeroed
-//   and -EFAULT on a bad src) and probe_read_kernel_str (bytes copied including the NUL).
+//   and -EFAULT on a bad src) and probe_read_kernel_str (bytes copied including the NUL), and
+//   probe_read_user(_str) the same over the fake user memory (AddUserMemory).
 //
 // Supported: ALU64 and ALU K/X (add sub mul div mod or and xor lsh rsh arsh neg mov), LD_IMM64
 // (plain and BPF_PSEUDO_MAP_FD), LDX/ST/STX MEM of 1/2/4/8 bytes, STX ATOMIC BPF_ADD (with or
@@ -89,9 +90,18 @@ class Interpreter {
   // ctx/stack/map values or a store to ctx, an unknown opcode or helper, an unknown map fd, more
   // than 1,000,000 instructions executed, a jump or fall-through out of the program.
   StatusOr<uint64_t> Run(const std::vector<bpf_insn>& insns, std::string_view record, const FakeTask& task);
+  // Runs `insns` as a BPF_PROG_TYPE_KPROBE program: R1 = a copy of `regs` (struct pt_regs, 21
+  // u64 in the x86-64 order of probe_record.h), readable at any aligned offset inside it
+  // (kprobe_prog_is_valid_access). Errors as Run's.
+  StatusOr<uint64_t> RunKprobe(const std::vector<bpf_insn>& insns, const std::vector<uint64_t>& regs,
+                               const FakeTask& task);
+  // Memory of the probed process at user address `addr` (regions must not overlap), read by
+  // probe_read_user(_str); every other user address faults.
+  void AddUserMemory(uint64_t addr, std::string bytes);
 
  private:
   std::map<int, FakeMap> maps_;
+  std::map<uint64_t, std::string> user_memory_;
   BeforeHelper before_helper_;
 };
 

@@ -10,6 +10,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -51,13 +52,28 @@ int Injected(const BpfCall& call) {
 }
 
 // bpf_prog_load() through the fault seam: the fd or -errno.
-int ProgLoad(const std::string& name, const std::vector<bpf_insn>& insns, bpf_prog_load_opts* opts) {
+// BPF_PROG_TYPE_KPROBE programs carry the running kernel's version: kernels before 5.0 refused
+// any other kern_version for them (kernel/bpf/syscall.c bpf_prog_load); later ones ignore it.
+uint32_t KernelVersionCode() {
+  utsname u{};
+  if (::uname(&u) != 0) return 0;
+  unsigned major = 0, minor = 0, patch = 0;
+  std::sscanf(u.release, "%u.%u.%u", &major, &minor, &patch);
+  return major << 16 | minor << 8 | std::min(patch, 255u);
+}
+
+int ProgLoad(const std::string& name, const std::vector<bpf_insn>& insns, bpf_prog_load_opts* opts,
+             bpf_prog_type type = BPF_PROG_TYPE_TRACEPOINT) {
   BpfCall call;
   call.cmd = BPF_PROG_LOAD;
   call.name = name;
   call.insns = &insns;
+  call.prog_type = type;
   if (int err = Injected(call); err != 0) return -err;
-  return bpf_prog_load(BPF_PROG_TYPE_TRACEPOINT, name.c_str(), "GPL", insns.data(), insns.size(), opts);
+  LIBBPF_OPTS(bpf_prog_load_opts, plain);
+  if (opts == nullptr) opts = &plain;
+  if (type == BPF_PROG_TYPE_KPROBE) opts->kern_version = KernelVersionCode();
+  return bpf_prog_load(type, name.c_str(), "GPL", insns.data(), insns.size(), opts);
 }
 
 // The first online CPU (from /sys/devices/system/cpu/online, "0-1,3"), or 0.
@@ -244,7 +260,8 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
   return ScopedFd(fd);
 }
 
-StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& given) {
+StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& given,
+                                         bpf_prog_type type) {
   const std::string short_name = BpfObjectName(name);
   std::vector<bpf_insn> insns = given;
   if (GetLoadOptions().probe_read_fallback) {
@@ -252,9 +269,11 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
       if (i.code != (BPF_JMP | BPF_CALL) || i.src_reg != 0) continue;
       if (i.imm == BPF_FUNC_probe_read_kernel) i.imm = BPF_FUNC_probe_read;
       if (i.imm == BPF_FUNC_probe_read_kernel_str) i.imm = BPF_FUNC_probe_read_str;
+      if (i.imm == BPF_FUNC_probe_read_user) i.imm = BPF_FUNC_probe_read;
+      if (i.imm == BPF_FUNC_probe_read_user_str) i.imm = BPF_FUNC_probe_read_str;
     }
   }
-  int fd = ProgLoad(short_name, insns, nullptr);
+  int fd = ProgLoad(short_name, insns, nullptr, type);
   if (fd >= 0) return ScopedFd(fd);
   const int err = -fd;
   // Load again with the verifier's log: EACCES is both "no privilege" and "the verifier said no".
@@ -263,7 +282,7 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
   opts.log_buf = log.data();
   opts.log_size = static_cast<uint32_t>(log.size());
   opts.log_level = 1;
-  fd = ProgLoad(short_name, insns, &opts);
+  fd = ProgLoad(short_name, insns, &opts, type);
   if (fd >= 0) return ScopedFd(fd);
   log.resize(std::strlen(log.c_str()));
   if (log.empty()) return BpfError(err, "loading BPF program " + short_name);

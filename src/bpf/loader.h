@@ -74,8 +74,8 @@ struct LoadOptions {
   // max_entries x (key + value x possible CPUs)) are allocated when it is created, none in the
   // tracepoint.
   bool preallocate_maps = false;
-  // Rewrite calls of probe_read_kernel(_str) to probe_read(_str) (the pre-5.5 helpers, which
-  // read kernel memory the same way on the architectures without a separate user space).
+  // Rewrite calls of probe_read_kernel(_str) and probe_read_user(_str) to probe_read(_str) (the
+  // pre-5.5 helpers, which read kernel and, on x86-64, user memory the same way).
   bool probe_read_fallback = false;
   // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
   // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
@@ -84,6 +84,9 @@ struct LoadOptions {
   // BPF_XCHG (programs.h "in place"): no element allocated or freed per pair. Needs
   // BpfFeatures::atomic_xchg.
   bool in_place_starts = false;
+  // BPF_XCHG is available (BpfFeatures::atomic_xchg): probe programs take their record's guard
+  // with it (probe_record.h).
+  bool atomic_xchg = false;
 };
 void SetLoadOptions(const LoadOptions& options);
 LoadOptions GetLoadOptions();
@@ -105,10 +108,11 @@ Status BpfErrnoStatus(int err, const std::string& what, bool privileged, bool me
 struct BpfCall {
   int cmd = 0;  // BPF_MAP_CREATE or BPF_PROG_LOAD
   std::string name;
-  bpf_map_type map_type = BPF_MAP_TYPE_UNSPEC;   // BPF_MAP_CREATE
-  uint32_t map_flags = 0;                        // BPF_MAP_CREATE
-  const std::vector<bpf_insn>* insns = nullptr;  // BPF_PROG_LOAD
-  bool CallsHelper(int helper) const;            // BPF_PROG_LOAD: some insn calls BPF_FUNC_<helper>
+  bpf_map_type map_type = BPF_MAP_TYPE_UNSPEC;     // BPF_MAP_CREATE
+  uint32_t map_flags = 0;                          // BPF_MAP_CREATE
+  const std::vector<bpf_insn>* insns = nullptr;    // BPF_PROG_LOAD
+  bpf_prog_type prog_type = BPF_PROG_TYPE_UNSPEC;  // BPF_PROG_LOAD
+  bool CallsHelper(int helper) const;              // BPF_PROG_LOAD: some insn calls BPF_FUNC_<helper>
 };
 using BpfFault = std::function<int(const BpfCall& call)>;
 void SetBpfFaultForTesting(BpfFault fault);
@@ -121,10 +125,12 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
                              uint32_t max_entries, uint32_t flags = 0);
 
 // bpf_prog_load() of a BPF_PROG_TYPE_TRACEPOINT program (license "GPL": the probe_read
-// helpers need it). `name` is made a BpfObjectName; with LoadOptions::probe_read_fallback the
-// probe_read_kernel(_str) calls are rewritten first. Errors: the verifier's rejection with its log (the last 4 KiB) and
-// the program's disassembly line count; PermissionDenied without CAP_BPF.
-StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns);
+// helpers need it), or with `type` BPF_PROG_TYPE_KPROBE a probe event's program (probe_record.h;
+// kern_version set to the running kernel's, which kernels before 5.0 required). `name` is made a BpfObjectName; with
+// LoadOptions::probe_read_fallback the probe_read_kernel(_str) calls are rewritten first. Errors: the verifier's
+// rejection with its log (the last 4 KiB) and the program's disassembly line count; PermissionDenied without CAP_BPF.
+StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns,
+                                         bpf_prog_type type = BPF_PROG_TYPE_TRACEPOINT);
 
 // A program attached to a tracepoint: the disabled perf event that holds it there. Destroying
 // (or resetting) it closes the event, which detaches the program. This process's attachments are

@@ -139,5 +139,38 @@ TEST(LoadOptionsTest, ProbeReadFallbackRewritesTheHelpers) {
   EXPECT_TRUE(plain);
 }
 
+// Before 5.5 there are no probe_read_user(_str) either: a probe program's user reads become
+// probe_read(_str) too (on x86-64 those read user addresses), and it is loaded as
+// BPF_PROG_TYPE_KPROBE through the same seam.
+TEST(LoadOptionsTest, ProbeReadFallbackRewritesUserReadsOfKprobePrograms) {
+  Assembler a;
+  a.MovReg(R1, R10);
+  a.Alu(BPF_ADD, R1, -8);
+  a.Mov(R2, 8);
+  a.Mov(R3, 0);
+  a.Call(BPF_FUNC_probe_read_user_str);
+  a.Call(BPF_FUNC_probe_read_user);
+  a.Mov(R0, 0);
+  a.Exit();
+  auto insns = a.Finish();
+  ASSERT_TRUE(insns.ok());
+  bool user = true, str = false, plain = false;
+  bpf_prog_type type = BPF_PROG_TYPE_UNSPEC;
+  Fault f([&](const BpfCall& c) {
+    user = c.CallsHelper(BPF_FUNC_probe_read_user_str) || c.CallsHelper(BPF_FUNC_probe_read_user);
+    str = c.CallsHelper(BPF_FUNC_probe_read_str);
+    plain = c.CallsHelper(BPF_FUNC_probe_read);
+    type = c.prog_type;
+    return E2BIG;
+  });
+  SetLoadOptions(LoadOptions{.probe_read_fallback = true});
+  auto p = LoadTracepointProgram("tpe_x", *insns, BPF_PROG_TYPE_KPROBE);
+  EXPECT_EQ(p.status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(user);
+  EXPECT_TRUE(str);
+  EXPECT_TRUE(plain);
+  EXPECT_EQ(type, BPF_PROG_TYPE_KPROBE);
+}
+
 }  // namespace
 }  // namespace tpe::bpf

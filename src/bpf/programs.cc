@@ -154,10 +154,15 @@ void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
   }
 }
 
-// The prologue of every shape: R6 = ctx, count the run, apply the filter (to `filtered`).
-Status EmitPrologue(Assembler* a, const MapFds& maps, const FilterExpr* filter, Label filtered,
-                    bool count_runs = true) {
-  a->MovReg(R6, R1);
+// The prologue of every shape: R6 = ctx (a probe's: its materialized record), count the run,
+// apply the filter (to `filtered`).
+Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, const FilterExpr* filter,
+                    Label filtered, bool count_runs = true) {
+  if (probe != nullptr) {
+    EmitProbeRecord(a, *probe, maps.record, maps.stats, kBusy, kIndexOff);
+  } else {
+    a->MovReg(R6, R1);
+  }
   if (count_runs) EmitStat(a, maps, kRuns);
   if (filter != nullptr) {
     FilterCodeContext cx;
@@ -168,7 +173,8 @@ Status EmitPrologue(Assembler* a, const MapFds& maps, const FilterExpr* filter, 
   return Status::Ok();
 }
 
-void EmitReturn(Assembler* a) {
+void EmitReturn(Assembler* a, const ProbeRecord* probe) {
+  if (probe != nullptr) EmitProbeRecordRelease(a);
   a->Mov(R0, 1);  // 1: other perf events on this tracepoint still get the hit
   a->Exit();
 }
@@ -458,7 +464,7 @@ bool CountsRuns(const HistogramShape& s) { return !(s.key.size == 0 && s.filter 
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered, CountsRuns(s)));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered, CountsRuns(s)));
   if (s.value) {
     EmitLoadInt(&a, *s.value, R7);
     if (s.value->is_signed) {
@@ -476,7 +482,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
     EmitPerCpuAdd(&a, R0, 0, R7);
     a.Bind(out);
     a.Bind(filtered);
-    EmitReturn(&a);
+    EmitReturn(&a, s.probe);
     return a.Finish();
   }
   a.ZeroStack(kKeyOff, s.key.MapKeySize());
@@ -510,14 +516,14 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   EmitStat(&a, maps, kNoMemory);
   a.Bind(out);
   a.Bind(filtered);
-  EmitReturn(&a);
+  EmitReturn(&a, s.probe);
   return a.Finish();
 }
 
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered, CountsRuns(s)));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered, CountsRuns(s)));
   if (s.key.size == 0) {
     EmitFindKeyless(&a, maps, R8, out);
   } else {
@@ -529,7 +535,7 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
   EmitObserve(&a, s.thresholds, s.value.is_signed);
   a.Bind(out);
   a.Bind(filtered);
-  EmitReturn(&a);
+  EmitReturn(&a, s.probe);
   return a.Finish();
 }
 
@@ -545,9 +551,9 @@ void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags) {
 }
 
 // The end of both start shapes: the labels `nomem` and `full` count kNoMemory and kTableFull,
-// then `out` and `filtered` return.
-StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, Label nomem, Label full, Label out,
-                                            Label filtered) {
+// then `out` and `filtered` return (releasing a probe program's record).
+StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, const ProbeRecord* probe, Label nomem,
+                                            Label full, Label out, Label filtered) {
   a->Bind(nomem);
   EmitStat(a, maps, kNoMemory);
   a->Goto(out);
@@ -555,7 +561,7 @@ StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, La
   EmitStat(a, maps, kTableFull);
   a->Bind(out);
   a->Bind(filtered);
-  EmitReturn(a);
+  EmitReturn(a, probe);
   return a->Finish();
 }
 
@@ -564,7 +570,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStartInPlace(const LatencyStartShape&
   if (s.labels.size != 0) return Unimplemented("in-place latency starts carry no labels");
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
   EmitMatchKey(&a, s.match);
   a.Call(BPF_FUNC_ktime_get_ns);
   a.MovReg(R9, R0);
@@ -593,7 +599,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStartInPlace(const LatencyStartShape&
     a.Jump(BPF_JNE, R0, -EEXIST, full);
   }
   a.Goto(full);
-  return FinishStart(&a, maps, nomem, full, out, filtered);
+  return FinishStart(&a, maps, s.probe, nomem, full, out, filtered);
 }
 
 // The in-place end (programs.h): lookup, xchg in the consumed bit, observe what it took.
@@ -602,7 +608,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEndInPlace(const LatencyEndShape& s, 
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), no_start = a.NewLabel();
   Label forward = a.NewLabel(), in_time = a.NewLabel(), consumed = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
   a.Call(BPF_FUNC_ktime_get_ns);
   a.MovReg(R9, R0);
   EmitMatchKey(&a, s.match);
@@ -642,7 +648,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEndInPlace(const LatencyEndShape& s, 
   EmitObserve(&a, s.thresholds, false);
   a.Bind(out);
   a.Bind(filtered);
-  EmitReturn(&a);
+  EmitReturn(&a, s.probe);
   return a.Finish();
 }
 
@@ -653,7 +659,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, con
   if (s.in_place) return EmitLatencyStartInPlace(s, maps);
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
   EmitMatchKey(&a, s.match);
   a.ZeroStack(kKeyOff, s.labels.MapKeySize());
   EmitKey(&a, s.labels, kKeyOff);
@@ -680,7 +686,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, con
   a.Jump(BPF_JEQ, R0, 0, out);
   a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
   a.Goto(full);
-  return FinishStart(&a, maps, nomem, full, out, filtered);
+  return FinishStart(&a, maps, s.probe, nomem, full, out, filtered);
 }
 
 StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps) {
@@ -692,7 +698,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   if (s.in_place) return EmitLatencyEndInPlace(s, maps);
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.filter, filtered));
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
   a.Call(BPF_FUNC_ktime_get_ns);
   a.MovReg(R9, R0);
   EmitMatchKey(&a, s.match);
@@ -733,7 +739,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   EmitObserve(&a, s.thresholds, false);
   a.Bind(out);
   a.Bind(filtered);
-  EmitReturn(&a);
+  EmitReturn(&a, s.probe);
   return a.Finish();
 }
 

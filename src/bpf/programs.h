@@ -41,6 +41,9 @@
 // common_pid is taken from bpf_get_current_pid_tgid() and the other common_* fields cannot be
 // used (Unimplemented).
 //
+// A shape with `probe` set is a BPF_PROG_TYPE_KPROBE program for a probe event: its prologue
+// materializes the event's record into MapFds::record and R6 points there (probe_record.h).
+//
 // Pure: emits instructions, loads nothing (loader.h does). Thread-safety: values.
 #pragma once
 
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "bpf/assembler.h"
+#include "bpf/probe_record.h"
 #include "collectors/buckets.h"
 #include "collectors/label_set.h"
 #include "common/status.h"
@@ -72,6 +76,8 @@ enum Stat : uint32_t {
   kExpired,       // latency end: its start was older than timeout_seconds (not observed)
   kNoMemory,      // a map update failed with ENOMEM (the kernel could not allocate the element):
                   // not a cardinality drop, so counted apart from kDropped and kTableFull
+  kBusy,          // probe programs: the run preempted another run of the program on its CPU
+                  // and skipped (probe_record.h "The guard")
   kStatCount,
 };
 
@@ -130,6 +136,7 @@ struct MapFds {
   int values = -1;  // counter/histogram/latency-end: the (per-CPU) hash of series
   int zero = -1;    // histogram/latency-end: a 1-entry array of a zeroed value (new series)
   int starts = -1;  // latency: the hash of in-flight starts
+  int record = -1;  // probe programs: the per-CPU array (1 entry) of the materialized record
 };
 
 // Counters and histograms without labels (key.size == 0) keep their one series in a 1-entry
@@ -137,11 +144,13 @@ struct MapFds {
 // hashes a key nor creates an entry, and nothing is ever dropped. With labels, a per-CPU hash.
 struct CounterShape {
   const FilterExpr* filter = nullptr;  // null: none
+  const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   KeyLayout key;
   std::optional<FieldRef> value;  // add this field's value instead of 1
 };
 struct HistogramShape {
   const FilterExpr* filter = nullptr;
+  const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   KeyLayout key;
   FieldRef value;
   std::vector<uint64_t> thresholds;  // Thresholds(); n = size()
@@ -151,12 +160,14 @@ inline constexpr uint64_t kConsumedBit = uint64_t{1} << 63;
 
 struct LatencyStartShape {
   const FilterExpr* filter = nullptr;
-  std::vector<FieldRef> match;  // the match key's fields, 8 bytes each
-  KeyLayout labels;             // start labels, stored beside the start time
-  bool in_place = false;        // the in-place shape: needs labels.size == 0 and BPF_XCHG (5.12)
+  const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
+  std::vector<FieldRef> match;         // the match key's fields, 8 bytes each
+  KeyLayout labels;                    // start labels, stored beside the start time
+  bool in_place = false;               // the in-place shape: needs labels.size == 0 and BPF_XCHG (5.12)
 };
 struct LatencyEndShape {
   const FilterExpr* filter = nullptr;
+  const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   std::vector<FieldRef> match;
   uint32_t start_label_bytes = 0;    // the start labels' layout size: the key's first bytes
   KeyLayout labels;                  // end labels, after them in the key

@@ -154,5 +154,26 @@ TEST(ProgramsGoldenTest, EnterExitLatencyInPlace) {
   ExpectGolden("latency_end_in_place", EmitLatencyEnd(end, Fds()));
 }
 
+// A uprobe counter keyed by a ustring argument (the strs_total of the probe examples), on the
+// captured event "p:tpe_capture/ent ... x=%di:s64 s=+0(%si):ustring g=+112(%sp):s32
+// t=+0(%dx):ustring b=%r8:u8": the probe prologue (probe_record.h) materializes all five fields.
+TEST(ProgramsGoldenTest, UprobeStringCounter) {
+  const EventFormat ent = testing::CapturedFormat("tpe_capture", "ent");
+  auto record = BuildProbeRecord(
+      {{"x", "%di:s64"}, {"s", "+0(%si):ustring"}, {"g", "+112(%sp):s32"}, {"t", "+0(%dx):ustring"}, {"b", "%r8:u8"}},
+      ent, true);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  CounterShape s;
+  s.probe = &*record;
+  s.key = Layout([&] {
+    std::vector<LabelSpec> v;
+    v.push_back(FieldLabel(ent, "s"));
+    return v;
+  }());
+  MapFds fds = Fds();
+  fds.record = 15;
+  ExpectGolden("uprobe_counter_ustring", EmitCounter(s, fds));
+}
+
 }  // namespace
 }  // namespace tpe::bpf

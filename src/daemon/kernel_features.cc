@@ -88,6 +88,7 @@ bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {
   o.probe_read_fallback = !f.bpf.probe_read_kernel_str;
   o.memlock_charged = f.bpf.memlock_charged;
   o.in_place_starts = f.bpf.atomic_xchg;
+  o.atomic_xchg = f.bpf.atomic_xchg;
   return o;
 }
 

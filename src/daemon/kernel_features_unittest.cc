@@ -122,6 +122,7 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
     EXPECT_EQ(bpf::GetLoadOptions().preallocate_maps, r.prealloc) << r.release;
     EXPECT_EQ(bpf::GetLoadOptions().probe_read_fallback, r.probe_read) << r.release;
     EXPECT_EQ(bpf::GetLoadOptions().in_place_starts, f.bpf.atomic_xchg) << r.release;
+    EXPECT_EQ(bpf::GetLoadOptions().atomic_xchg, f.bpf.atomic_xchg) << r.release;
     EXPECT_EQ((*p)->features.perf.format_lost, f.perf.format_lost) << r.release;
   }
   auto p = Build(kCounter, On("5.10.0-28-amd64"));

@@ -124,7 +124,10 @@ struct Plan {
 // (else PermissionDenied naming CAP_BPF) and a metric the program generator can express (else
 // InvalidArgument saying what). "auto" (the default) takes bpf when both hold, except for a
 // label-less counter, which the kernel already counts exactly in counting mode; otherwise perf,
-// with the reason in engine_reasons (and one log line by the daemon). bpf metrics' maps are
+// with the reason in engine_reasons (and one log line by the daemon). Probe events (uprobes,
+// USDT, kprobes) take the same choice: their bpf programs are BPF_PROG_TYPE_KPROBE ones that
+// compute the event's fields from pt_regs (bpf/probe_record.h); a metric reading a __probe_*
+// field runs on perf. bpf metrics' maps are
 // created and programs loaded (verified) here; Pipeline::Open/Reload attach them. For a
 // reload, `running_bpf` holds the identities (MetricConfig::canonical) of the running pipeline's
 // bpf metrics: those are planned without loading anything (Pipeline::Reload keeps the running

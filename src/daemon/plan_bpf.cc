@@ -11,6 +11,36 @@
 #include "perf/perf_event.h"
 
 namespace tpe::plan_internal {
+namespace {
+
+// For a probe event of `plan` (ProbeRegistry; a plain tracepoint leaves `out` unset), the record
+// its KPROBE program materializes (bpf/probe_record.h), from the event's fetch args and format.
+// Errors: Unimplemented when the metric reads a __probe_* field (the program does not fill them)
+// or a fetch arg the program cannot compute.
+Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& m, const std::string& filter,
+                     const std::vector<std::string>& key, std::optional<bpf::ProbeRecord>* out) {
+  const ProbeHandle* handle = nullptr;
+  for (const auto& h : plan.probes) {
+    if (h->event() == ep.event) handle = h.get();
+  }
+  if (handle == nullptr) return Status::Ok();
+  bool probe_fields = filter.find("__probe_") != std::string::npos || m.value.field.rfind("__probe_", 0) == 0;
+  for (const auto& l : m.labels) probe_fields = probe_fields || l.field.rfind("__probe_", 0) == 0;
+  for (const auto& k : key) probe_fields = probe_fields || k.rfind("__probe_", 0) == 0;
+  if (probe_fields) {
+    return Unimplemented("the __probe_ip/__probe_func/__probe_ret_ip fields of " + ep.display +
+                         " (a probe program computes only the \"args\" fields)");
+  }
+  const ProbeKind kind = handle->spec().kind;
+  auto record = bpf::BuildProbeRecord(handle->spec().args, ep.format,
+                                      kind == ProbeKind::kUprobe || kind == ProbeKind::kUretprobe);
+  if (!record.ok()) return Unimplemented(record.status().message());
+  *out = std::move(*record);
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                              const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
                              std::string* why) {
@@ -24,14 +54,6 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   }
   if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
-    return false;
-  }
-  if (m.probe) {
-    const std::string probes =
-        "the bpf engine attaches tracepoint programs only; uprobe, usdt and kprobe events run on the perf engine";
-    if (forced)
-      return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + probes + "; use \"auto\" or \"perf\"");
-    *why = probes;
     return false;
   }
   if (!bpf.available && !running) {
@@ -63,8 +85,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                   std::unique_ptr<EventPlan>* ep_out) -> Status {
     TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                          LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
-    out->event = ep->event.ToString();
+    // A probe event is named as the config names it (EventPlan::display): labels stay the same
+    // across restarts.
+    if (auto it = plan->probe_names.find(ep->event.ToString()); it != plan->probe_names.end()) ep->display = it->second;
+    out->event = ep->display;
     out->tracepoint_id = ep->tracepoint_id;
+    if (m.probe) TPE_RETURN_IF_ERROR(ProbeRecordOf(*plan, *ep, m, filter, key, &out->probe));
     if (!filter.empty()) {
       auto expr = ParseFilter(filter, ep->format);
       if (!expr.ok()) {

@@ -319,12 +319,12 @@ StatusOr<std::shared_ptr<const ProbeHandle>> ProbeRegistry::Acquire(ProbeEventSp
   auto it = by_line_.find(line);
   if (it != by_line_.end()) {
     if (auto live = it->second.handle.lock()) return live;
-    auto handle = std::make_shared<const ProbeHandle>(it->second.event);  // not removed yet: reuse it
+    auto handle = std::make_shared<const ProbeHandle>(it->second.event, spec);  // not removed yet: reuse it
     it->second.handle = handle;
     return handle;
   }
   TPE_ASSIGN_OR_RETURN(EventName name, events_.Create(spec));
-  auto handle = std::make_shared<const ProbeHandle>(name);
+  auto handle = std::make_shared<const ProbeHandle>(name, spec);
   by_line_[line] = Entry{name, handle};
   return handle;
 }

@@ -89,11 +89,14 @@ std::string FileIdentity(const std::string& path);
 // Held by every plan that opens a probe event: while one is held the event stays.
 class ProbeHandle {
  public:
-  explicit ProbeHandle(EventName event) : event_(std::move(event)) {}
+  ProbeHandle(EventName event, ProbeEventSpec spec) : event_(std::move(event)), spec_(std::move(spec)) {}
   const EventName& event() const { return event_; }
+  // The event's definition: its kind and fetch args (the bpf engine computes its fields from them).
+  const ProbeEventSpec& spec() const { return spec_; }
 
  private:
   EventName event_;
+  ProbeEventSpec spec_;
 };
 
 // The probe events of this process: one group (ProbeGroupForPid(getpid())), each definition once,

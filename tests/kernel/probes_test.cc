@@ -221,37 +221,45 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
         << plan.status().ToString();
     return;
   }
-  int go[2];
-  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
-  pid_t child = fork();
-  if (child == 0) {
-    close(go[1]);
-    prctl(PR_SET_NAME, "tpe_kp_sleep");
-    char c;
-    if (read(go[0], &c, 1) != 1) _exit(2);
-    for (int i = 0; i < kSleeps; ++i) {
-      timespec ts{0, 1'000'000};
-      nanosleep(&ts, nullptr);
+  // Both engines: perf events, and the bpf engine's BPF_PROG_TYPE_KPROBE programs (with
+  // "engine": "bpf" forced, the label-less counter is a program too).
+  for (const char* engine : {"perf", "bpf"}) {
+    SCOPED_TRACE(engine);
+    if (std::string(engine) == "bpf" && !testing::Bpf().available) continue;
+    int go[2];
+    ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+    pid_t child = fork();
+    if (child == 0) {
+      close(go[1]);
+      prctl(PR_SET_NAME, "tpe_kp_sleep");
+      char c;
+      if (read(go[0], &c, 1) != 1) _exit(2);
+      for (int i = 0; i < kSleeps; ++i) {
+        timespec ts{0, 1'000'000};
+        nanosleep(&ts, nullptr);
+      }
+      _exit(0);
     }
-    _exit(0);
+    close(go[0]);
+    testing::CurrentEngine() = engine;
+    auto snap = testing::RunPipeline(config, [&] {
+      EXPECT_EQ(write(go[1], "x", 1), 1);
+      close(go[1]);
+      int status = 0;
+      waitpid(child, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    });
+    testing::CurrentEngine() = "auto";
+    ASSERT_NE(testing::FindSeries(snap, "sleeps_total"), nullptr);
+    EXPECT_EQ(testing::FindSeries(snap, "sleeps_total")->value, kSleeps);
+    const SeriesSnapshot* lat = testing::FindSeries(snap, "sleep_seconds", {{"ret", "0"}});
+    ASSERT_NE(lat, nullptr);
+    EXPECT_EQ(lat->count, static_cast<uint64_t>(kSleeps));
+    ASSERT_EQ(lat->bucket_counts.size(), 3u);
+    EXPECT_EQ(lat->bucket_counts[0], 0u);  // none shorter than 0.5 ms: each slept 1 ms
+    EXPECT_GE(lat->sum, kSleeps * 0.001);
+    RemoveUnreferenced();
   }
-  close(go[0]);
-  auto snap = testing::RunPipeline(config, [&] {
-    EXPECT_EQ(write(go[1], "x", 1), 1);
-    close(go[1]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  });
-  ASSERT_NE(testing::FindSeries(snap, "sleeps_total"), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "sleeps_total")->value, kSleeps);
-  const SeriesSnapshot* lat = testing::FindSeries(snap, "sleep_seconds", {{"ret", "0"}});
-  ASSERT_NE(lat, nullptr);
-  EXPECT_EQ(lat->count, static_cast<uint64_t>(kSleeps));
-  ASSERT_EQ(lat->bucket_counts.size(), 3u);
-  EXPECT_EQ(lat->bucket_counts[0], 0u);  // none shorter than 0.5 ms: each slept 1 ms
-  EXPECT_GE(lat->sum, kSleeps * 0.001);
-  RemoveUnreferenced();
 }
 
 // A package upgrade replaces the binary under the same path (a new inode): the kernel bound the

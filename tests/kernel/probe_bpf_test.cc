@@ -1,0 +1,189 @@
+// The bpf engine on probe events (bpf/probe_record.h), on the live kernel: "engine": "bpf" on
+// uprobes of tests/triggers/uprobe_target (counts, a value sum, a string label, a uprobe ->
+// uretprobe latency) and on python3.11's USDT probes (a ustring label from registers, a
+// memory operand filtered in the program), each count exact. Afterwards no event of our group is
+// left in uprobe_events.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "daemon/probes.h"
+#include "elf/elf_file.h"
+#include "kernel_util.h"
+
+namespace tpe::testing {
+namespace {
+
+constexpr int kCalls = 1000;
+
+std::string UprobeEvents() {
+  std::ifstream f("/sys/kernel/tracing/uprobe_events");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs `command` (a shell line), expecting it to exit 0.
+void Shell(const std::string& command) { EXPECT_EQ(std::system(command.c_str()), 0) << command; }
+
+class ProbeBpfTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TPE_REQUIRE_BPF_OR_SKIP();
+    if (!std::ifstream("/sys/kernel/tracing/uprobe_events")) GTEST_SKIP() << "no uprobe_events (CONFIG_UPROBE_EVENTS)";
+  }
+  // Every pipeline is gone: the events nobody holds are removed, and none of ours is left.
+  void TearDown() override {
+    if (ProbeRegistry* r = ProbeRegistry::IfCreated()) {
+      r->RemoveUnreferenced();
+      EXPECT_EQ(UprobeEvents().find(r->group() + "/"), std::string::npos) << UprobeEvents();
+    }
+  }
+};
+
+TEST_F(ProbeBpfTest, UprobeCountsSumsStringsAndLatencyExactly) {
+  const std::string target = TPE_UPROBE_TARGET;
+  const std::string up = "uprobe:" + target + ":tpe_target", ret = "uretprobe:" + target + ":tpe_target";
+  const std::string config = R"({"metrics": [
+    {"name": "calls_total", "type": "counter", "engine": "bpf", "event": ")" +
+                             up + R"(",
+     "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "xsum_total", "type": "counter", "engine": "bpf", "event": ")" +
+                             up + R"(",
+     "args": {"x": "arg0:s64"}, "value": {"field": "x"}},
+    {"name": "strs_total", "type": "counter", "engine": "bpf", "event": "uprobe:)" +
+                             target + R"(:tpe_target_str",
+     "args": {"s": "arg0:ustring"}, "labels": [{"name": "s", "field": "s"}]},
+    {"name": "call_seconds", "type": "latency", "engine": "bpf",
+     "start": {"event": ")" + up +
+                             R"(", "key": ["common_pid"]},
+     "end": {"event": ")" + ret +
+                             R"(", "key": ["common_pid"]},
+     "buckets": {"type": "exp2", "min": 1e-7, "max": 1}}
+  ]})";
+  auto snap = RunPipeline(config, [&] { Shell(target + " " + std::to_string(kCalls) + " >/dev/null"); });
+  const SeriesSnapshot* calls = FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}});
+  ASSERT_NE(calls, nullptr);
+  EXPECT_EQ(calls->value, kCalls);
+  const SeriesSnapshot* xsum = FindSeries(snap, "xsum_total");
+  ASSERT_NE(xsum, nullptr);
+  EXPECT_EQ(xsum->value, kCalls * (kCalls - 1) / 2);  // tpe_target(i) for i in 0..N-1
+  const SeriesSnapshot* strs = FindSeries(snap, "strs_total", {{"s", "tpe_hello"}});
+  ASSERT_NE(strs, nullptr);
+  EXPECT_EQ(strs->value, kCalls);
+  EXPECT_EQ(FindMetric(snap, "strs_total")->series.size(), 1u);
+  const SeriesSnapshot* lat = FindSeries(snap, "call_seconds");
+  ASSERT_NE(lat, nullptr);
+  EXPECT_EQ(lat->count, static_cast<uint64_t>(kCalls));
+  EXPECT_GT(lat->sum, 0);
+  EXPECT_LT(lat->sum, 1.0);  // 1000 calls of a function that returns at once
+}
+
+TEST_F(ProbeBpfTest, PythonUsdtLabelsAndFiltersExactly) {
+  const std::string python = "/usr/bin/python3.11";
+  auto elf = elf::ElfFile::Open(python);
+  if (!elf.ok() || !elf->FindUsdt("python", "audit").ok() || !elf->FindUsdt("python", "gc__start").ok()) {
+    GTEST_SKIP() << python << " has no python:audit / python:gc__start USDT notes: "
+                 << (elf.ok() ? std::string("probes missing") : elf.status().ToString());
+  }
+  constexpr int kAudits = 321, kCollects = 57;
+  const std::string config = R"({"metrics": [
+    {"name": "py_audit_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
+                             python + R"(:python:audit",
+     "args": {"event": "arg0:ustring"}, "labels": [{"name": "event", "field": "event"}]},
+    {"name": "py_audit_x_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
+                             python + R"(:python:audit",
+     "args": {"event": "arg0:ustring"}, "labels": [{"name": "comm", "source": "comm"}], "filter": "event == \"tpe_x\""},
+    {"name": "py_gc1_total", "type": "counter", "engine": "bpf", "event": "usdt:)" +
+                             python + R"(:python:gc__start",
+     "args": {"generation": "arg0"}, "filter": "generation == 1", "labels": [{"name": "comm", "source": "comm"}]}
+  ]})";
+  const std::string script = "import gc, sys; gc.disable(); [sys.audit('tpe_x') for _ in range(" +
+                             std::to_string(kAudits) + ")]; [gc.collect(1) for _ in range(" +
+                             std::to_string(kCollects) + ")]";
+  auto snap = RunPipeline(config, [&] { Shell(python + " -c \"" + script + "\""); });
+  const SeriesSnapshot* audit = FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}});
+  ASSERT_NE(audit, nullptr);
+  EXPECT_EQ(audit->value, kAudits);
+  double audit_x = 0;  // sys.audit('tpe_x') only: the interpreter audits its own events too
+  for (const auto& s : FindMetric(snap, "py_audit_x_total")->series) audit_x += s.value;
+  EXPECT_EQ(audit_x, kAudits);
+  double gc1 = 0;
+  for (const auto& s : FindMetric(snap, "py_gc1_total")->series) gc1 += s.value;
+  EXPECT_EQ(gc1, kCollects);  // generation 1 only: the interpreter's own collections are 0 or 2
+}
+
+// "auto" puts a probe metric on bpf when its program can be expressed, else on perf with the
+// reason; "bpf" on one it cannot express is refused with that reason.
+TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok()) << tracefs.status().ToString();
+  const std::string target = TPE_UPROBE_TARGET;
+  const std::string up = "uprobe:" + target + ":tpe_target", str = "uprobe:" + target + ":tpe_target_str";
+  auto config = [&](const std::string& engine) {
+    return R"({"metrics": [
+      {"name": "by_comm_total", "type": "counter", "event": ")" +
+           up + R"(",
+       "labels": [{"name": "comm", "source": "comm"}]},
+      {"name": "plain_total", "type": "counter", "event": ")" +
+           up + R"("},
+      {"name": "by_ip_total", "type": "counter", "engine": ")" +
+           engine + R"(", "event": ")" + up + R"(",
+       "labels": [{"name": "ip", "field": "__probe_ip"}]},
+      {"name": "str_filter_total", "type": "counter", "event": ")" +
+           str + R"(",
+       "args": {"s": "arg0:ustring"}, "filter": "s ~ \"*x\"", "labels": [{"name": "comm", "source": "comm"}]}
+    ]})";
+  };
+  {
+    auto cfg = ParseConfig(config("auto"), "auto.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf());
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const auto& engines = (*plan)->engines;
+    const auto& why = (*plan)->engine_reasons;
+    ASSERT_EQ(engines.size(), 4u);
+    EXPECT_EQ(engines[0], "bpf") << why[0];
+    EXPECT_EQ(engines[1], "perf") << why[1];  // counting mode
+    EXPECT_NE(why[1].find("counting mode"), std::string::npos) << why[1];
+    EXPECT_EQ(engines[2], "perf") << why[2];
+    EXPECT_NE(why[2].find("__probe_ip"), std::string::npos) << why[2];
+    EXPECT_EQ(engines[3], "perf") << why[3];
+    EXPECT_NE(why[3].find("__data_loc"), std::string::npos) << why[3];
+  }
+  auto cfg = ParseConfig(config("bpf"), "bpf.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find("__probe_ip"), std::string::npos) << plan.status().ToString();
+}
+
+// A __data_loc string filter compiled into a tracepoint program (filter_compiler.h): the string
+// is read from ctx + offset. sched_process_exec's filename, exact over N execs.
+TEST_F(ProbeBpfTest, TracepointDataLocStringFilterOnBpf) {
+  constexpr int kExecs = 40;
+  const std::string config = R"({"metrics": [
+    {"name": "true_execs_total", "type": "counter", "engine": "bpf", "event": "sched:sched_process_exec",
+     "filter": "filename == \"/bin/true\"", "labels": [{"name": "comm", "source": "comm"}]},
+    {"name": "bin_execs_total", "type": "counter", "engine": "bpf", "event": "sched:sched_process_exec",
+     "filter": "filename ~ \"/bin/tr*\"", "labels": [{"name": "comm", "source": "comm"}]}
+  ]})";
+  auto snap = RunPipeline(config, [&] {
+    for (int i = 0; i < kExecs; ++i) Shell("/bin/true; /bin/truncate --help >/dev/null; /usr/bin/true");
+  });
+  auto total = [&](const std::string& name) {
+    double n = 0;
+    for (const auto& s : FindMetric(snap, name)->series) n += s.value;
+    return n;
+  };
+  EXPECT_EQ(total("true_execs_total"), kExecs);
+  EXPECT_EQ(total("bin_execs_total"), 2 * kExecs);
+}
+
+}  // namespace
+}  // namespace tpe::testing
