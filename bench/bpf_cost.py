@@ -56,7 +56,7 @@ TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter"
 DEFAULT_BUDGET_NS = 150.0
 # Shipped configs whose per-syscall price is reported: the default (the budget applies to it) and
 # the opt-in syscall metrics.
-SHIPPED = ["default.json", "syscalls.json"]
+SHIPPED = ["default.json", "syscalls.json", "latency.json"]
 
 
 def progs():

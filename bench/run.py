@@ -407,12 +407,27 @@ def main():
                     f"VmHWM {st['VmHWM'] / 1024:.1f} MiB; VmRSS {st['VmRSS'] / 1024:.1f} MiB = RssAnon "
                     f"{st['RssAnon'] / 1024:.1f} + RssFile {st['RssFile'] / 1024:.1f} + RssShmem {st['RssShmem'] / 1024:.1f} MiB; "
                     f"mapped rings {rings_kib / 1024:.1f} MiB (64 pages × {os.cpu_count()} CPUs).")
+    sections.insert(0, cost_section())
     sections.insert(0, "## Targets (from the tables below, this run)\n\n" +
                     targets(w1, ceilings, ladder_rows, (n, st, rings_kib), micro_results, w4_bpf_lost))
     doc = head + "\n" + "\n\n".join(sections) + "\n"
     open(a.out, "w").write(doc)
     print(doc)
     subprocess.run(["rm", "-rf", shm])
+
+
+def cost_section():
+    """The ns-per-event tables of bench/bpf_cost.sh and bench/uprobe_cost.sh (their last runs,
+    docs/BPF_COST.md and docs/UPROBE_COST.md), which measure what rates here cannot."""
+    parts = ["## Cost per event (bench/bpf_cost.sh, bench/uprobe_cost.sh)\n\n"
+             "Loop rates below are coarse where a syscall costs 1-1.5 us (PTI): what a program costs per event "
+             "comes from the kernel's own accounting (bpf_stats), side by side with bpftrace, in these runs."]
+    for name in ("BPF_COST.md", "UPROBE_COST.md"):
+        path = os.path.join(ROOT, "docs", name)
+        if os.path.exists(path):
+            body = open(path).read().split("\n", 1)[1].strip()  # without its title
+            parts.append("### From docs/%s\n\n%s" % (name, body))
+    return "\n\n".join(parts)
 
 
 if __name__ == "__main__":

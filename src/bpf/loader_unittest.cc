@@ -112,17 +112,22 @@ TEST(LoadOptionsTest, PreallocatedMapsClearNoPrealloc) {
   EXPECT_EQ(names[0], "tpe_ns_x_total");
 }
 
-TEST(LoadOptionsTest, ProbeReadFallbackRewritesTheHelpers) {
+// A program calling `str_helper` and then `helper` on 8 stack bytes.
+StatusOr<std::vector<bpf_insn>> TwoReads(int str_helper, int helper) {
   Assembler a;
   a.MovReg(R1, R10);
   a.Alu(BPF_ADD, R1, -8);
   a.Mov(R2, 8);
   a.Mov(R3, 0);
-  a.Call(BPF_FUNC_probe_read_kernel_str);
-  a.Call(BPF_FUNC_probe_read_kernel);
+  a.Call(str_helper);
+  a.Call(helper);
   a.Mov(R0, 0);
   a.Exit();
-  auto insns = a.Finish();
+  return a.Finish();
+}
+
+TEST(LoadOptionsTest, ProbeReadFallbackRewritesTheHelpers) {
+  auto insns = TwoReads(BPF_FUNC_probe_read_kernel_str, BPF_FUNC_probe_read_kernel);
   ASSERT_TRUE(insns.ok());
   bool kernel_str = false, str = false, plain = false;
   Fault f([&](const BpfCall& c) {
@@ -143,16 +148,7 @@ TEST(LoadOptionsTest, ProbeReadFallbackRewritesTheHelpers) {
 // probe_read(_str) too (on x86-64 those read user addresses), and it is loaded as
 // BPF_PROG_TYPE_KPROBE through the same seam.
 TEST(LoadOptionsTest, ProbeReadFallbackRewritesUserReadsOfKprobePrograms) {
-  Assembler a;
-  a.MovReg(R1, R10);
-  a.Alu(BPF_ADD, R1, -8);
-  a.Mov(R2, 8);
-  a.Mov(R3, 0);
-  a.Call(BPF_FUNC_probe_read_user_str);
-  a.Call(BPF_FUNC_probe_read_user);
-  a.Mov(R0, 0);
-  a.Exit();
-  auto insns = a.Finish();
+  auto insns = TwoReads(BPF_FUNC_probe_read_user_str, BPF_FUNC_probe_read_user);
   ASSERT_TRUE(insns.ok());
   bool user = true, str = false, plain = false;
   bpf_prog_type type = BPF_PROG_TYPE_UNSPEC;

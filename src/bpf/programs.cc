@@ -541,6 +541,20 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
 
 namespace {
 
+// The beginning of both end shapes: the prologue, R9 = now (ns), the match key, and its start
+// looked up: to `found` with R0 = the start's value, else on (no start).
+Status EmitEndLookup(Assembler* a, const MapFds& maps, const LatencyEndShape& s, Label filtered, Label found) {
+  TPE_RETURN_IF_ERROR(EmitPrologue(a, maps, s.probe, s.filter, filtered));
+  a->Call(BPF_FUNC_ktime_get_ns);
+  a->MovReg(R9, R0);
+  EmitMatchKey(a, s.match);
+  a->LoadMapFd(R1, maps.starts);
+  StackPtr(a, R2, kMatchOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JNE, R0, 0, found);
+  return Status::Ok();
+}
+
 // map_update_elem(starts, the match key, the start value, `flags`); R0 = its result.
 void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags) {
   a->LoadMapFd(R1, maps.starts);
@@ -608,14 +622,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEndInPlace(const LatencyEndShape& s, 
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), no_start = a.NewLabel();
   Label forward = a.NewLabel(), in_time = a.NewLabel(), consumed = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.MovReg(R9, R0);
-  EmitMatchKey(&a, s.match);
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JNE, R0, 0, found);
+  TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));
   a.Bind(no_start);
   EmitStat(&a, maps, kNoStart);
   a.Goto(out);
@@ -698,14 +705,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   if (s.in_place) return EmitLatencyEndInPlace(s, maps);
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.MovReg(R9, R0);
-  EmitMatchKey(&a, s.match);
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JNE, R0, 0, found);
+  TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));
   EmitStat(&a, maps, kNoStart);
   a.Goto(out);
   a.Bind(found);
