@@ -448,13 +448,27 @@ Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const s
   return Status::Ok();
 }
 
+// "pid" of a uprobe or USDT probe: only that process's hits.
+Status ParsePid(const Checker& c, const json& j, const std::string& jp, const std::string& event, int* pid) {
+  if (j.find("pid") == j.end()) return Status::Ok();
+  if (!event.starts_with("uprobe:") && !event.starts_with("uretprobe:") && !event.starts_with("usdt:")) {
+    return c.Error(jp + ".pid",
+                   "\"pid\" limits a uprobe, uretprobe or usdt probe to one process; " + Quote(event) + " is not one");
+  }
+  uint64_t v = 0;  // PID_MAX_LIMIT (include/linux/threads.h) is 4194304
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "pid", 1, 4194304, &v));
+  *pid = static_cast<int>(v);
+  return Status::Ok();
+}
+
 Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, EndpointConfig* e) {
   if (!j.is_object())
     return c.Error(jp, "must be an object like {\"event\": \"sched:sched_waking\", \"key\": [\"pid\"]}");
-  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter", "args"}));
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter", "args", "pid"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
   TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, e->event, &e->args));
+  TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, e->event, &e->pid));
   TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &e->filter));
   e->json_path = jp;
   auto key = j.find("key");
@@ -600,10 +614,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   const bool latency = m->type == "latency";
   if (m->type == "counter") {
     TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args"}));
+        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid"}));
   } else if (m->type == "histogram") {
-    TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine", "args"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(
+        j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine", "args", "pid"}));
   } else if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp,
@@ -642,6 +656,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (!latency) {
     TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", m->event));
     TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, m->event, &m->args));
+    TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, m->event, &m->pid));
   } else {
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
@@ -721,7 +736,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
   }
   auto endpoint = [](const EndpointConfig& e) {
-    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}, {"args", e.args}};
+    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}, {"args", e.args}, {"pid", e.pid}};
   };
   json starts = json::array();
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
@@ -733,6 +748,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"engine", m.engine},
       {"event", m.event},
       {"args", m.args},
+      {"pid", m.pid},
       {"filter", m.filter},
       {"labels", labels},
       {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},

@@ -82,6 +82,7 @@ struct EndpointConfig {
   std::string filter;            // kernel filter for this side
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]", in config order.
   std::vector<std::pair<std::string, std::string>> args;
+  int pid = 0;            // uprobe/usdt: only this process (0: every process)
   std::string json_path;  // "metrics[3].start[1]"
 };
 
@@ -95,6 +96,7 @@ struct MetricConfig {
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
   std::vector<std::pair<std::string, std::string>> args;
+  int pid = 0;  // uprobe/usdt (counter, histogram): only this process (0: every process)
   // Set by planning: some event of the metric is a probe event (uprobe, usdt, kprobe...).
   bool probe = false;
   std::vector<LabelConfig> labels;

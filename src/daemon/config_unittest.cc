@@ -86,7 +86,13 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(
       Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
       "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: args, engine, event, filter, help, labels, name, "
-      "type, value)");
+      "pid, type, value)");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "kprobe:f", "pid": 5}]})"),
+            "cfg.json: metrics[0].pid: \"pid\" limits a uprobe, uretprobe or usdt probe to one process; "
+            "\"kprobe:f\" is not one");
+  EXPECT_NE(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:/x:f", "pid": 0}]})")
+                .find("metrics[0].pid"),
+            std::string::npos);
   // Probe events: the name and the args are checked here; the ELF and the kernel at planning.
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "args": {"x": "arg0"}}]})"),
             "cfg.json: metrics[0].args: args are for probe events (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:); "

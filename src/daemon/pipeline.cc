@@ -71,13 +71,13 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
   // reader a wakeup (measured: 46,000 instead of ~1,000,000 getppid() calls/s).
   o.wakeup_watermark_bytes =
       static_cast<uint32_t>(static_cast<uint64_t>(plan_->settings.ring_buffer_pages) * ::sysconf(_SC_PAGESIZE) / 4);
-  TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu));
+  TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu, ep->pid > 0 ? ep->pid : -1));
   if (!ep->filter.empty()) {
     Status st = SetFilter(fd.get(), ep->filter);
     if (!st.ok()) {
       Status why = tracefs_ ? tracefs_->CheckFilter(ep->event, ep->filter) : st;
-      return InvalidArgument(plan_->config_path + ": filter \"" + Abbreviate(ep->filter) + "\" on " +
-                             ep->display + ": " + (why.ok() ? st.message() : why.message()));
+      return InvalidArgument(plan_->config_path + ": filter \"" + Abbreviate(ep->filter) + "\" on " + ep->display +
+                             ": " + (why.ok() ? st.message() : why.message()));
     }
   }
   if (ep->sampled) {
@@ -458,7 +458,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
         // A new perf event for an (event, filter) that existed in the other mode: its
         // self-metrics continue from the old one's.
         for (auto& oep : plan_->events) {
-          if (oep->event == ne->event && oep->filter == ne->filter && !oep->fds.empty()) {
+          if (oep->event == ne->event && oep->filter == ne->filter && oep->pid == ne->pid && !oep->fds.empty()) {
             ne->base = oep->ReadCounts();
             ne->samples.Add(oep->samples.Get());
             break;

@@ -59,7 +59,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     bool seen = false;
     for (size_t j = 0; j < plan_->events.size(); ++j) {
       const EventPlan& o = *plan_->events[j];
-      if (j == i || o.event != ep.event || o.filter != ep.filter) continue;
+      if (j == i || o.event != ep.event || o.filter != ep.filter || o.pid != ep.pid) continue;
       if (j < i) seen = true;
       if (o.sampled) sampled = &o;
     }

@@ -128,15 +128,18 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
 
 namespace {
 
+// `pid`: a uprobe's or USDT probe's one process (0: all).
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
-                              bool sampled, const std::string& json_path, const Tracefs& tracefs,
+                              bool sampled, int pid, const std::string& json_path, const Tracefs& tracefs,
                               const KernelEnums& enums, bool check_filters) {
   for (auto& e : plan->events) {
-    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled) return e.get();
+    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid) return e.get();
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
   if (auto it = plan->probe_names.find(event); it != plan->probe_names.end()) ep->display = it->second;
+  ep->pid = pid;
+  if (pid > 0) ep->display += " pid " + std::to_string(pid);
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
 }
@@ -253,16 +256,16 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
 Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep, GetEvent(plan, cfg, m.end.event, m.end.filter, true, m.end.json_path,
-                                                    tracefs, enums, check_filters));
+  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep, GetEvent(plan, cfg, m.end.event, m.end.filter, true, m.end.pid,
+                                                    m.end.json_path, tracefs, enums, check_filters));
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
   TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", end_ep, plan));
   std::vector<LatencyEndpoint> starts;
   std::vector<EventPlan*> start_eps;
   for (const auto& sc : m.starts) {
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep,
-                         GetEvent(plan, cfg, sc.event, sc.filter, true, sc.json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, sc.event, sc.filter, true, sc.pid, sc.json_path, tracefs,
+                                                  enums, check_filters));
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
     for (size_t i = 0; i < s.key.size(); ++i) {
@@ -330,8 +333,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     // A counter that adds a field's value needs every sample, labels or not.
     const bool counting = m.type == "counter" && m.labels.empty() && m.value.field.empty();
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m.event, m.filter, !counting, m.json_path, tracefs,
-                                                  enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m.event, m.filter, !counting, m.pid, m.json_path,
+                                                  tracefs, enums, check_filters));
     std::unique_ptr<Collector> c;
     if (m.type == "histogram") {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));

@@ -41,6 +41,9 @@ struct EventPlan {
   // probe event its probe name ("uprobe:/usr/bin/x:main"), which stays the same across restarts
   // while its group:event names the process.
   std::string display;
+  // A uprobe's or USDT probe's one process ("pid" in the config), 0 for all: the perf events are
+  // opened for that process on each CPU, and the kernel installs the uprobe in it alone.
+  int pid = 0;
   uint64_t tracepoint_id = 0;
   std::string filter;
   EventFormat format;
@@ -76,7 +79,8 @@ struct EventPlan {
   EventCount ReadCounts() const;
   // True when `other` would open the same perf events: same (event, filter, sampled, cgroup).
   bool SamePerfEvents(const EventPlan& other) const {
-    return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup;
+    return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
+           pid == other.pid;
   }
 };
 

@@ -1,5 +1,6 @@
 // Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
 // buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -54,6 +55,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   }
   if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
+    return false;
+  }
+  const bool one_process = m.pid > 0 || m.end.pid > 0 ||
+                           std::any_of(m.starts.begin(), m.starts.end(), [](const auto& e) { return e.pid > 0; });
+  if (one_process) {
+    const std::string pid =
+        "\"pid\" (one process) runs on the perf engine: its perf events are opened for that process";
+    if (forced) return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + pid + "; use \"auto\" or \"perf\"");
+    *why = pid;
     return false;
   }
   if (!bpf.available && !running) {

@@ -140,12 +140,13 @@ std::string DescribePerfPrivileges() {
          "perf_event_paranoid <= -1 — run as root or grant AmbientCapabilities=CAP_PERFMON";
 }
 
-StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu) {
-  long fd = PerfEventOpen(attr, -1, cpu);
+StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu, int pid) {
+  long fd = PerfEventOpen(attr, pid, cpu);
   if (fd < 0) {
     const int err = static_cast<int>(-fd);
-    std::string what =
-        "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " + std::to_string(cpu) + ")";
+    std::string what = "perf_event_open(tracepoint id " + std::to_string(attr.config) + ", cpu " + std::to_string(cpu) +
+                       (pid > 0 ? ", pid " + std::to_string(pid) : std::string()) + ")";
+    if (err == ESRCH) return NotFound(what + ": no process " + std::to_string(pid));
     if (err == EACCES || err == EPERM)
       return PermissionDenied(what + ": " + std::strerror(err) + "; " + DescribePerfPrivileges());
     if (err == ENOENT) return NotFound(what + ": no such tracepoint id in this kernel");

@@ -78,10 +78,12 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts);
 // `format_lost`: as TracepointEventOptions::format_lost.
 perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes, bool format_lost = true);
 
-// perf_event_open(attr, pid=-1, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU.
-// Errors: PermissionDenied that says what is missing (CAP_PERFMON/CAP_SYS_ADMIN, or
-// kernel.perf_event_paranoid), NotFound for a bad id, InvalidArgument otherwise.
-StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu);
+// perf_event_open(attr, pid, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU
+// (pid -1), or one process's tasks on one CPU (pid > 0: for a uprobe the kernel then installs the
+// breakpoint in that process only, uprobe_perf_filter). Errors: PermissionDenied that says what
+// is missing (CAP_PERFMON/CAP_SYS_ADMIN, or kernel.perf_event_paranoid), NotFound for a bad id or
+// a process that does not exist (ESRCH), InvalidArgument otherwise.
+StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu, int pid = -1);
 
 // PERF_EVENT_IOC_SET_FILTER: the kernel's event filter syntax (Documentation/trace/events.rst
 // §5.1). Errors: InvalidArgument when the kernel rejects it (ask Tracefs::CheckFilter why).

@@ -262,6 +262,57 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
   }
 }
 
+// "pid": only that process's hits, on the perf engine (its perf events are opened for the
+// process; the kernel installs the uprobe in it alone). Two processes run the same binary.
+TEST(ProbesKernelTest, PidLimitsAUprobeToOneProcess) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  // Two copies of the trigger, held before exec so their pids are known to the config.
+  auto hold = [](int calls, int* go_fd) {
+    int go[2];
+    EXPECT_EQ(pipe2(go, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(go[1]);
+      char c;
+      if (read(go[0], &c, 1) != 1) _exit(2);
+      const std::string n = std::to_string(calls), t = Target();
+      execl(t.c_str(), t.c_str(), n.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(go[0]);
+    *go_fd = go[1];
+    return pid;
+  };
+  int go_a = -1, go_b = -1;
+  const pid_t a = hold(300, &go_a), b = hold(200, &go_b);
+  const std::string t = Target();
+  auto snap = testing::RunPipeline(R"({"settings": {"ring_buffer_pages": 256}, "metrics": [
+      {"name": "a_calls_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target", "pid": )" + std::to_string(a) + R"(},
+      {"name": "a_x_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target", "pid": )" + std::to_string(a) +
+                                       R"(, "args": {"x": "arg0"}, "value": {"field": "x"}},
+      {"name": "all_calls_total", "type": "counter", "event": "uprobe:)" +
+                                       t + R"(:tpe_target"}]})",
+                                   [&] {
+                                     for (int fd : {go_a, go_b}) {
+                                       EXPECT_EQ(write(fd, "x", 1), 1);
+                                       close(fd);
+                                     }
+                                     for (pid_t p : {a, b}) {
+                                       int status = 0;
+                                       waitpid(p, &status, 0);
+                                       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+                                     }
+                                   });
+  ASSERT_NE(testing::FindSeries(snap, "a_calls_total"), nullptr);
+  EXPECT_EQ(testing::FindSeries(snap, "a_calls_total")->value, 300);
+  EXPECT_EQ(testing::FindSeries(snap, "a_x_total")->value, 300 * 299 / 2);
+  EXPECT_EQ(testing::FindSeries(snap, "all_calls_total")->value, 500);
+  RemoveUnreferenced();
+  EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
+}
+
 // A package upgrade replaces the binary under the same path (a new inode): the kernel bound the
 // old uprobe to the old inode, so a reload must define a new event, and the count goes on.
 TEST(ProbesKernelTest, ReloadAfterTheBinaryWasReplacedProbesTheNewFile) {
