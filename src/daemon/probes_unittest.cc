@@ -48,6 +48,7 @@ TEST(ParseProbeArgTest, ArgsRetvalTypesAndRefusals) {
   const ProbeRef entry = *ParseProbeRef("uprobe:/x:f");
   const ProbeRef ret = *ParseProbeRef("uretprobe:/x:f");
   const ProbeRef usdt = *ParseProbeRef("usdt:/x:p:n");
+  const std::string too_long(33, 'a');  // outlives the table below
   auto a = ParseProbeArg(entry, "size", "arg1:u32");
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->index, 1);
@@ -69,7 +70,7 @@ TEST(ParseProbeArgTest, ArgsRetvalTypesAndRefusals) {
       {&entry, "1x", "arg0", "not a valid field"},
       {&entry, "a", "x0", "argN[:TYPE] or retval"},
       {&entry, "a", "arg0:", "type after ':' is missing"},
-      {&entry, std::string(33, 'a').c_str(), "arg0", "32"},
+      {&entry, too_long.c_str(), "arg0", "32"},
   };
   for (const Bad& b : bads) {
     auto st = ParseProbeArg(*b.probe, b.field, b.spec);
