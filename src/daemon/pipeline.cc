@@ -510,9 +510,10 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
           if (fd.valid()) (void)DisableEvent(fd.get());
         }
       }
-      for (const auto& [counter, ep] : rebased) {
-        const uint64_t carried = counter->KernelCount();  // the old events', now final
-        counter->RebindKernelCount([ep, carried] { return carried + ep->ReadKernelCounts().count; });
+      for (const auto& rebase : rebased) {
+        EventPlan* ep = rebase.second;  // a plain variable: clang 14 cannot capture a structured binding
+        const uint64_t carried = rebase.first->KernelCount();  // the old events', now final
+        rebase.first->RebindKernelCount([ep, carried] { return carried + ep->ReadKernelCounts().count; });
       }
       old = std::move(plan_);
       plan_ = std::move(next);
