@@ -28,16 +28,20 @@ namespace {
 
 // SIGHUP's default action ends the process. systemd (ExecReload) or a user may send it while the
 // daemon is still starting (reading the kernel's enums and the config, opening perf events: tens
-// of ms), so it is blocked before any of main's work, in a constructor that runs once the shared
-// libraries are loaded; main's sigwait() picks up a pending SIGHUP as a reload once the daemon
-// serves. SIGTERM and SIGINT keep their default action until main blocks them: a stop request
-// during start-up ends the process, as it should.
-__attribute__((constructor)) void BlockSighupBeforeMain() {
+// of ms), so it is blocked before any of main's work: from .preinit_array, which the dynamic
+// loader runs before the shared libraries' initializers (System V gABI, "Initialization and
+// Termination Functions"), so only the loading and relocation of the libraries come before it.
+// main's sigwait() picks up a pending SIGHUP as a reload once the daemon serves. SIGTERM and
+// SIGINT keep their default action until main blocks them: a stop request during start-up ends
+// the process, as it should.
+void BlockSighupBeforeMain(int, char**, char**) {
   sigset_t hup;
   sigemptyset(&hup);
   sigaddset(&hup, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &hup, nullptr);
 }
+__attribute__((section(".preinit_array"), used)) void (*const kBlockSighup)(int, char**,
+                                                                            char**) = BlockSighupBeforeMain;
 
 int Fail(const tpe::Status& st) {
   std::string msg = st.message();
