@@ -111,6 +111,11 @@ Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, 
 
 namespace plan_internal {
 
+void NameAsConfigured(const Plan& plan, EventPlan* ep) {
+  auto it = plan.probe_names.find(ep->event.ToString());
+  ep->display = it != plan.probe_names.end() ? it->second : ep->event.ToString();
+}
+
 Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m) {
   const bool probe =
       IsProbeEvent(m->event) || IsProbeEvent(m->end.event) ||
@@ -137,7 +142,7 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
-  if (auto it = plan->probe_names.find(event); it != plan->probe_names.end()) ep->display = it->second;
+  NameAsConfigured(*plan, ep.get());
   ep->pid = pid;
   if (pid > 0) ep->display += " pid " + std::to_string(pid);
   plan->events.push_back(std::move(ep));

@@ -97,7 +97,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                          LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
     // A probe event is named as the config names it (EventPlan::display): labels stay the same
     // across restarts.
-    if (auto it = plan->probe_names.find(ep->event.ToString()); it != plan->probe_names.end()) ep->display = it->second;
+    NameAsConfigured(*plan, ep.get());
     out->event = ep->display;
     out->tracepoint_id = ep->tracepoint_id;
     if (m.probe) TPE_RETURN_IF_ERROR(ProbeRecordOf(*plan, *ep, m, filter, key, &out->probe));

@@ -39,4 +39,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
 // `m` to their "group:event"; sets m->probe. Errors name the file, the JSON path and the probe.
 Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m);
 
+// Names `ep` as the config does (EventPlan::display): a probe event by its probe name
+// (plan->probe_names), else "system:event".
+void NameAsConfigured(const Plan& plan, EventPlan* ep);
+
 }  // namespace tpe::plan_internal

@@ -223,20 +223,19 @@ StatusOr<UsdtProbe> ResolveUsdtProbe(const StapsdtNote& note, uint64_t stapsdt_b
   // Unsigned wrap-around makes this right whichever way the section moved.
   uint64_t delta = (stapsdt_base != 0 && note.base != 0) ? stapsdt_base - note.base : 0;
   probe.address = note.pc + delta;
-  const LoadSegment* text = SegmentForAddress(segments, probe.address);
-  if (text == nullptr || !text->executable) {
-    return InvalidArgument("USDT probe " + probe.FullName() + ": pc " + Hex(probe.address) +
-                           " is in no executable PT_LOAD segment");
-  }
-  probe.file_offset = probe.address - text->vaddr + text->offset;
+  // The file offset of `address` in a segment with the wanted permission, or why not.
+  auto offset_in = [&](uint64_t address, bool executable, const std::string& what) -> StatusOr<uint64_t> {
+    const LoadSegment* seg = SegmentForAddress(segments, address);
+    if (seg == nullptr || (executable ? !seg->executable : !seg->writable)) {
+      return InvalidArgument("USDT probe " + probe.FullName() + ": " + what + " " + Hex(address) + " is in no " +
+                             (executable ? "executable" : "writable file-backed") + " PT_LOAD segment");
+    }
+    return address - seg->vaddr + seg->offset;
+  };
+  TPE_ASSIGN_OR_RETURN(probe.file_offset, offset_in(probe.address, true, "pc"));
   if (note.semaphore != 0) {
     probe.semaphore_address = note.semaphore + delta;
-    const LoadSegment* data = SegmentForAddress(segments, probe.semaphore_address);
-    if (data == nullptr || !data->writable) {
-      return InvalidArgument("USDT probe " + probe.FullName() + ": semaphore " + Hex(probe.semaphore_address) +
-                             " is in no writable file-backed PT_LOAD segment");
-    }
-    probe.semaphore_file_offset = probe.semaphore_address - data->vaddr + data->offset;
+    TPE_ASSIGN_OR_RETURN(probe.semaphore_file_offset, offset_in(probe.semaphore_address, false, "semaphore"));
   }
   probe.args_spec = note.args;
   auto args = ParseUsdtArguments(note.args);
