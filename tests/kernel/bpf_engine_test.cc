@@ -30,7 +30,7 @@ StatusOr<std::unique_ptr<Plan>> Plan(const std::string& config) {
   if (!tracefs.ok()) return tracefs.status();
   auto cfg = ParseConfig(config, "t.json");
   if (!cfg.ok()) return cfg.status();
-  return BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, testing::Bpf());
+  return BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, testing::Bpf(), {}, testing::Probed());
 }
 
 TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
@@ -62,7 +62,7 @@ TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
      "event": "syscalls:sys_enter_getppid", "engine": "bpf"}]})",
                          "t.json");
   ASSERT_TRUE(cfg.ok());
-  auto denied = BuildPlan(*cfg, *tracefs, KernelEnums(), false, bpf::BpfSupport{false, "CAP_BPF missing"});
+  auto denied = BuildPlan(*cfg, *tracefs, KernelEnums(), false, bpf::BpfSupport{false, "CAP_BPF missing"}, {}, testing::Probed());
   ASSERT_FALSE(denied.ok());
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(denied.status().message().find("CAP_BPF"), std::string::npos);
@@ -154,7 +154,7 @@ TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
   child.RunToExit();
   auto first = pipeline.Snapshot();  // the final value is exported...
   ASSERT_NE(FindSeries(first, "by_tid_total", {{"tid", tid}}), nullptr);
-  EXPECT_EQ(FindSeries(first, "by_tid_total", {{"tid", tid}})->value, 100);
+  EXPECT_EQ(testing::Value(first, "by_tid_total", {{"tid", tid}}), 100);
   // ...so the next sweep (about once a second) removes the exited task's series; the comm
   // series goes once idle for 1.5 s.
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));
@@ -204,7 +204,7 @@ TEST(BpfEngineTest, LatencyStartsExpire) {
   EXPECT_EQ(reason("replaced"), 2) << all;
   EXPECT_EQ(reason("expired"), 1) << all;
   EXPECT_EQ(reason("no_start"), 0);
-  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_latency_inflight", {{"metric", "never_seconds"}})->value, 0);
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_latency_inflight", {{"metric", "never_seconds"}}), 0);
   // hits = runs + misses: the start program ran for every getppid() on the host (>= 3).
   const SeriesSnapshot* runs = FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total",
                                           {{"metric", "never_seconds"}, {"program", "start"}});

@@ -84,6 +84,10 @@ TEST(CgroupKernelTest, ExactCountUnderTheChildsCgroupPath) {
       FAIL() << "cannot move the child into " << procs << ": " << std::strerror(errno);
     }
   }
+  // This test places its child in a cgroup v2 directory itself, so v2 labels tell it apart even
+  // on a hybrid host whose own tasks sit in the v1 hierarchies (where the daemon leaves them out).
+  KernelFeatures features = testing::Probed();
+  features.cgroup = CgroupFacts{};
   // 3000 samples of < 100 bytes: the ring holds the whole run.
   auto snap = testing::RunPipeline(R"({"settings": {"ring_buffer_pages": 256}, "metrics": [
     {"name": "getppid_by_cgroup_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
@@ -98,7 +102,8 @@ TEST(CgroupKernelTest, ExactCountUnderTheChildsCgroupPath) {
                                      int status = 0;
                                      EXPECT_EQ(waitpid(pid, &status, 0), pid);
                                      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-                                   });
+                                   },
+                                   features);
   const MetricSnapshot* m = testing::FindMetric(snap, "getppid_by_cgroup_total");
   ASSERT_NE(m, nullptr);
   ASSERT_EQ(m->series.size(), 1u);

@@ -66,11 +66,11 @@ TEST_P(KernelEngineTest, ExactCountsOfAChildsGetppidCalls) {
   const SeriesSnapshot* by_comm = FindSeries(snap, "by_comm_total", {{"comm", "tpe_kchild"}});
   ASSERT_NE(by_comm, nullptr);
   EXPECT_EQ(by_comm->value, kCalls);
-  EXPECT_EQ(FindSeries(snap, "filtered_counting_total")->value, kCalls);
+  EXPECT_EQ(testing::Value(snap, "filtered_counting_total"), kCalls);
   const SeriesSnapshot* sampled = FindSeries(snap, "filtered_sampled_total", {{"pid", pid}});
   ASSERT_NE(sampled, nullptr);
   EXPECT_EQ(sampled->value, kCalls);
-  EXPECT_GE(FindSeries(snap, "all_counting_total")->value, kCalls);
+  EXPECT_GE(testing::Value(snap, "all_counting_total"), kCalls);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_decode_errors_total"), 0);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_series_dropped_total"), 0);
   if (IsBpf()) {
@@ -140,10 +140,10 @@ TEST(KernelBpfTest, ExactAtFullSpeedWithTwoLoadersAndABusyLoop) {
   kill(busy, SIGKILL);
   waitpid(busy, nullptr, 0);
   ASSERT_NE(FindSeries(snap, "by_comm_total", {{"comm", "tpe_load_a"}}), nullptr);
-  EXPECT_EQ(FindSeries(snap, "by_comm_total", {{"comm", "tpe_load_a"}})->value, kLoad);
+  EXPECT_EQ(testing::Value(snap, "by_comm_total", {{"comm", "tpe_load_a"}}), kLoad);
   ASSERT_NE(FindSeries(snap, "by_comm_total", {{"comm", "tpe_load_b"}}), nullptr);
-  EXPECT_EQ(FindSeries(snap, "by_comm_total", {{"comm", "tpe_load_b"}})->value, kLoad);
-  EXPECT_EQ(FindSeries(snap, "a_total")->value, kLoad);
+  EXPECT_EQ(testing::Value(snap, "by_comm_total", {{"comm", "tpe_load_b"}}), kLoad);
+  EXPECT_EQ(testing::Value(snap, "a_total"), kLoad);
   double a_by_cpu = 0;
   for (const auto& m : snap) {
     if (m.name != "by_tid_total") continue;
@@ -173,9 +173,9 @@ TEST_P(KernelEngineTest, RenamedTwiceCountsUnderEachName) {
                             waitpid(pid, &status, 0);
                           });
   ASSERT_NE(FindSeries(snap, "c_total", {{"comm", "tpe_first"}}), nullptr);
-  EXPECT_EQ(FindSeries(snap, "c_total", {{"comm", "tpe_first"}})->value, 300);
+  EXPECT_EQ(testing::Value(snap, "c_total", {{"comm", "tpe_first"}}), 300);
   ASSERT_NE(FindSeries(snap, "c_total", {{"comm", "tpe_second"}}), nullptr);
-  EXPECT_EQ(FindSeries(snap, "c_total", {{"comm", "tpe_second"}})->value, 700);
+  EXPECT_EQ(testing::Value(snap, "c_total", {{"comm", "tpe_second"}}), 700);
 }
 
 TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
@@ -185,13 +185,13 @@ TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
   auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
       "event": "syscalls:sys_enter_getppid", "filter": "no_such_field == 3"}]})",
                          "t.json");
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true);
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().message(),
             "t.json: metrics[0].filter: the kernel rejects filter \"no_such_field == 3\" for "
             "syscalls:sys_enter_getppid: Field not found (at column 14)");
   // The same filter applied with PERF_EVENT_IOC_SET_FILTER at open time.
-  auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false);
+  auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
   ASSERT_TRUE(unchecked.ok());
   Pipeline pipeline(&*tracefs);
   Status st = pipeline.Open(std::move(*unchecked));

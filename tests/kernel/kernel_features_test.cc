@@ -35,7 +35,7 @@ TEST(KernelFeaturesTest, PerfWithoutFormatLost) {
   SetPerfOpenFaultForTesting([](const perf_event_attr& a, int, int) {
     return (a.read_format & PERF_FORMAT_LOST) ? EINVAL : 0;  // as perf_copy_attr() before 6.0
   });
-  KernelFeatures f;
+  KernelFeatures f = testing::Probed();
   f.perf = ProbePerfFeatures();
   EXPECT_FALSE(f.perf.format_lost);
   constexpr int kCalls = 3000;
@@ -52,7 +52,7 @@ TEST(KernelFeaturesTest, PerfWithoutFormatLost) {
   ASSERT_NE(by_comm, nullptr);
   EXPECT_EQ(by_comm->value, kCalls);
   ASSERT_NE(FindSeries(snap, "counting_total"), nullptr);
-  EXPECT_EQ(FindSeries(snap, "counting_total")->value, kCalls);
+  EXPECT_EQ(testing::Value(snap, "counting_total"), kCalls);
   const MetricSnapshot* lost = FindMetric(snap, "tracepoint_exporter_samples_lost_total");
   ASSERT_NE(lost, nullptr);
   EXPECT_TRUE(lost->series.empty());  // unavailable, not a false 0
@@ -69,7 +69,7 @@ TEST(KernelFeaturesTest, ColonMetricNameOnBpf) {
   auto snap = RunWith(R"({"metrics": [
     {"name": "tpe:colon_calls_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
      "labels": [{"name": "comm", "source": "comm"}]}]})",
-                      KernelFeatures{}, [&] { child.RunToExit(); });
+                      testing::Probed(), [&] { child.RunToExit(); });
   const SeriesSnapshot* s = FindSeries(snap, "tpe:colon_calls_total", {{"comm", "tpe_colon"}});
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->value, kCalls);
@@ -92,7 +92,7 @@ TEST(KernelFeaturesTest, BpfOnLinux5_4) {
     }
     return 0;
   });
-  KernelFeatures f;
+  KernelFeatures f = testing::Probed();
   f.bpf = bpf::ProbeBpfFeatures();
   EXPECT_FALSE(f.bpf.probe_read_kernel_str);
   f.bpf.runtime_alloc_safe = false;
@@ -149,7 +149,7 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
       "labels": [{"name": "comm", "source": "comm"}]}]})",
                          "t.json");
   ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ((*plan)->engines[0], "perf");
   EXPECT_NE((*plan)->engine_reasons[0].find("Argument list too long (larger than this kernel allows"),
@@ -159,7 +159,7 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
   Child child("tpe_e2big", kCalls);
   auto snap = RunWith(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
       "labels": [{"name": "comm", "source": "comm"}]}]})",
-                      KernelFeatures{}, [&] { child.RunToExit(); });
+                      testing::Probed(), [&] { child.RunToExit(); });
   bpf::SetBpfFaultForTesting(nullptr);
   const SeriesSnapshot* s = FindSeries(snap, "big_total", {{"comm", "tpe_e2big"}});
   ASSERT_NE(s, nullptr);

@@ -16,6 +16,7 @@
 
 #include "bpf/loader.h"
 #include "daemon/config.h"
+#include "daemon/kernel_features.h"
 #include "daemon/pipeline.h"
 #include "daemon/plan.h"
 #include "testing/test_util.h"
@@ -36,6 +37,24 @@ inline const bpf::BpfSupport& Bpf() {
   static const bpf::BpfSupport support = bpf::ProbeBpf();
   return support;
 }
+
+// The running kernel's features (ProbeKernelFeatures, probed once): what the daemon would plan
+// for. A test that wants an older kernel starts from these and changes what it injects.
+inline const KernelFeatures& Probed() {
+  static const KernelFeatures features = ProbeKernelFeatures();
+  return features;
+}
+
+// The loader options the daemon would choose on this kernel (preallocated maps below 6.1 or on
+// PREEMPT_RT, no BPF_XCHG below 5.12, ...): set before any test runs, and restored by
+// RunPipeline, so that tests creating BpfMetrics directly load what this kernel takes.
+inline void ResetLoadOptions() { bpf::SetLoadOptions(ChooseLoadOptions(Probed())); }
+class ProbedLoadOptions : public ::testing::Environment {
+ public:
+  void SetUp() override { ResetLoadOptions(); }
+};
+inline ::testing::Environment* const kProbedLoadOptions =
+    ::testing::AddGlobalTestEnvironment(new ProbedLoadOptions);
 
 // Skips (or fails under TPE_REQUIRE_KERNEL=1) when the kernel tier or the bpf engine cannot run.
 #define TPE_REQUIRE_BPF_OR_SKIP()                                                                            \
@@ -115,11 +134,11 @@ class Child {
 };
 
 // Parses `config` (JSON text), puts its metrics on CurrentEngine() (unless "auto"), plans it for
-// `features` (a current kernel unless a test gives an older one's), opens and starts the pipeline
-// on the live kernel, runs `during`, stops (draining the rings) and returns the snapshot. The
-// plan's process-wide BPF load options are reset afterwards.
+// `features` (the running kernel's unless a test gives an older one's), opens and starts the
+// pipeline on the live kernel, runs `during`, stops (draining the rings) and returns the
+// snapshot. The plan's process-wide BPF load options are reset to this kernel's afterwards.
 inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during,
-                                               const KernelFeatures& features = KernelFeatures{}) {
+                                               const KernelFeatures& features = Probed()) {
   auto tracefs = Tracefs::Discover("auto");
   EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
   if (!tracefs.ok()) return {};
@@ -139,7 +158,7 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   EXPECT_TRUE(st.ok()) << st.ToString();
   during();
   pipeline.Stop();
-  bpf::SetLoadOptions(bpf::LoadOptions{});
+  ResetLoadOptions();
   return pipeline.Snapshot();
 }
 
@@ -165,6 +184,19 @@ inline const SeriesSnapshot* FindSeries(const std::vector<MetricSnapshot>& all, 
     if (match) return &s;
   }
   return nullptr;
+}
+
+// The value of FindSeries(all, metric, labels), or -1 when there is no such series (no count or
+// sum a test expects is negative, so an absent series fails the comparison instead of crashing
+// the test binary).
+inline double Value(const std::vector<MetricSnapshot>& all, const std::string& metric, const LabelPairs& labels = {}) {
+  const SeriesSnapshot* s = FindSeries(all, metric, labels);
+  return s == nullptr ? -1 : s->value;
+}
+// The observation count of a histogram series, or -1 when absent.
+inline int64_t Count(const std::vector<MetricSnapshot>& all, const std::string& metric, const LabelPairs& labels = {}) {
+  const SeriesSnapshot* s = FindSeries(all, metric, labels);
+  return s == nullptr ? -1 : static_cast<int64_t>(s->count);
 }
 
 }  // namespace tpe::testing

@@ -142,7 +142,7 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
   {
     auto cfg = ParseConfig(config("auto"), "auto.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf());
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf(), {}, Probed());
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     const auto& engines = (*plan)->engines;
     const auto& why = (*plan)->engine_reasons;
@@ -157,7 +157,7 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
   }
   auto cfg = ParseConfig(config("bpf"), "bpf.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf(), {}, Probed());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().ToString();
   EXPECT_NE(plan.status().message().find("__probe_ip"), std::string::npos) << plan.status().ToString();

@@ -105,17 +105,17 @@ TEST(ProbesKernelTest, UprobeCountsSumsStringsReturnValuesAndLatencyExactly) {
                                      EXPECT_TRUE(RunCommand({t, std::to_string(kCalls)}));
                                    });
   ASSERT_NE(testing::FindSeries(snap, "calls_total"), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "calls_total")->value, kCalls);
+  EXPECT_EQ(testing::Value(snap, "calls_total"), kCalls);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_samples_lost_total"), 0);
   EXPECT_EQ(Sum(snap, "tracepoint_exporter_ring_lost_samples_total"), 0);
-  EXPECT_EQ(testing::FindSeries(snap, "xsum_total")->value, kCalls * (kCalls - 1) / 2);  // tpe_target(i), i < N
+  EXPECT_EQ(testing::Value(snap, "xsum_total"), kCalls * (kCalls - 1) / 2);  // tpe_target(i), i < N
   ASSERT_NE(testing::FindSeries(snap, "big_x_total", {{"comm", "uprobe_target"}}), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "big_x_total", {{"comm", "uprobe_target"}})->value, 100);
+  EXPECT_EQ(testing::Value(snap, "big_x_total", {{"comm", "uprobe_target"}}), 100);
   ASSERT_NE(testing::FindSeries(snap, "strs_total", {{"s", "tpe_hello"}}), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "strs_total", {{"s", "tpe_hello"}})->value, kCalls);
-  EXPECT_EQ(testing::FindSeries(snap, "rv_total")->value, static_cast<double>(kCalls) * kCalls);  // sum of 2i + 1
+  EXPECT_EQ(testing::Value(snap, "strs_total", {{"s", "tpe_hello"}}), kCalls);
+  EXPECT_EQ(testing::Value(snap, "rv_total"), static_cast<double>(kCalls) * kCalls);  // sum of 2i + 1
   ASSERT_NE(testing::FindSeries(snap, "call_seconds"), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "call_seconds")->count, static_cast<uint64_t>(kCalls));
+  EXPECT_EQ(testing::Count(snap, "call_seconds"), kCalls);
   RemoveUnreferenced();
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
@@ -143,9 +143,9 @@ TEST(ProbesKernelTest, CpythonUsdtAuditByEventAndGcStartByGeneration) {
                                     "): gc.collect(1)\n"}));
       });
   ASSERT_NE(testing::FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}}), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "py_audit_total", {{"event", "tpe_x"}})->value, kAudits);
+  EXPECT_EQ(testing::Value(snap, "py_audit_total", {{"event", "tpe_x"}}), kAudits);
   ASSERT_NE(testing::FindSeries(snap, "py_gc1_total"), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "py_gc1_total")->value, kCollects);
+  EXPECT_EQ(testing::Value(snap, "py_gc1_total"), kCollects);
   RemoveUnreferenced();
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
@@ -187,7 +187,7 @@ TEST(ProbesKernelTest, ReloadKeepsOrRemovesProbeEventsAndStopLeavesNone) {
     daemon.Stop();
     auto snap = daemon.Snapshot();
     ASSERT_NE(testing::FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}}), nullptr);
-    EXPECT_EQ(testing::FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}})->value, 500);
+    EXPECT_EQ(testing::Value(snap, "calls_total", {{"comm", "uprobe_target"}}), 500);
   }
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
@@ -211,7 +211,7 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
   if (access((tracefs->root() + "/kprobe_events").c_str(), F_OK) != 0) {
     auto cfg = ParseConfig(config, "k.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
     ASSERT_FALSE(plan.ok());
     EXPECT_EQ(plan.status().code(), StatusCode::kUnavailable) << plan.status().ToString();
     EXPECT_NE(plan.status().message().find("k.json: metrics[0].event \"kprobe:do_nanosleep\": kprobes are not "
@@ -251,7 +251,7 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
     });
     testing::CurrentEngine() = "auto";
     ASSERT_NE(testing::FindSeries(snap, "sleeps_total"), nullptr);
-    EXPECT_EQ(testing::FindSeries(snap, "sleeps_total")->value, kSleeps);
+    EXPECT_EQ(testing::Value(snap, "sleeps_total"), kSleeps);
     const SeriesSnapshot* lat = testing::FindSeries(snap, "sleep_seconds", {{"ret", "0"}});
     ASSERT_NE(lat, nullptr);
     EXPECT_EQ(lat->count, static_cast<uint64_t>(kSleeps));
@@ -306,9 +306,9 @@ TEST(ProbesKernelTest, PidLimitsAUprobeToOneProcess) {
                                      }
                                    });
   ASSERT_NE(testing::FindSeries(snap, "a_calls_total"), nullptr);
-  EXPECT_EQ(testing::FindSeries(snap, "a_calls_total")->value, 300);
-  EXPECT_EQ(testing::FindSeries(snap, "a_x_total")->value, 300 * 299 / 2);
-  EXPECT_EQ(testing::FindSeries(snap, "all_calls_total")->value, 500);
+  EXPECT_EQ(testing::Value(snap, "a_calls_total"), 300);
+  EXPECT_EQ(testing::Value(snap, "a_x_total"), 300 * 299 / 2);
+  EXPECT_EQ(testing::Value(snap, "all_calls_total"), 500);
   RemoveUnreferenced();
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
@@ -341,7 +341,7 @@ TEST(ProbesKernelTest, ReloadAfterTheBinaryWasReplacedProbesTheNewFile) {
     daemon.Stop();
     auto snap = daemon.Snapshot();
     ASSERT_NE(testing::FindSeries(snap, "calls_total"), nullptr);
-    EXPECT_EQ(testing::FindSeries(snap, "calls_total")->value, 70);
+    EXPECT_EQ(testing::Value(snap, "calls_total"), 70);
   }
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
   ::unlink(bin.c_str());
@@ -356,7 +356,7 @@ TEST(ProbesKernelTest, IfuncsAndOffsetsIntoFunctionsAreRefused) {
     auto cfg =
         ParseConfig(R"({"metrics": [{"name": "a_total", "type": "counter", "event": ")" + event + R"("}]})", "p.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
     return plan.ok() ? std::string("planned") : plan.status().message();
   };
   const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -397,7 +397,7 @@ TEST(ProbesKernelTest, MissingBinaryAndStrippedNamesAreClearErrors) {
   auto cfg = ParseConfig(
       R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:/nonexistent/tpe:main"}]})", "p.json");
   ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true);
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kNotFound) << plan.status().ToString();
   EXPECT_NE(plan.status().message().find("p.json: metrics[0].event"), std::string::npos) << plan.status().ToString();

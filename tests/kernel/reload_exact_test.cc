@@ -71,11 +71,11 @@ TEST_P(ReloadExactTest, ManyReloadsWhileCountingNeitherDoubleNorMiss) {
   child.RunToExit();
   daemon.Stop();
   auto snap = daemon.Snapshot();
-  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_reloads_total", {{"result", "success"}})->value, kReloads);
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_config_reloads_total", {{"result", "success"}}), kReloads);
   const SeriesSnapshot* sampled = FindSeries(snap, "calls_total", {{"comm", "tpe_rl_exact"}});
   ASSERT_NE(sampled, nullptr);
   EXPECT_EQ(sampled->value, kCalls);
-  EXPECT_EQ(FindSeries(snap, "counted_total")->value, kCalls);
+  EXPECT_EQ(testing::Value(snap, "counted_total"), kCalls);
   const SeriesSnapshot* latency = FindSeries(snap, "call_seconds");
   ASSERT_NE(latency, nullptr);
   EXPECT_EQ(latency->count, static_cast<uint64_t>(kCalls));

@@ -53,7 +53,7 @@ TEST(ReloadTest, KeepsUnchangedMetricsDropsRemovedStartsNew) {
   ASSERT_TRUE(daemon.Start().ok());
   ChildCalls(1000);
   auto before = daemon.Snapshot();  // scrapes see the reader's progress; Stop() at reload drains the rest
-  const double w_before = FindSeries(before, "w_total")->value;
+  const double w_before = testing::Value(before, "w_total");
   EXPECT_GE(w_before, 1000);
   ASSERT_NE(FindMetric(before, "y_total"), nullptr);
 
@@ -67,13 +67,13 @@ TEST(ReloadTest, KeepsUnchangedMetricsDropsRemovedStartsNew) {
   daemon.Stop();
   auto after = daemon.Snapshot();
   ASSERT_NE(FindSeries(after, "x_total", {{"comm", "tpe_reload"}}), nullptr);
-  EXPECT_EQ(FindSeries(after, "x_total", {{"comm", "tpe_reload"}})->value, 3000);  // not reset
+  EXPECT_EQ(testing::Value(after, "x_total", {{"comm", "tpe_reload"}}), 3000);  // not reset
   ASSERT_NE(FindSeries(after, "z_total", {{"comm", "tpe_reload"}}), nullptr);
-  EXPECT_EQ(FindSeries(after, "z_total", {{"comm", "tpe_reload"}})->value, 2000);  // new: from the reload on
+  EXPECT_EQ(testing::Value(after, "z_total", {{"comm", "tpe_reload"}}), 2000);  // new: from the reload on
   EXPECT_EQ(FindMetric(after, "y_total"), nullptr);                                // removed
-  EXPECT_GE(FindSeries(after, "w_total")->value, w_before + 2000);                 // counting mode continues
-  EXPECT_EQ(FindSeries(after, "tracepoint_exporter_config_last_reload_successful")->value, 1);
-  EXPECT_EQ(FindSeries(after, "tracepoint_exporter_config_reloads_total", {{"result", "success"}})->value, 1);
+  EXPECT_GE(testing::Value(after, "w_total"), w_before + 2000);                 // counting mode continues
+  EXPECT_EQ(testing::Value(after, "tracepoint_exporter_config_last_reload_successful"), 1);
+  EXPECT_EQ(testing::Value(after, "tracepoint_exporter_config_reloads_total", {{"result", "success"}}), 1);
 }
 
 TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
@@ -98,9 +98,9 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
   daemon.Stop();
   auto snap = daemon.Snapshot();
   ASSERT_NE(FindSeries(snap, "x_total", {{"comm", "tpe_reload"}}), nullptr);
-  EXPECT_EQ(FindSeries(snap, "x_total", {{"comm", "tpe_reload"}})->value, 1000);
-  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_last_reload_successful")->value, 0);
-  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_config_reloads_total", {{"result", "failure"}})->value, 3);
+  EXPECT_EQ(testing::Value(snap, "x_total", {{"comm", "tpe_reload"}}), 1000);
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_config_last_reload_successful"), 0);
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_config_reloads_total", {{"result", "failure"}}), 3);
 }
 
 // Issue 17 item 1: a bpf metric that fell back to perf at start (injected here: the first plan
@@ -118,7 +118,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "]}");
   auto config = LoadConfig(path);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"});
+  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"}, {}, testing::Probed());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ((*first)->engines[0], "perf");
   Pipeline pipeline(&*tracefs);
@@ -126,7 +126,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   ASSERT_TRUE(pipeline.Start().ok());
   ChildCalls(500);
   // Memory is available again: the same config now plans x_total on bpf.
-  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf());
+  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   ASSERT_EQ((*second)->engines[0], "bpf");
   Status st = pipeline.Reload(std::move(*second));

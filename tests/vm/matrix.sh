@@ -5,8 +5,12 @@
 # exact count through the daemon binary on engine perf and engine bpf (tests/vm/guest.sh).
 #   tests/vm/matrix.sh BUILD_DIR [METAPACKAGE...]
 # Default metapackages: linux-image-amd64 (6.1), linux-image-rt-amd64 (6.1 PREEMPT_RT),
-# linux-image-6.12-amd64. Kernels are resolved through the metapackage, fetched with
-# `apt-get download` and cached, extracted and depmod'ed, under TPE_VM_CACHE (~/.cache/tpe-vm).
+# linux-image-6.12-amd64. SUITE/METAPACKAGE resolves the metapackage in another suite of the same
+# Debian mirror: bullseye/linux-image-amd64 is Debian 11's 5.10 (the suite's own point release,
+# 5.10.223: the mirror here does not serve every bullseye-security kernel, the RT one among them),
+# through a private APT_CONFIG under the cache, so the host's apt state is untouched. Kernels are
+# resolved through the metapackage, fetched with `apt-get download` and cached, extracted and
+# depmod'ed, under TPE_VM_CACHE (~/.cache/tpe-vm).
 # Results come from a writable 9p share, never from qemu's exit code. A guest fails when a test
 # fails, when its kernel is tainted after the run or when its dmesg has a WARNING.
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
@@ -60,11 +64,42 @@ fi
 MODULES=(virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache
   9pnet 9pnet_virtio 9p overlay)
 
-# prepare_kernel METAPACKAGE: sets KVER and KDIR (extracted tree with vmlinuz, modules, initramfs).
+# suite_apt SUITE: a private apt configuration whose source is SUITE of the host's Debian mirror (its lists and cache under $CACHE/apt-SUITE; dpkg's status is only read).
+# Prints the APT_CONFIG path.
+suite_apt() {
+  local suite=$1 dir=$CACHE/apt-$1 mirror
+  mirror=$(grep -rhoE 'https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
+    head -1 | tr -d ' ')
+  mirror=${mirror:-http://deb.debian.org/debian}
+  mirror=${mirror%/}
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  cat >"$dir/sources.list" <<EOF
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main
+EOF
+  cat >"$dir/apt.conf" <<EOF
+Dir::State "$dir";
+Dir::State::lists "$dir/lists";
+Dir::State::status "/var/lib/dpkg/status";
+Dir::Cache "$dir/cache";
+Dir::Etc::SourceList "$dir/sources.list";
+Dir::Etc::SourceParts "/nonexistent";
+EOF
+  echo "$dir/apt.conf"
+}
+
+# prepare_kernel [SUITE/]METAPACKAGE: sets KVER and KDIR (extracted tree with vmlinuz, modules,
+# initramfs).
 prepare_kernel() {
-  local meta=$1 dep deb
-  if [[ ! -f "$CACHE/apt-updated" || -n $(find "$CACHE/apt-updated" -mmin +720) ]]; then
-    apt-get update -q >"$CACHE/apt.log" 2>&1 && touch "$CACHE/apt-updated"
+  local meta=$1 dep deb stamp=$CACHE/apt-updated
+  unset APT_CONFIG
+  if [[ $meta == */* ]]; then
+    APT_CONFIG=$(suite_apt "${meta%%/*}") || return 1
+    export APT_CONFIG
+    stamp=$CACHE/apt-${meta%%/*}/updated
+    meta=${meta#*/}
+  fi
+  if [[ ! -f "$stamp" || -n $(find "$stamp" -mmin +720) ]]; then
+    apt-get update -q >"$CACHE/apt.log" 2>&1 && touch "$stamp"
   fi
   # The metapackage depends on exactly one linux-image-<version>-<flavour> package.
   dep=$(apt-cache depends "$meta" 2>/dev/null | sed -n 's/^  Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -1)
@@ -131,10 +166,10 @@ summary=()
 for meta in "${KERNELS[@]}"; do
   KVER="" KDIR=""
   start=$(date +%s)
-  if ! prepare_kernel "$meta" >"$CACHE/prepare-$meta.log" 2>&1; then
-    cat "$CACHE/prepare-$meta.log"
+  if ! prepare_kernel "$meta" >"$CACHE/prepare-${meta//\//_}.log" 2>&1; then
+    cat "$CACHE/prepare-${meta//\//_}.log"
     [[ "${CI:-}" == true || "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && overall=1
-    summary+=("$meta: MISSING (kernel could not be fetched or prepared, see $CACHE/prepare-$meta.log)")
+    summary+=("$meta: MISSING (kernel could not be fetched or prepared, see $CACHE/prepare-${meta//\//_}.log)")
     continue
   fi
   if [[ -n "${TPE_VM_PREPARE_ONLY:-}" ]]; then
