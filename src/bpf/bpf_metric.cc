@@ -112,7 +112,6 @@ Status BpfMetric::Build(bool create) {
         return add("event", &spec_.end, EmitHistogram(s, fds));
       }
       case Kind::kLatency: {
-        in_place_ = GetLoadOptions().in_place_starts && start_key_.size == 0;
         for (size_t i = 0; i < spec_.starts.size(); ++i) {
           const BpfEndpoint& st = spec_.starts[i];
           LatencyStartShape s;
@@ -120,7 +119,6 @@ Status BpfMetric::Build(bool create) {
           s.probe = probe_of(st);
           s.match = st.match;
           s.labels = i == 0 ? start_key_ : *LayoutKey(st.labels);
-          s.in_place = in_place_;
           TPE_RETURN_IF_ERROR(add(i == 0 ? "start" : "start" + std::to_string(i), &st, EmitLatencyStart(s, fds)));
         }
         LatencyEndShape e;
@@ -131,7 +129,6 @@ Status BpfMetric::Build(bool create) {
         e.labels = key_;
         e.thresholds = thresholds_;
         e.timeout_ns = spec_.timeout_ns;
-        e.in_place = in_place_;
         return add("end", &spec_.end, EmitLatencyEnd(e, fds));
       }
     }
@@ -160,6 +157,16 @@ Status BpfMetric::Build(bool create) {
     TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_starts", match_bytes, start_value_bytes,
                                             static_cast<uint32_t>(spec_.max_inflight), BPF_F_NO_PREALLOC));
     fds.starts = starts_.get();
+    starts_map_ = std::make_unique<KernelMap>(starts_.get());
+    MapShape starts_shape;
+    starts_shape.key_size = match_bytes;
+    starts_shape.slots = start_value_bytes / 8;
+    starts_shape.max_entries = static_cast<uint32_t>(spec_.max_inflight);
+    const LoadOptions options = GetLoadOptions();
+    const auto mode = options.map_lookup_and_delete ? StartSweeper::Mode::kLookupAndDelete
+                      : options.map_batch_ops       ? StartSweeper::Mode::kBatch
+                                                    : StartSweeper::Mode::kCheckThenDelete;
+    start_sweeper_ = std::make_unique<StartSweeper>(starts_map_.get(), starts_shape, spec_.timeout_ns, mode);
   }
   std::vector<Program> loaded;
   const size_t count = programs_.size();
@@ -255,7 +262,11 @@ std::vector<BpfMetric::ProgramReport> BpfMetric::Programs() const {
     r.event = p.endpoint->event;
     r.runs = runs_in_value_ ? KeylessCount() : ReadStat(p.stats.get(), kRuns);
     r.kernel = ReadProgramStats(p.fd.get());
-    if (p.endpoint->probe) r.busy = ReadStat(p.stats.get(), kBusy);
+    if (p.endpoint->probe) {
+      r.probe = true;
+      r.busy = ReadStat(p.stats.get(), kBusy);
+      r.string_faults = ReadStat(p.stats.get(), kStringFaults);
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -291,8 +302,12 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
     const ProgramReport& p = reports[i];
     LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
     out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
-    out.push_back(
-        {"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses + p.busy)});
+    out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    if (p.probe) {
+      // Our own counts: exported on every kernel (the misses family is not before Linux 6.7).
+      out.push_back({"tracepoint_exporter_bpf_probe_busy_total", l, static_cast<double>(p.busy)});
+      out.push_back({"tracepoint_exporter_bpf_probe_string_faults_total", l, static_cast<double>(p.string_faults)});
+    }
     out.push_back(
         {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
     // Absent until a cost window has measured the program (never a false 0).
@@ -322,15 +337,19 @@ uint64_t BpfMetric::map_memory_bytes() const {
 uint64_t BpfMetric::unmatched(Reason r) const {
   const auto st = Stats();
   switch (r) {
-    case LatencyUnmatched::kReplaced:
-      return st[bpf::kReplaced];
+    case LatencyUnmatched::kReplaced: {
+      std::lock_guard<std::mutex> lock(mu_);
+      return st[bpf::kReplaced] + swept_.replaced;
+    }
     case LatencyUnmatched::kNoStart:
       return st[bpf::kNoStart];
-    case LatencyUnmatched::kTableFull:
-      return st[bpf::kTableFull];
+    case LatencyUnmatched::kTableFull: {
+      std::lock_guard<std::mutex> lock(mu_);
+      return st[bpf::kTableFull] + swept_.table_full;
+    }
     case LatencyUnmatched::kExpired: {
       std::lock_guard<std::mutex> lock(mu_);
-      return st[bpf::kExpired] + expired_;
+      return st[bpf::kExpired] + swept_.expired;
     }
     case LatencyUnmatched::kSeriesLimit:
       return st[bpf::kDropped];
@@ -341,7 +360,7 @@ uint64_t BpfMetric::unmatched(Reason r) const {
 
 size_t BpfMetric::inflight() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return inflight_;
+  return static_cast<size_t>(swept_.inflight);
 }
 
 std::pair<uint64_t, uint64_t> BpfMetric::series_removed() const {
@@ -422,39 +441,17 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   MapSeries::Removed removed;
   if (series_) removed = series_->Sweep(now_ns, idle_ns, dead);
   const uint64_t idle = removed.idle, gone = removed.exited;
-  // Latency starts older than the timeout: expired (the end program also refuses them).
-  uint64_t expired = 0;
-  size_t inflight = 0;
-  if (is_latency()) {
-    const uint64_t now = MonotonicNs();  // bpf_ktime_get_ns() is CLOCK_MONOTONIC
-    const uint32_t match_bytes = static_cast<uint32_t>(8 * spec_.end.match.size());
-    std::vector<char> value(8 + start_key_.MapKeySize());
-    KernelMap starts(starts_.get());
-    MapShape shape;
-    shape.key_size = match_bytes;
-    shape.slots = static_cast<uint32_t>(value.size() / 8);
-    shape.max_entries = static_cast<uint32_t>(spec_.max_inflight);
-    for (MapEntry& e : ReadMap(&starts, shape, &starts_batch_)) {
-      if (in_place_ && (e.value[0] & kConsumedBit) != 0) {
-        // Consumed by an end at that time: kept for the key's next start, until it is as old as
-        // the timeout (not counted: nothing was lost).
-        const uint64_t t = e.value[0] & ~kConsumedBit;
-        if (now > t && now - t > spec_.timeout_ns) starts.Delete(e.key.data());
-        continue;
-      }
-      const uint64_t t = e.value[0];
-      if (now > t && now - t > spec_.timeout_ns) {
-        if (starts.Delete(e.key.data()) == 0) ++expired;
-        continue;
-      }
-      ++inflight;
-    }
-  }
+  // Latency starts older than the timeout: taken out and counted (start_sweep.h); the end
+  // program refuses them too, and whichever takes one counts it.
+  StartSweepCounts swept;
+  if (start_sweeper_) swept = start_sweeper_->Sweep(MonotonicNs());  // bpf_ktime_get_ns: CLOCK_MONOTONIC
   std::lock_guard<std::mutex> lock(mu_);
   removed_idle_ += idle;
   removed_exited_ += gone;
-  expired_ += expired;
-  if (is_latency()) inflight_ = inflight;
+  swept_.expired += swept.expired;
+  swept_.replaced += swept.replaced;
+  swept_.table_full += swept.table_full;
+  swept_.inflight = swept.inflight;
 }
 
 }  // namespace tpe::bpf

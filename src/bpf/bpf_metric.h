@@ -35,6 +35,7 @@
 #include "bpf/map_series.h"
 #include "bpf/program_cost.h"
 #include "bpf/programs.h"
+#include "bpf/start_sweep.h"
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
 #include "collectors/label_set.h"
@@ -121,7 +122,9 @@ class BpfMetric : public Collector {
     std::string role, event;
     uint64_t runs = 0;
     ProgramStats kernel;
-    uint64_t busy = 0;  // probe programs: runs skipped preempting another run (kBusy; probe_record.h)
+    uint64_t busy = 0;           // probe programs: runs skipped preempting another run (kBusy; probe_record.h)
+    uint64_t string_faults = 0;  // probe programs: string arguments left empty (kStringFaults)
+    bool probe = false;          // a probe event's program (busy and string_faults apply)
   };
   std::vector<ProgramReport> Programs() const;
   // The generated instructions of each program, disassembled (for --print and tests).
@@ -165,11 +168,10 @@ class BpfMetric : public Collector {
 
   std::unique_ptr<MapSeries> series_;  // the values map's series, live and retired
   mutable std::mutex mu_;              // guards the counts below
-  uint64_t removed_idle_ = 0, removed_exited_ = 0, expired_ = 0;
-  size_t inflight_ = 0;
-  // Latency: the in-place shapes (programs.h; LoadOptions::in_place_starts and no start labels).
-  bool in_place_ = false;
-  bool starts_batch_ = true;  // sweep thread only: BPF_MAP_LOOKUP_BATCH on the starts map
+  uint64_t removed_idle_ = 0, removed_exited_ = 0;
+  StartSweepCounts swept_;                 // latency: the sweeps' expired, replaced and table_full; inflight: the last
+  std::unique_ptr<KernelMap> starts_map_;  // latency: the starts map, for start_sweeper_
+  std::unique_ptr<StartSweeper> start_sweeper_;  // latency; sweep thread only
 };
 
 }  // namespace tpe::bpf

@@ -2,6 +2,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
@@ -45,11 +46,15 @@ Status BpfError(int err, const std::string& what) {
   return BpfErrnoStatus(err, what, (err == EPERM || err == EACCES) && Privileged(), GetLoadOptions().memlock_charged);
 }
 
-// The injected errno for `call`, or 0.
+// The injected errno for `call`, kInjectSuccess, or 0 (make the call).
 int Injected(const BpfCall& call) {
   std::lock_guard<std::mutex> lock(mu);
   return fault_hook != nullptr ? (*fault_hook)(call) : 0;
 }
+
+// An fd standing for an object an injected success created (/dev/null: closing it is all the
+// probes do).
+int FakeFd() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 // bpf_prog_load() through the fault seam: the fd or -errno.
 // BPF_PROG_TYPE_KPROBE programs carry the running kernel's version: kernels before 5.0 refused
@@ -69,7 +74,11 @@ int ProgLoad(const std::string& name, const std::vector<bpf_insn>& insns, bpf_pr
   call.name = name;
   call.insns = &insns;
   call.prog_type = type;
-  if (int err = Injected(call); err != 0) return -err;
+  if (int err = Injected(call); err == kInjectSuccess) {
+    return FakeFd();
+  } else if (err != 0) {
+    return -err;
+  }
   LIBBPF_OPTS(bpf_prog_load_opts, plain);
   if (opts == nullptr) opts = &plain;
   if (type == BPF_PROG_TYPE_KPROBE) opts->kern_version = KernelVersionCode();
@@ -161,6 +170,8 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
   f.runtime_alloc_safe = at_least(6, 1) && !f.preempt_rt;
   f.memlock_charged = !at_least(5, 11);
   f.atomic_xchg = at_least(5, 12);
+  f.map_batch_ops = at_least(5, 6);
+  f.map_lookup_and_delete = at_least(5, 14);
   return f;
 }
 
@@ -185,10 +196,75 @@ BpfFeatures ProbeBpfFeatures() {
   std::string realtime;
   std::ifstream rt("/sys/kernel/realtime");
   std::getline(rt, realtime);
-  BpfFeatures f = BpfFeaturesFromUname(u.release, u.version, realtime);
-  // Each probe program uses one feature, which the verifier refuses with EINVAL when the kernel
-  // lacks it (an unknown helper id or atomic op). A backport can make the version wrong in either
-  // direction; the load decides when it can.
+  return ProbeBpfFeatures(u.release, u.version, realtime);
+}
+
+namespace {
+
+// A map command on a 1-entry hash map (key and value u32/u64) through the fault seam: the
+// command's result (0 or -errno), or 1 when it could not be tried (the map was not created).
+int ProbeMapCommand(int cmd) {
+  auto map = CreateMap(BPF_MAP_TYPE_HASH, "tpe_probe_cmd", 4, 8, 1);
+  if (!map.ok()) return 1;
+  BpfCall call;
+  call.cmd = cmd;
+  call.name = "tpe_probe_cmd";
+  call.map_type = BPF_MAP_TYPE_HASH;
+  if (int err = Injected(call); err == kInjectSuccess) {
+    return 0;
+  } else if (err != 0) {
+    return -err;
+  }
+  uint32_t key = 0;
+  uint64_t value = 0;
+  errno = 0;
+  int r = 0;
+  if (cmd == BPF_MAP_LOOKUP_AND_DELETE_ELEM) {
+    r = bpf_map_lookup_and_delete_elem(map->get(), &key, &value);
+  } else {
+    uint32_t count = 1;
+    uint64_t out_batch = 0;
+    r = bpf_map_lookup_and_delete_batch(map->get(), nullptr, &out_batch, &key, &value, &count, nullptr);
+  }
+  return r < 0 ? (errno != 0 ? -errno : r) : 0;
+}
+
+// Whether a map command exists for hash maps: an empty map answers ENOENT (or 0) where it does,
+// EINVAL (an unknown command) or ENOTSUPP (524: known, not for this map type) where it does not.
+// Anything else (EPERM) leaves *feature as it was.
+void DecideByMapCommand(int cmd, bool* feature) {
+  const int r = ProbeMapCommand(cmd);
+  if (r == 0 || r == -ENOENT) {
+    *feature = true;
+  } else if (r == -EINVAL || r == -524 || r == -EOPNOTSUPP) {
+    *feature = false;
+  }
+}
+
+// Whether creating a map is charged to RLIMIT_MEMLOCK (before Linux 5.11; from 5.11 to the memory
+// cgroup, kernel commit 3ac1f01b43b6 "bpf: Eliminate rlimit-based memory accounting for bpf maps"):
+// a 1-entry array created under a soft limit of 0 is refused with EPERM where it is charged. The
+// limit is restored at once. Anything else leaves *charged as it was.
+void DecideMemlockCharged(bool* charged) {
+  rlimit old{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &old) != 0) return;
+  rlimit zero{0, old.rlim_max};
+  if (::setrlimit(RLIMIT_MEMLOCK, &zero) != 0) return;
+  auto map = CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_probe_mlock", 4, 8, 1);
+  ::setrlimit(RLIMIT_MEMLOCK, &old);
+  if (map.ok()) {
+    *charged = false;
+  } else if (map.status().code() == StatusCode::kPermissionDenied && Privileged()) {
+    *charged = true;
+  }
+}
+
+}  // namespace
+
+BpfFeatures ProbeBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime) {
+  BpfFeatures f = BpfFeaturesFromUname(release, version, realtime);
+  // Each probe does what the engine will do, and the kernel's refusal decides: a backport can
+  // make the version wrong in either direction.
   Assembler a;
   a.MovReg(R1, R10);
   a.Alu(BPF_ADD, R1, -8);
@@ -205,6 +281,9 @@ BpfFeatures ProbeBpfFeatures() {
   x.Mov(R0, 0);
   x.Exit();
   DecideByLoad("tpe_probe_xchg", x.Finish(), &f.atomic_xchg);
+  DecideByMapCommand(BPF_MAP_LOOKUP_AND_DELETE_ELEM, &f.map_lookup_and_delete);
+  DecideByMapCommand(BPF_MAP_LOOKUP_AND_DELETE_BATCH, &f.map_batch_ops);
+  DecideMemlockCharged(&f.memlock_charged);
   if (f.memlock_charged) {
     rlimit inf{RLIM_INFINITY, RLIM_INFINITY};
     if (::setrlimit(RLIMIT_MEMLOCK, &inf) == 0) {
@@ -251,8 +330,9 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
   call.map_type = type;
   call.map_flags = flags;
   const int injected = Injected(call);
-  int fd =
-      injected != 0 ? -injected : bpf_map_create(type, short_name.c_str(), key_size, value_size, max_entries, &opts);
+  int fd = injected == kInjectSuccess ? FakeFd()
+           : injected != 0            ? -injected
+                           : bpf_map_create(type, short_name.c_str(), key_size, value_size, max_entries, &opts);
   if (fd < 0) {
     return BpfError(-fd, "creating BPF map " + short_name + " (key " + std::to_string(key_size) + " bytes, value " +
                              std::to_string(value_size) + " bytes, " + std::to_string(max_entries) + " entries)");

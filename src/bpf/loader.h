@@ -54,17 +54,34 @@ struct BpfFeatures {
   // cgroup). ProbeBpfFeatures then raises RLIMIT_MEMLOCK to infinity when allowed.
   bool memlock_charged = false;
   // BPF_ATOMIC BPF_XCHG (Linux 5.12, kernel commit 5ffa25502b5a "bpf: Add instructions for
-  // atomic_[cmp]xchg"): latency starts are then claimed and rewritten in place (programs.h).
+  // atomic_[cmp]xchg"): probe programs take their record's guard with it (probe_record.h).
   bool atomic_xchg = true;
+  // BPF_MAP_LOOKUP_AND_DELETE_ELEM on hash maps (Linux 5.14, kernel commit 3e87f192b405 "bpf:
+  // Add lookup_and_delete_elem support to hashtab"): the sweeps take exactly the entries they
+  // remove (start_sweep.h, map_series.h).
+  bool map_lookup_and_delete = true;
+  // BPF_MAP_LOOKUP_BATCH and BPF_MAP_LOOKUP_AND_DELETE_BATCH on hash maps (Linux 5.6, kernel
+  // commit 057996380a42 "bpf: Add batch ops to all htab bpf map").
+  bool map_batch_ops = true;
   std::string memlock_note;  // what was done about RLIMIT_MEMLOCK ("" when not charged)
 };
-// uname(2), /sys/kernel/realtime, a helper probe (a tiny program calling
-// probe_read_kernel_str: the verifier refuses an unknown helper with EINVAL) and, when memlock is
-// charged, setrlimit(RLIMIT_MEMLOCK). Never fails; a probe that cannot decide (EPERM) assumes
-// the feature is present.
+// uname(2), /sys/kernel/realtime, and probes that do what the engine will do, each through the
+// fault seam below: a tiny program calling probe_read_kernel_str (the verifier refuses an unknown
+// helper with EINVAL), one with BPF_XCHG (EINVAL), the two map commands on a 1-entry hash map
+// (EINVAL/ENOTSUPP where the kernel lacks them for hash maps), whether a map is charged to
+// RLIMIT_MEMLOCK (a 1-entry map created under a soft limit of 0: EPERM where it is charged), and
+// on PREEMPT_RT whether a tracing program may use a map allocating at run time (the verifier
+// refuses it there before 6.1; on other kernels before 6.1 it loads with a WARN that taints the
+// kernel, so there the version decides). When memlock is charged, setrlimit(RLIMIT_MEMLOCK).
+// Never fails; a probe that cannot decide (EPERM) leaves the version's answer.
 BpfFeatures ProbeBpfFeatures();
+// The same for a given uname -r, uname -v and /sys/kernel/realtime content (tests: a fleet
+// kernel's answers come through the fault seam).
+BpfFeatures ProbeBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime);
 // The pure part: the facts that follow from a release ("5.10.0-28-amd64"), a version string
-// (uname -v) and /sys/kernel/realtime's content ("" when absent).
+// (uname -v) and /sys/kernel/realtime's content ("" when absent): the answer where no probe can
+// decide (runtime_alloc_safe, tracepoint_misses: the kernel sources' versions), and the fallback
+// of every probe that cannot (EPERM).
 BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& version, const std::string& realtime);
 
 // How maps are created and programs loaded, chosen by the plan from BpfFeatures and set before
@@ -80,13 +97,13 @@ struct LoadOptions {
   // BPF memory is charged to RLIMIT_MEMLOCK (BpfFeatures::memlock_charged): an EPERM while
   // CAP_BPF/CAP_SYS_ADMIN are held is reported as RLIMIT_MEMLOCK (BpfErrnoStatus).
   bool memlock_charged = false;
-  // Latency metrics whose start carries no labels keep their start entries and claim them with
-  // BPF_XCHG (programs.h "in place"): no element allocated or freed per pair. Needs
-  // BpfFeatures::atomic_xchg.
-  bool in_place_starts = false;
   // BPF_XCHG is available (BpfFeatures::atomic_xchg): probe programs take their record's guard
   // with it (probe_record.h).
   bool atomic_xchg = false;
+  // How sweeps take entries out of hash maps (BpfFeatures::map_lookup_and_delete,
+  // map_batch_ops; start_sweep.h).
+  bool map_lookup_and_delete = false;
+  bool map_batch_ops = false;
 };
 void SetLoadOptions(const LoadOptions& options);
 LoadOptions GetLoadOptions();
@@ -102,11 +119,16 @@ std::string BpfObjectName(const std::string& name);
 Status BpfErrnoStatus(int err, const std::string& what, bool privileged, bool memlock_charged);
 
 // The fault seam for kernels we cannot boot: while set, every bpf() call this file makes
-// (CreateMap, LoadTracepointProgram, the probes) first calls `fault(call)`; a nonzero return is
-// taken as that call's errno and the syscall is not made. nullptr clears it. Process-wide; set
-// only while no other thread creates maps or loads programs (tests).
+// (CreateMap, LoadTracepointProgram, the probes) first calls `fault(call)`; a positive return is
+// taken as that call's errno and the syscall is not made; kInjectSuccess makes the call succeed
+// without the syscall (a create or load then returns an fd of /dev/null, which is only ever
+// closed: for tests of the probes, which never use what they created); 0 makes the real call.
+// nullptr clears it. Process-wide; set only while no other thread creates maps or loads programs
+// (tests).
 struct BpfCall {
-  int cmd = 0;  // BPF_MAP_CREATE or BPF_PROG_LOAD
+  // BPF_MAP_CREATE, BPF_PROG_LOAD, or the feature probes' BPF_MAP_LOOKUP_AND_DELETE_ELEM and
+  // BPF_MAP_LOOKUP_AND_DELETE_BATCH
+  int cmd = 0;
   std::string name;
   bpf_map_type map_type = BPF_MAP_TYPE_UNSPEC;     // BPF_MAP_CREATE
   uint32_t map_flags = 0;                          // BPF_MAP_CREATE
@@ -115,6 +137,7 @@ struct BpfCall {
   bool CallsHelper(int helper) const;              // BPF_PROG_LOAD: some insn calls BPF_FUNC_<helper>
 };
 using BpfFault = std::function<int(const BpfCall& call)>;
+inline constexpr int kInjectSuccess = -1;
 void SetBpfFaultForTesting(BpfFault fault);
 
 // bpf_map_create(). `name` is made a BpfObjectName. Sizes in bytes. With

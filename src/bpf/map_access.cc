@@ -40,6 +40,16 @@ int KernelMap::LookupBatch(const void* in_batch, void* out_batch, void* keys, vo
       bpf_map_lookup_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count, /*opts=*/nullptr));
 }
 
+int KernelMap::Update(const void* key, const void* value, uint64_t flags) {
+  errno = 0;
+  return Result(bpf_map_update_elem(fd_, key, value, flags));
+}
+int KernelMap::LookupAndDeleteBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) {
+  errno = 0;
+  return Result(bpf_map_lookup_and_delete_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count,
+                                                /*opts=*/nullptr));
+}
+
 uint64_t MapMemoryBytes(int fd) {
   auto text = ReadFileToString("/proc/self/fdinfo/" + std::to_string(fd));
   if (!text.ok()) return 0;

@@ -2,8 +2,9 @@
 // so that tests can replay what other CPUs and processes do to the map between two syscalls.
 //
 // MapAccess is the bpf(2) commands we use (include/uapi/linux/bpf.h; libbpf's bpf.h wrappers):
-//   BPF_MAP_GET_NEXT_KEY, BPF_MAP_LOOKUP_ELEM, BPF_MAP_DELETE_ELEM,
-//   BPF_MAP_LOOKUP_AND_DELETE_ELEM (hash maps since 5.14) and BPF_MAP_LOOKUP_BATCH (5.6).
+//   BPF_MAP_GET_NEXT_KEY, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM,
+//   BPF_MAP_LOOKUP_AND_DELETE_ELEM (hash maps since 5.14), BPF_MAP_LOOKUP_BATCH and
+//   BPF_MAP_LOOKUP_AND_DELETE_BATCH (5.6).
 // Each returns 0 or a negative errno, as the kernel does.
 //
 // ReadMap() reads every entry exactly once, whatever deletes happen meanwhile:
@@ -31,6 +32,9 @@ class MapAccess {
   // `value`: value_size bytes, or one 8-byte-rounded value per possible CPU for per-CPU maps.
   virtual int Lookup(const void* key, void* value) = 0;
   virtual int Delete(const void* key) = 0;
+  // `flags`: BPF_ANY, BPF_NOEXIST (-EEXIST when the key is there) or BPF_EXIST. -E2BIG when the
+  // map is full, -ENOMEM when the kernel cannot allocate the element.
+  virtual int Update(const void* key, const void* value, uint64_t flags) = 0;
   // The value, and the entry unlinked, in one command. -EINVAL/-ENOTSUPP/-EOPNOTSUPP where the
   // kernel does not have it for this map type.
   virtual int LookupAndDelete(const void* key, void* value) = 0;
@@ -38,6 +42,10 @@ class MapAccess {
   // the number returned and `out_batch` to the next position (8 bytes). -ENOENT: the walk is done
   // (*count entries were still returned); -ENOSPC: one bucket holds more than *count entries.
   virtual int LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) = 0;
+  // As LookupBatch, and every entry returned is unlinked under its bucket's lock in the same
+  // command (htab_map_lookup_and_delete_batch: a whole bucket at a time).
+  virtual int LookupAndDeleteBatch(const void* in_batch, void* out_batch, void* keys, void* values,
+                                   uint32_t* count) = 0;
 };
 
 // The map behind a map fd, through libbpf. Does not own the fd.
@@ -49,6 +57,8 @@ class KernelMap : public MapAccess {
   int Delete(const void* key) override;
   int LookupAndDelete(const void* key, void* value) override;
   int LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) override;
+  int Update(const void* key, const void* value, uint64_t flags) override;
+  int LookupAndDeleteBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) override;
 
  private:
   int fd_;

@@ -63,6 +63,8 @@ class FakeMap : public MapAccess {
     if (r == 0) entries.erase(std::string(static_cast<const char*>(key), 8));
     return r;
   }
+  int Update(const void*, const void*, uint64_t) override { return -EINVAL; }  // sweeps of series never update
+  int LookupAndDeleteBatch(const void*, void*, void*, void*, uint32_t*) override { return -EINVAL; }
   int LookupBatch(const void* in, void* out, void* keys, void* values, uint32_t* count) override {
     ++batch_calls;
     if (!batch) return -EINVAL;

@@ -60,6 +60,7 @@ StatusOr<ProbeRecord> BuildProbeRecord(const std::vector<std::pair<std::string, 
     ProbeFetch p;
     p.field = field;
     p.string = bytes == 0;
+    p.user_memory = user || type == "ustring";
     std::string reg;
     if (place == "$retval") {
       reg = "ax";
@@ -101,8 +102,33 @@ StatusOr<ProbeRecord> BuildProbeRecord(const std::vector<std::pair<std::string, 
   return r;
 }
 
+std::vector<std::string> ProbeRecord::UserStringFields() const {
+  std::vector<std::string> out;
+  for (const ProbeFetch& p : fetches) {
+    if (p.string && p.user_memory) out.push_back(p.field);
+  }
+  return out;
+}
+
+namespace {
+// Adds 1 to slot `slot` of the per-CPU stats array `stats_fd` (atomic: a probe program may be
+// preempted). Uses the stack bytes at R10 + index_off; clobbers R0-R2.
+void CountStat(Assembler* a, int stats_fd, uint32_t slot, int16_t index_off) {
+  Label out = a->NewLabel();
+  a->StoreImm(4, R10, index_off, static_cast<int32_t>(slot));
+  a->LoadMapFd(R1, stats_fd);
+  a->MovReg(R2, R10);
+  a->Alu(BPF_ADD, R2, index_off);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JEQ, R0, 0, out);
+  a->Mov(R1, 1);
+  a->AtomicAdd64(R0, 0, R1);
+  a->Bind(out);
+}
+}  // namespace
+
 void EmitProbeRecord(Assembler* a, const ProbeRecord& r, int record_fd, int stats_fd, uint32_t busy_slot,
-                     int16_t index_off) {
+                     uint32_t fault_slot, int16_t index_off) {
   a->MovReg(R7, R1);
   a->StoreImm(4, R10, index_off, 0);
   a->LoadMapFd(R1, record_fd);
@@ -125,24 +151,17 @@ void EmitProbeRecord(Assembler* a, const ProbeRecord& r, int record_fd, int stat
     a->StoreImm(8, R6, 0, 1);
     a->Goto(acquired);
   }
-  a->Bind(busy);  // another run of this program on this CPU holds the record
-  a->StoreImm(4, R10, index_off, static_cast<int32_t>(busy_slot));
-  a->LoadMapFd(R1, stats_fd);
-  a->MovReg(R2, R10);
-  a->Alu(BPF_ADD, R2, index_off);
-  a->Call(BPF_FUNC_map_lookup_elem);
-  a->Jump(BPF_JEQ, R0, 0, out);
-  a->Mov(R1, 1);
-  a->AtomicAdd64(R0, 0, R1);  // the holder may be preempted inside a plain add elsewhere
+  a->Bind(busy);                                 // another run of this program on this CPU holds the record
+  CountStat(a, stats_fd, busy_slot, index_off);  // atomic: the holder may be preempted inside a plain add
   a->Bind(out);
   a->Mov(R0, 1);
   a->Exit();
 
   a->Bind(acquired);
   a->Mov(R8, static_cast<int32_t>(r.fixed));  // where the next string goes
-  const int read = r.user ? BPF_FUNC_probe_read_user : BPF_FUNC_probe_read_kernel;
-  const int read_str = r.user ? BPF_FUNC_probe_read_user_str : BPF_FUNC_probe_read_kernel_str;
   for (const ProbeFetch& p : r.fetches) {
+    const int read = p.user_memory ? BPF_FUNC_probe_read_user : BPF_FUNC_probe_read_kernel;
+    const int read_str = p.user_memory ? BPF_FUNC_probe_read_user_str : BPF_FUNC_probe_read_kernel_str;
     if (p.string) {
       Label fault = a->NewLabel(), done = a->NewLabel();
       a->Load(8, R3, R7, static_cast<int16_t>(p.reg_offset));
@@ -162,6 +181,7 @@ void EmitProbeRecord(Assembler* a, const ProbeRecord& r, int record_fd, int stat
       a->Bind(fault);  // the kernel: length 0 at the current offset
       a->MovReg(R1, R8);
       StoreField(a, p.offset, 4, R1);
+      CountStat(a, stats_fd, fault_slot, index_off);
       a->Bind(done);
     } else if (p.memory) {
       a->Load(8, R3, R7, static_cast<int16_t>(p.reg_offset));

@@ -59,12 +59,21 @@ struct ProbeFetch {
   uint32_t reg_offset = 0;  // the base register's offset in pt_regs ($retval: ax)
   bool memory = false;      // read at register + disp ("+112(%sp)"), not the register itself
   int32_t disp = 0;
-  bool string = false;            // ustring/string: a __data_loc string at register + disp
+  bool string = false;  // ustring/string: a __data_loc string at register + disp
+  // The string or memory operand is in user memory: every fetch of a uprobe's, and a kprobe's
+  // `ustring` (a user pointer passed to the kernel, e.g. a syscall's path); read with
+  // bpf_probe_read_user(_str) (since 5.5 a user address read as kernel memory fails on x86).
+  bool user_memory = false;
   uint32_t offset = 0, size = 8;  // the field in the record (size 4 for a __data_loc word)
 };
 
 struct ProbeRecord {
   bool user = true;  // memory operands and strings are in the probed process (uprobes)
+  // The fields whose value is a string read from user memory (ProbeFetch::user_memory): where
+  // its page is not resident, bpf_probe_read_user_str fails (a BPF program cannot fault a page
+  // in) while the kernel's own fetch for the perf engine (trace_uprobe.c fetch_store_string,
+  // strncpy_from_user) faults it in and reads it. Such a read counts kStringFaults.
+  std::vector<std::string> UserStringFields() const;
   std::vector<ProbeFetch> fetches;
   uint32_t fixed = 0;        // bytes of the fixed part: strings start here
   uint32_t size = 0;         // bytes of the record map's value (fixed + a slot per string, 8-aligned)
@@ -80,12 +89,13 @@ StatusOr<ProbeRecord> BuildProbeRecord(const std::vector<std::pair<std::string, 
                                        const EventFormat& format, bool user);
 
 // Emits the prologue of a probe program: R7 = ctx (pt_regs), R6 = the record (entry 0 of the
-// per-CPU array `record_fd`, value size r.size), the guard taken (a busy run counts kBusy in
-// `stats_fd` with slot index `busy_slot` and exits returning 1), and the record filled in.
+// per-CPU array `record_fd`, value size r.size), the guard taken (a busy run counts slot
+// `busy_slot` of `stats_fd` and exits returning 1), and the record filled in (a string that
+// cannot be read is left empty, as the kernel leaves it, and counts slot `fault_slot`).
 // Clobbers R0-R5, R7 and R8; R6 stays the record until the exit. Uses the 8 stack bytes at
 // R10 + index_off as the lookup key.
 void EmitProbeRecord(Assembler* a, const ProbeRecord& r, int record_fd, int stats_fd, uint32_t busy_slot,
-                     int16_t index_off);
+                     uint32_t fault_slot, int16_t index_off);
 // Emits the release of the guard (before every exit of a probe program that took it).
 void EmitProbeRecordRelease(Assembler* a);
 

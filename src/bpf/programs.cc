@@ -159,7 +159,7 @@ void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
 Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, const FilterExpr* filter,
                     Label filtered, bool count_runs = true) {
   if (probe != nullptr) {
-    EmitProbeRecord(a, *probe, maps.record, maps.stats, kBusy, kIndexOff);
+    EmitProbeRecord(a, *probe, maps.record, maps.stats, kBusy, kStringFaults, kIndexOff);
   } else {
     a->MovReg(R6, R1);
   }
@@ -541,7 +541,7 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
 
 namespace {
 
-// The beginning of both end shapes: the prologue, R9 = now (ns), the match key, and its start
+// The beginning of the end shape: the prologue, R9 = now (ns), the match key, and its start
 // looked up: to `found` with R0 = the start's value, else on (no start).
 Status EmitEndLookup(Assembler* a, const MapFds& maps, const LatencyEndShape& s, Label filtered, Label found) {
   TPE_RETURN_IF_ERROR(EmitPrologue(a, maps, s.probe, s.filter, filtered));
@@ -564,7 +564,7 @@ void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags) {
   CallMapUpdate(a);
 }
 
-// The end of both start shapes: the labels `nomem` and `full` count kNoMemory and kTableFull,
+// The end of the start shape: the labels `nomem` and `full` count kNoMemory and kTableFull,
 // then `out` and `filtered` return (releasing a probe program's record).
 StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, const ProbeRecord* probe, Label nomem,
                                             Label full, Label out, Label filtered) {
@@ -579,91 +579,10 @@ StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, co
   return a->Finish();
 }
 
-// The in-place start (programs.h): lookup and xchg; insert only a new key.
-StatusOr<std::vector<bpf_insn>> EmitLatencyStartInPlace(const LatencyStartShape& s, const MapFds& maps) {
-  if (s.labels.size != 0) return Unimplemented("in-place latency starts carry no labels");
-  Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
-  EmitMatchKey(&a, s.match);
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.MovReg(R9, R0);
-  // Twice: an insert refused with EEXIST lost a race with another CPU's insert of the key, whose
-  // entry the second lookup finds.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    Label insert = a.NewLabel(), replaced = a.NewLabel();
-    a.LoadMapFd(R1, maps.starts);
-    StackPtr(&a, R2, kMatchOff);
-    a.Call(BPF_FUNC_map_lookup_elem);
-    a.Jump(BPF_JEQ, R0, 0, insert);
-    a.MovReg(R1, R9);
-    a.AtomicXchg64(R0, 0, R1);  // R1 = the old value
-    a.Jump(BPF_JSGE, R1, 0, replaced);
-    a.Goto(out);  // it was consumed: a fresh start
-    a.Bind(replaced);
-    EmitStat(&a, maps, kReplaced);
-    a.Goto(out);
-    a.Bind(insert);
-    a.Store(8, R10, kStartValOff, R9);
-    a.StoreImm(8, R10, kKeyOff, 0);  // the value's (unused) 8-byte label slot
-    EmitStartUpdate(&a, maps, BPF_NOEXIST);
-    a.Jump(BPF_JEQ, R0, 0, out);
-    a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-    if (attempt == 1) break;
-    a.Jump(BPF_JNE, R0, -EEXIST, full);
-  }
-  a.Goto(full);
-  return FinishStart(&a, maps, s.probe, nomem, full, out, filtered);
-}
-
-// The in-place end (programs.h): lookup, xchg in the consumed bit, observe what it took.
-StatusOr<std::vector<bpf_insn>> EmitLatencyEndInPlace(const LatencyEndShape& s, const MapFds& maps) {
-  if (s.start_label_bytes != 0) return Unimplemented("in-place latency starts carry no labels");
-  Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), no_start = a.NewLabel();
-  Label forward = a.NewLabel(), in_time = a.NewLabel(), consumed = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));
-  a.Bind(no_start);
-  EmitStat(&a, maps, kNoStart);
-  a.Goto(out);
-  a.Bind(found);
-  a.LoadImm64(R1, kConsumedBit);
-  a.AluReg(BPF_OR, R1, R9);
-  a.AtomicXchg64(R0, 0, R1);  // R1 = the start, or a consumed mark
-  a.Jump(BPF_JSLT, R1, 0, consumed);
-  a.MovReg(R7, R9);
-  a.AluReg(BPF_SUB, R7, R1);  // now - start: ns
-  a.Jump(BPF_JSGE, R7, 0, forward);
-  a.Mov(R7, 0);  // a start stamped on another CPU a hair later than this end
-  a.Bind(forward);
-  a.LoadImm64(R1, s.timeout_ns);
-  a.JumpReg(BPF_JLE, R7, R1, in_time);
-  // Expired: whoever deletes it counts it (this end, or a sweep that found it first).
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_delete_elem);
-  a.Jump(BPF_JNE, R0, 0, out);
-  EmitStat(&a, maps, kExpired);
-  a.Goto(out);
-  a.Bind(consumed);  // a forward jump: no back-edge for verifiers that refuse them
-  EmitStat(&a, maps, kNoStart);
-  a.Goto(out);
-  a.Bind(in_time);
-  a.ZeroStack(kKeyOff, std::max<uint32_t>(8, Align8(s.labels.size)));
-  EmitKey(&a, s.labels, kKeyOff);
-  EmitFindHistogram(&a, maps, out);
-  EmitObserve(&a, s.thresholds, false);
-  a.Bind(out);
-  a.Bind(filtered);
-  EmitReturn(&a, s.probe);
-  return a.Finish();
-}
-
 }  // namespace
 
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps) {
   TPE_RETURN_IF_ERROR(CheckMatch(s.match));
-  if (s.in_place) return EmitLatencyStartInPlace(s, maps);
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
@@ -702,7 +621,6 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
     return Unimplemented("labels of " + std::to_string(s.start_label_bytes + s.labels.size) +
                          " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
   }
-  if (s.in_place) return EmitLatencyEndInPlace(s, maps);
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));

@@ -14,21 +14,20 @@
 //   latency     start: match key → hash of {u64 start ns (bpf_ktime_get_ns), start labels},
 //               inserted with BPF_NOEXIST; a pending start is replaced with map_update_elem
 //               (BPF_EXIST), never rewritten in place, so an end on another CPU reads either the
-//               old start or the new one, whole (htab_map_update_elem swaps elements under RCU);
+//               old start or the new one, whole (htab_map_update_elem swaps elements; a map
+//               allocating at run time frees the old one after an RCU grace period, while a
+//               preallocated map may reuse it at once: an end that looked the old element up a
+//               few instructions before the swap can then observe with another start's time —
+//               the counts stay exact, that one value is off);
 //               end: look the match key up, delete it, and observe now - start (ns) into a
 //               histogram map keyed by start labels ++ end labels only when that delete
 //               returned 0 — of two ends racing on two CPUs for one start, exactly one observes
-//               (the other counts kNoStart)
-//   latency, in place (LatencyStartShape::in_place; start without labels, Linux 5.12 BPF_XCHG):
-//               the start entry is a single u64 and stays in the map across pairs. start: look
-//               the match key up and xchg the start time in (the old value, when a pending start,
-//               counts kReplaced); only a new key inserts (BPF_NOEXIST). end: look it up and
-//               xchg in kConsumedBit | now: the end that takes a pending start observes it, any
-//               other (a second end, or one on another CPU) reads the consumed bit and counts
-//               kNoStart. No element is allocated or freed per pair. An expired start is deleted
-//               by the end, which counts kExpired only when its delete returned 0 (the sweep that
-//               deletes it first counts it instead). Consumed entries are deleted by the sweep
-//               once older than the timeout (BpfMetric::Sweep).
+//               (the other counts kNoStart).
+//               Entries leave the starts map only whole: by an end's delete (whose result
+//               says which end owns the start), or by the user-space sweep of expired starts,
+//               which takes them atomically (start_sweep.h). No program writes through a pointer
+//               into an element another CPU or the sweep may delete (an element freed into a
+//               preallocated map's free list is reused at once: hashtab.c free_htab_elem).
 // Keys: a char-array label is copied up to its first NUL (the bytes after it stay zero, so stale
 // tails never split a series); a __data_loc string is read for at most the length its
 // __data_loc word gives (high 16 bits; offset in the low 16), as the perf engine's decoder.
@@ -78,6 +77,8 @@ enum Stat : uint32_t {
                   // not a cardinality drop, so counted apart from kDropped and kTableFull
   kBusy,          // probe programs: the run preempted another run of the program on its CPU
                   // and skipped (probe_record.h "The guard")
+  kStringFaults,  // probe programs: a string argument could not be read (probe_record.h
+                  // UserStringFields: a page not resident, or a bad pointer) and was left empty
   kStatCount,
 };
 
@@ -155,15 +156,11 @@ struct HistogramShape {
   FieldRef value;
   std::vector<uint64_t> thresholds;  // Thresholds(); n = size()
 };
-// Bit 63 of an in-place start entry: consumed by an end at the time in the low 63 bits (ns).
-inline constexpr uint64_t kConsumedBit = uint64_t{1} << 63;
-
 struct LatencyStartShape {
   const FilterExpr* filter = nullptr;
   const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   std::vector<FieldRef> match;         // the match key's fields, 8 bytes each
   KeyLayout labels;                    // start labels, stored beside the start time
-  bool in_place = false;               // the in-place shape: needs labels.size == 0 and BPF_XCHG (5.12)
 };
 struct LatencyEndShape {
   const FilterExpr* filter = nullptr;
@@ -173,7 +170,6 @@ struct LatencyEndShape {
   KeyLayout labels;                  // end labels, after them in the key
   std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;           // older starts are expired, not observed
-  bool in_place = false;             // the in-place shape: needs start_label_bytes == 0
 };
 
 // Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without
@@ -183,8 +179,8 @@ struct LatencyEndShape {
 bool CountsRuns(const CounterShape& s);
 bool CountsRuns(const HistogramShape& s);
 
-// Each returns the program, or Unimplemented (the filter or a field cannot be compiled, or an
-// in-place latency shape with start labels; the message says which) or Internal.
+// Each returns the program, or Unimplemented (the filter or a field cannot be compiled; the
+// message says which) or Internal.
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps);

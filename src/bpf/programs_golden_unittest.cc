@@ -138,20 +138,18 @@ TEST(ProgramsGoldenTest, EnterExitLatency) {  // nanosleep enter -> exit by comm
   ExpectGolden("latency_end", EmitLatencyEnd(end, Fds()));
 }
 
-// bench/bpf_cost.sh's latency pair: enter -> exit by common_pid, no labels, in place (5.12+).
-TEST(ProgramsGoldenTest, EnterExitLatencyInPlace) {
+// bench/bpf_cost.sh's latency pair: enter -> exit by common_pid, no labels.
+TEST(ProgramsGoldenTest, EnterExitLatencyWithoutLabels) {
   const EventFormat enter = testing::CapturedFormat("syscalls", "sys_enter_nanosleep");
   const EventFormat exit = testing::CapturedFormat("syscalls", "sys_exit_getppid");
   LatencyStartShape start;
   start.match = {Int(enter, "common_pid")};
-  start.in_place = true;
-  ExpectGolden("latency_start_in_place", EmitLatencyStart(start, Fds()));
+  ExpectGolden("latency_start_nolabels", EmitLatencyStart(start, Fds()));
   LatencyEndShape end;
   end.match = {Int(exit, "common_pid")};
   end.thresholds = Thresholds(*Buckets::Exp2(1e-6, 1), 1e-9, false);
   end.timeout_ns = 10'000'000'000;
-  end.in_place = true;
-  ExpectGolden("latency_end_in_place", EmitLatencyEnd(end, Fds()));
+  ExpectGolden("latency_end_nolabels", EmitLatencyEnd(end, Fds()));
 }
 
 // A uprobe counter keyed by a ustring argument (the strs_total of the probe examples), on the

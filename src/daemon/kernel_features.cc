@@ -71,8 +71,16 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
        "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
        "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
       {"bpf_atomic_xchg", "5.12", f.bpf.atomic_xchg,
-       "bpf latency starts are inserted and deleted per pair (an element allocated and freed each time) instead of "
-       "rewritten in place: the same observations at a higher cost per pair"},
+       "probe programs (uprobes, USDT, kprobes) take their record's guard with a plain load and store, which is "
+       "enough where their runs cannot nest (before 5.12 the kernel ran them under bpf_prog_active)"},
+      {"bpf_map_lookup_and_delete", "5.14", f.bpf.map_lookup_and_delete,
+       "a sweep that finds an expired latency start takes the starts map a chunk at a time "
+       "(BPF_MAP_LOOKUP_AND_DELETE_BATCH) and puts the fresh starts back: an end arriving in those microseconds "
+       "counts no_start and its start later expired (every start still counted once); idle series leave the "
+       "map by lookup then delete, so an increment between the two syscalls is lost"},
+      {"bpf_map_batch_ops", "5.6", f.bpf.map_batch_ops,
+       "maps are read key by key (BPF_MAP_GET_NEXT_KEY); a sweep that finds an expired latency start deletes it "
+       "after checking it is unchanged, and a start written between that check and the delete is lost"},
       {"bpf_memlock_uncharged", "5.11", !f.bpf.memlock_charged,
        "BPF memory is charged to RLIMIT_MEMLOCK: " +
            (f.bpf.memlock_note.empty() ? std::string("not raised") : f.bpf.memlock_note)},
@@ -87,8 +95,9 @@ bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {
   o.preallocate_maps = !f.bpf.runtime_alloc_safe;
   o.probe_read_fallback = !f.bpf.probe_read_kernel_str;
   o.memlock_charged = f.bpf.memlock_charged;
-  o.in_place_starts = f.bpf.atomic_xchg;
   o.atomic_xchg = f.bpf.atomic_xchg;
+  o.map_lookup_and_delete = f.bpf.map_lookup_and_delete;
+  o.map_batch_ops = f.bpf.map_batch_ops;
   return o;
 }
 

@@ -106,9 +106,9 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
     bool prealloc, probe_read;
     size_t notes;
   } rows[] = {
-      {"4.18.0-513.el8.x86_64", false, true, true, 7},  // every feature but cgroup v2
-      {"5.4.0-170-generic", false, true, true, 7},
-      {"5.10.0-28-amd64", false, true, false, 5},  // format_lost, alloc, misses, xchg, memlock
+      {"4.18.0-513.el8.x86_64", false, true, true, 9},  // every feature but cgroup v2
+      {"5.4.0-170-generic", false, true, true, 9},
+      {"5.10.0-28-amd64", false, true, false, 6},  // format_lost, alloc, misses, xchg, lookup_and_delete, memlock
       {"5.15.0-91-generic", false, true, false, 3},
       {"6.1.0-18-amd64", false, false, false, 1},  // misses
       {"6.1.0-18-rt-amd64", true, true, false, 2},
@@ -121,7 +121,7 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
     EXPECT_EQ((*p)->kernel_notes.size(), r.notes) << r.release;
     EXPECT_EQ(bpf::GetLoadOptions().preallocate_maps, r.prealloc) << r.release;
     EXPECT_EQ(bpf::GetLoadOptions().probe_read_fallback, r.probe_read) << r.release;
-    EXPECT_EQ(bpf::GetLoadOptions().in_place_starts, f.bpf.atomic_xchg) << r.release;
+    EXPECT_EQ(bpf::GetLoadOptions().map_lookup_and_delete, f.bpf.map_lookup_and_delete) << r.release;
     EXPECT_EQ(bpf::GetLoadOptions().atomic_xchg, f.bpf.atomic_xchg) << r.release;
     EXPECT_EQ((*p)->features.perf.format_lost, f.perf.format_lost) << r.release;
   }

@@ -197,8 +197,19 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                      MetricKind::kCounter);
   auto misses = Family("tracepoint_exporter_bpf_program_misses_total",
                        "Hits of the tracepoint the kernel did not run the program for, because another BPF program "
-                       "was running on that CPU (bpf_prog_info.recursion_misses). hits = runs + misses.",
+                       "was running on that CPU (bpf_prog_info.recursion_misses; Linux 6.7 for tracepoint and probe "
+                       "programs). hits = runs + misses (+ busy for probe programs).",
                        MetricKind::kCounter);
+  auto busy = Family("tracepoint_exporter_bpf_probe_busy_total",
+                     "Runs of a probe event's program (uprobe, USDT, kprobe) that preempted another run of it on "
+                     "the same CPU and skipped the event, counted by the program on every kernel.",
+                     MetricKind::kCounter);
+  auto string_faults = Family("tracepoint_exporter_bpf_probe_string_faults_total",
+                              "String arguments a probe event's program could not read and counted as the empty "
+                              "string: a bad pointer, or a user page not resident (a BPF program cannot fault it "
+                              "in; the perf engine's fetch does, which is why \"auto\" puts metrics that read a "
+                              "uprobe's string on perf).",
+                              MetricKind::kCounter);
   auto seconds = Family("tracepoint_exporter_bpf_program_run_seconds_total",
                         "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
                         "sysctl kernel.bpf_stats_enabled is 1).",
@@ -226,7 +237,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f : {&runs, &misses, &seconds, &cpu, &no_memory, &map_memory}) {
+      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -239,6 +250,8 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));
     if (!misses.series.empty()) out->push_back(std::move(misses));
+    if (!busy.series.empty()) out->push_back(std::move(busy));
+    if (!string_faults.series.empty()) out->push_back(std::move(string_faults));
     out->push_back(std::move(seconds));
     if (!cpu.series.empty()) out->push_back(std::move(cpu));
     out->push_back(std::move(no_memory));

@@ -36,6 +36,61 @@ bool ParseU32(std::string_view s, uint32_t* out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
+// The bytes of one element of an array whose element type is `type` ("char", "__u8",
+// "unsigned short", "u32", "long"...), or 0 when the type is not a C scalar this knows.
+uint32_t ElementBytes(std::string_view type) {
+  auto has = [&](std::string_view w) { return type.find(w) != std::string_view::npos; };
+  if (type.find('*') != std::string_view::npos) return 8;  // x86-64 pointers
+  if (has("char") || has("u8") || has("s8") || has("bool")) return 1;
+  if (has("short") || has("u16") || has("s16")) return 2;
+  if (has("u64") || has("s64") || has("long")) return 8;
+  if (has("int") || has("u32") || has("s32") || has("pid_t") || has("gfp_t")) return 4;
+  return 0;
+}
+
+// The element count of "[LEN]": a number, as kernels since 5.x print it. Older kernels (5.10 and
+// before: ftrace:branch "char func[30+1]", smbus "__u8 buf[32 + 2]", tcp:tcp_probe
+// "__u8 saddr[sizeof(struct sockaddr_in6)]") print the length as the source spells it; a sum,
+// difference or product of numbers is evaluated, anything else is the field's size over its
+// element's size. False when neither works.
+bool ParseArrayLength(std::string_view len, std::string_view type, uint32_t size, uint32_t* out) {
+  if (ParseU32(len, out)) return true;
+  // NUMBER ((+|-|*) NUMBER)*: products first, then sums and differences, left to right.
+  int64_t sum = 0, product = 1;
+  int sign = 1;
+  bool shape_ok = true;
+  size_t i = 0;
+  while (shape_ok) {
+    while (i < len.size() && len[i] == ' ') ++i;
+    const size_t start = i;
+    while (i < len.size() && std::isdigit(static_cast<unsigned char>(len[i]))) ++i;
+    uint32_t n = 0;
+    if (start == i || !ParseU32(len.substr(start, i - start), &n)) {
+      shape_ok = false;
+      break;
+    }
+    product *= n;
+    if (product > UINT32_MAX) shape_ok = false;
+    while (i < len.size() && len[i] == ' ') ++i;
+    if (i == len.size() || len[i] != '*') {
+      sum += sign * product;
+      product = 1;
+    }
+    if (i == len.size()) break;
+    if (len[i] == '+' || len[i] == '-') sign = len[i] == '-' ? -1 : 1;
+    if (len[i] != '+' && len[i] != '-' && len[i] != '*') shape_ok = false;
+    ++i;
+  }
+  if (shape_ok && sum >= 0 && sum <= UINT32_MAX) {
+    *out = static_cast<uint32_t>(sum);
+    return true;
+  }
+  const uint32_t elem = ElementBytes(type);
+  if (elem == 0 || size % elem != 0) return false;
+  *out = size / elem;
+  return true;
+}
+
 // Splits a declaration "unsigned char prev_comm[16]" into type "char[16]"-style parts.
 Status ParseDecl(std::string_view decl, FieldFormat* f, const std::string& where) {
   decl = TrimView(decl);
@@ -68,9 +123,11 @@ Status ParseDecl(std::string_view decl, FieldFormat* f, const std::string& where
   } else if (!array_part.empty()) {
     std::string_view len = array_part.substr(1, array_part.size() - 2);
     uint32_t n = 0;
-    if (!len.empty() && !ParseU32(len, &n)) {
+    if (!len.empty() && !ParseArrayLength(len, type, f->size, &n)) {
       return InvalidArgument(where + ": array length \"" + std::string(len) + "\" of field \"" + f->name +
-                             "\" is not a number");
+                             "\" is neither a number, nor a sum or product of numbers, nor a size this type's "
+                             "elements divide (size " +
+                             std::to_string(f->size) + ")");
     }
     f->array_len = n;
     f->kind = is_char ? FieldKind::kCharArray : FieldKind::kArray;
