@@ -285,12 +285,13 @@ uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
 uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
 void BpfMetric::OnCostWindow(bool open) {
+  const bool sysctl = RunTimeStatsSysctlOn();
   for (const Program& p : programs_) {
     const ProgramStats st = ReadProgramStats(p.fd.get());
     if (open) {
-      p.cost->BeginWindow(st.run_time_ns, st.run_cnt);
+      p.cost->BeginWindow(st.run_time_ns, st.run_cnt, sysctl);
     } else {
-      p.cost->EndWindow(st.run_time_ns, st.run_cnt);
+      p.cost->EndWindow(st.run_time_ns, st.run_cnt, sysctl);
     }
   }
 }
@@ -308,8 +309,12 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
       out.push_back({"tracepoint_exporter_bpf_probe_busy_total", l, static_cast<double>(p.busy)});
       out.push_back({"tracepoint_exporter_bpf_probe_string_faults_total", l, static_cast<double>(p.string_faults)});
     }
-    out.push_back(
-        {"tracepoint_exporter_bpf_program_run_seconds_total", l, static_cast<double>(p.kernel.run_time_ns) * 1e-9});
+    // What the sysctl timed, without our cost windows' own time; absent where the kernel's
+    // bpf_prog_info has no run_time_ns (before 5.1: never a false 0).
+    if (p.kernel.has_run_time) {
+      out.push_back({"tracepoint_exporter_bpf_program_run_seconds_total", l,
+                     static_cast<double>(programs_[i].cost->RunTimeNs(p.kernel.run_time_ns)) * 1e-9});
+    }
     // Absent until a cost window has measured the program (never a false 0).
     if (auto seconds = programs_[i].cost->Seconds(p.runs)) {
       out.push_back({"tracepoint_exporter_bpf_program_cpu_seconds_total", l, *seconds});

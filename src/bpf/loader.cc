@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -243,9 +244,11 @@ void DecideByMapCommand(int cmd, bool* feature) {
 
 // Whether creating a map is charged to RLIMIT_MEMLOCK (before Linux 5.11; from 5.11 to the memory
 // cgroup, kernel commit 3ac1f01b43b6 "bpf: Eliminate rlimit-based memory accounting for bpf maps"):
-// a 1-entry array created under a soft limit of 0 is refused with EPERM where it is charged. The
-// limit is restored at once. Anything else leaves *charged as it was.
+// a 1-entry array that can be created is created once more under a soft limit of 0, which is
+// refused with EPERM where maps are charged. The limit is restored at once. When the first map
+// cannot be created (no privilege), *charged is left as it was.
 void DecideMemlockCharged(bool* charged) {
+  if (!CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_probe_map", 4, 8, 1).ok()) return;
   rlimit old{};
   if (::getrlimit(RLIMIT_MEMLOCK, &old) != 0) return;
   rlimit zero{0, old.rlim_max};
@@ -254,7 +257,7 @@ void DecideMemlockCharged(bool* charged) {
   ::setrlimit(RLIMIT_MEMLOCK, &old);
   if (map.ok()) {
     *charged = false;
-  } else if (map.status().code() == StatusCode::kPermissionDenied && Privileged()) {
+  } else if (map.status().code() == StatusCode::kPermissionDenied) {
     *charged = true;
   }
 }
@@ -453,16 +456,25 @@ StatusOr<int> ForeignPrograms(uint64_t tracepoint_id) {
   return std::max(0, static_cast<int>(query.prog_cnt) - ours);
 }
 
-ProgramStats ReadProgramStats(int prog_fd) {
+ProgramStats ProgramStatsFromInfo(const bpf_prog_info& info, uint32_t info_len) {
+  auto has = [&](size_t offset, size_t size) { return info_len >= offset + size; };
   ProgramStats out;
+  out.id = info.id;
+  out.has_run_time = has(offsetof(bpf_prog_info, run_cnt), sizeof(info.run_cnt));
+  out.has_recursion_misses = has(offsetof(bpf_prog_info, recursion_misses), sizeof(info.recursion_misses));
+  if (out.has_run_time) {
+    out.run_time_ns = info.run_time_ns;
+    out.run_cnt = info.run_cnt;
+  }
+  if (out.has_recursion_misses) out.recursion_misses = info.recursion_misses;
+  return out;
+}
+
+ProgramStats ReadProgramStats(int prog_fd) {
   bpf_prog_info info{};
   uint32_t len = sizeof(info);
-  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return out;
-  out.run_time_ns = info.run_time_ns;
-  out.run_cnt = info.run_cnt;
-  out.recursion_misses = info.recursion_misses;
-  out.id = info.id;
-  return out;
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return ProgramStats{};
+  return ProgramStatsFromInfo(info, len);
 }
 
 int PossibleCpus() {

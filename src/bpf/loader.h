@@ -199,8 +199,16 @@ struct ProgramStats {
   uint64_t run_cnt = 0;
   uint64_t recursion_misses = 0;
   uint32_t id = 0;  // the program id bpftool shows
+  // Whether the kernel's bpf_prog_info has the fields (the length it filled in tells): run_time_ns
+  // and run_cnt from Linux 5.1, recursion_misses from 5.12. A field the kernel lacks reads 0,
+  // which is not a count.
+  bool has_run_time = false;
+  bool has_recursion_misses = false;
 };
 ProgramStats ReadProgramStats(int prog_fd);
+// The pure part: the stats in `info`, of which the kernel filled `info_len` bytes
+// (bpf(BPF_OBJ_GET_INFO_BY_FD) sets info_len to the smaller of ours and its struct's size).
+ProgramStats ProgramStatsFromInfo(const bpf_prog_info& info, uint32_t info_len);
 
 // The number of possible CPUs: per-CPU map values come back as one slot per possible CPU.
 int PossibleCpus();

@@ -20,35 +20,102 @@ class Fault {
   }
 };
 
-TEST(BpfFeaturesTest, EachKernelOfTheFleet) {
+// A kernel of the fleet as its bpf() syscall answers the probes, from the kernel sources (not from
+// the loader's version thresholds): the verifier refuses an unknown helper and an unknown atomic
+// op with EINVAL (5.10: "BPF_STX uses reserved fields"); BPF_MAP_LOOKUP_AND_DELETE_ELEM exists
+// from 4.20 but answers ENOTSUPP (524) for hash maps until 5.14 (kernel/bpf/syscall.c
+// map_lookup_and_delete_elem); BPF_MAP_LOOKUP_AND_DELETE_BATCH is an unknown command (EINVAL)
+// before 5.6; before 5.11 a map created under RLIMIT_MEMLOCK 0 is refused with EPERM
+// (bpf_map_charge_memlock). Everything else succeeds.
+struct FleetKernel {
+  const char* release;
+  const char* version;
+  const char* realtime;
+  bool helper_115, xchg, hash_lookup_and_delete, batch, memlock_charged;
+  int operator()(const BpfCall& c) const {
+    if (c.cmd == BPF_PROG_LOAD) {
+      if (!helper_115 && (c.CallsHelper(BPF_FUNC_probe_read_kernel_str) || c.CallsHelper(BPF_FUNC_probe_read_kernel)))
+        return EINVAL;
+      for (const bpf_insn& i : *c.insns) {
+        if (!xchg && BPF_CLASS(i.code) == BPF_STX && BPF_MODE(i.code) == BPF_ATOMIC && i.imm == BPF_XCHG) return EINVAL;
+      }
+    }
+    if (c.cmd == BPF_MAP_LOOKUP_AND_DELETE_ELEM && !hash_lookup_and_delete) return 524;
+    if (c.cmd == BPF_MAP_LOOKUP_AND_DELETE_BATCH && !batch) return EINVAL;
+    if (c.cmd == BPF_MAP_CREATE && c.name == "tpe_probe_mlock" && memlock_charged) return EPERM;
+    return kInjectSuccess;
+  }
+};
+
+// Each fleet kernel's features come from what its kernel answers, and the loader options follow
+// them. A wrong probe (an errno read the wrong way, a probe that does not do what the engine will
+// do) fails here whatever the version thresholds say.
+TEST(BpfFeaturesTest, EachKernelOfTheFleetByItsAnswers) {
+  const FleetKernel fleet[] = {
+      {"4.18.0-513.el8.x86_64", "#1 SMP", "", false, false, false, false, true},            // RHEL 8 (as upstream 4.18)
+      {"5.4.0-170-generic", "#188-Ubuntu SMP", "", false, false, false, false, true},       // Ubuntu 20.04
+      {"5.10.0-32-amd64", "#1 SMP Debian 5.10.223-1", "", true, false, false, true, true},  // Debian 11
+      {"5.10.0-32-rt-amd64", "#1 SMP PREEMPT_RT Debian 5.10.223-1", "1", true, false, false, true, true},
+      {"5.15.0-91-generic", "#101-Ubuntu SMP", "", true, true, true, true, false},             // Ubuntu 22.04
+      {"6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "", true, true, true, true, false},  // Debian 12
+      {"6.1.0-18-rt-amd64", "#1 SMP PREEMPT_RT Debian", "1", true, true, true, true, false},
+      {"6.12.9-amd64", "#1 SMP PREEMPT_DYNAMIC", "0", true, true, true, true, false},
+  };
+  for (const FleetKernel& k : fleet) {
+    Fault f(k);
+    BpfFeatures got = ProbeBpfFeatures(k.release, k.version, k.realtime);
+    EXPECT_EQ(got.probe_read_kernel_str, k.helper_115) << k.release;
+    EXPECT_EQ(got.atomic_xchg, k.xchg) << k.release;
+    EXPECT_EQ(got.map_lookup_and_delete, k.hash_lookup_and_delete) << k.release;
+    EXPECT_EQ(got.map_batch_ops, k.batch) << k.release;
+    EXPECT_EQ(got.memlock_charged, k.memlock_charged) << k.release;
+    EXPECT_EQ(got.preempt_rt, std::string(k.realtime) == "1") << k.release;
+  }
+  // A backport in either direction is found by the probe, not assumed from the version: a 5.10
+  // with BPF_XCHG backported, a 6.1 whose lookup_and_delete is refused.
+  FleetKernel backported = fleet[2];
+  backported.xchg = true;
+  {
+    Fault f(backported);
+    EXPECT_TRUE(ProbeBpfFeatures(backported.release, backported.version, "").atomic_xchg);
+  }
+  FleetKernel refused = fleet[5];
+  refused.hash_lookup_and_delete = false;
+  {
+    Fault f(refused);
+    EXPECT_FALSE(ProbeBpfFeatures(refused.release, refused.version, "").map_lookup_and_delete);
+  }
+}
+
+// What no probe can tell without harm comes from the version, each from the kernel commit that
+// changed it: run-time map allocation in tracing programs WARNs and taints 5.7-6.0 (a probe load
+// would taint the host; 6.1 "bpf: Introduce any context BPF specific memory allocator"), and is
+// refused or unsafe on PREEMPT_RT; tracepoint programs' misses are counted from 6.7 (commit
+// "bpf: Add missed stats for tracepoint programs"; counting one would need a recursion).
+TEST(BpfFeaturesTest, WhatNoProbeCanTellComesFromTheVersion) {
   struct Row {
     const char* release;
     const char* version;
     const char* realtime;
-    bool str, misses, alloc_safe, memlock, xchg;
+    bool alloc_safe, misses;
   } rows[] = {
-      {"4.18.0-513.el8.x86_64", "#1 SMP", "", false, false, false, true, false},                // RHEL 8
-      {"5.4.0-170-generic", "#188-Ubuntu SMP", "", false, false, false, true, false},           // Ubuntu 20.04
-      {"5.10.0-28-amd64", "#1 SMP Debian", "", true, false, false, true, false},                // Debian 11
-      {"5.15.0-91-generic", "#101-Ubuntu SMP", "", true, false, false, false, true},            // Ubuntu 22.04
-      {"6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "", true, false, true, false, true},  // Debian 12
-      {"6.1.0-18-rt-amd64", "#1 SMP PREEMPT_RT Debian", "1", true, false, false, false, true},  // Debian 12 RT
-      {"6.6.0", "#1 SMP", "1", true, false, false, false, true},  // RT by /sys/kernel/realtime
-      {"6.7.0", "#1 SMP", "", true, true, true, false, true},
-      {"6.12.9-amd64", "#1 SMP PREEMPT_DYNAMIC", "0", true, true, true, false, true},
+      {"5.10.0-32-amd64", "#1 SMP Debian", "", false, false},
+      {"6.0.19", "#1 SMP", "", false, false},
+      {"6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "", true, false},
+      {"6.1.0-18-rt-amd64", "#1 SMP PREEMPT_RT Debian", "1", false, false},
+      {"6.6.0", "#1 SMP", "1", false, false},  // RT by /sys/kernel/realtime
+      {"6.7.0", "#1 SMP", "", true, true},
+      {"6.12.9-amd64", "#1 SMP PREEMPT_DYNAMIC", "0", true, true},
   };
   for (const auto& r : rows) {
     BpfFeatures f = BpfFeaturesFromUname(r.release, r.version, r.realtime);
-    EXPECT_EQ(f.probe_read_kernel_str, r.str) << r.release;
-    EXPECT_EQ(f.tracepoint_misses, r.misses) << r.release;
     EXPECT_EQ(f.runtime_alloc_safe, r.alloc_safe) << r.release;
-    EXPECT_EQ(f.memlock_charged, r.memlock) << r.release;
-    EXPECT_EQ(f.atomic_xchg, r.xchg) << r.release;
+    EXPECT_EQ(f.tracepoint_misses, r.misses) << r.release;
   }
 }
 
-TEST(BpfFeaturesTest, VerifierRefusingXchgMeansNoInPlaceStarts) {
-  // Linux 5.10's verifier: "BPF_ATOMIC uses invalid atomic opcode e1", EINVAL.
+TEST(BpfFeaturesTest, VerifierRefusingXchgMeansNoXchg) {
+  // Linux 5.10's verifier: "BPF_STX uses reserved fields", EINVAL.
   Fault f([](const BpfCall& c) {
     if (c.insns == nullptr) return EPERM;
     for (const bpf_insn& i : *c.insns) {
@@ -69,6 +136,27 @@ TEST(BpfFeaturesTest, AnUndecidedHelperProbeAssumesTheVersion) {
   Fault f([](const BpfCall&) { return EPERM; });  // no CAP_BPF: the version decides (this kernel's)
   BpfFeatures probed = ProbeBpfFeatures();
   EXPECT_EQ(probed.probe_read_kernel_str, BpfFeaturesFromUname(probed.release, "", "").probe_read_kernel_str);
+}
+
+// The fields of bpf_prog_info a kernel fills in: before 5.1 there is no run_time_ns (a 0 there is
+// not a time, issue 22 #5), before 5.12 no recursion_misses.
+TEST(ProgramStatsTest, FieldsTheKernelDidNotFillAreNotCounts) {
+  bpf_prog_info info{};
+  info.run_time_ns = 7;
+  info.run_cnt = 3;
+  info.recursion_misses = 2;
+  ProgramStats all = ProgramStatsFromInfo(info, sizeof(info));
+  EXPECT_TRUE(all.has_run_time);
+  EXPECT_TRUE(all.has_recursion_misses);
+  EXPECT_EQ(all.run_time_ns, 7u);
+  EXPECT_EQ(all.recursion_misses, 2u);
+  ProgramStats v50 = ProgramStatsFromInfo(info, offsetof(bpf_prog_info, run_time_ns));  // 5.0's struct ends there
+  EXPECT_FALSE(v50.has_run_time);
+  EXPECT_FALSE(v50.has_recursion_misses);
+  EXPECT_EQ(v50.run_time_ns, 0u);
+  ProgramStats v510 = ProgramStatsFromInfo(info, offsetof(bpf_prog_info, recursion_misses));
+  EXPECT_TRUE(v510.has_run_time);
+  EXPECT_FALSE(v510.has_recursion_misses);
 }
 
 TEST(BpfObjectNameTest, OnlyCharactersTheKernelAccepts) {

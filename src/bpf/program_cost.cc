@@ -2,24 +2,33 @@
 
 #include <bpf/bpf.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace tpe::bpf {
 
-void ProgramCost::BeginWindow(uint64_t run_time_ns, uint64_t run_cnt) {
+void ProgramCost::BeginWindow(uint64_t run_time_ns, uint64_t run_cnt, bool sysctl_on) {
   std::lock_guard<std::mutex> lock(mu_);
   open_ = true;
+  open_sysctl_ = sysctl_on;
   begin_ns_ = run_time_ns;
   begin_cnt_ = run_cnt;
 }
 
-void ProgramCost::EndWindow(uint64_t run_time_ns, uint64_t run_cnt) {
+void ProgramCost::EndWindow(uint64_t run_time_ns, uint64_t run_cnt, bool sysctl_on) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return;
   open_ = false;
-  if (run_cnt <= begin_cnt_ || run_time_ns < begin_ns_) return;  // no run timed in the window
-  ns_per_run_ = static_cast<double>(run_time_ns - begin_ns_) / static_cast<double>(run_cnt - begin_cnt_);
+  if (run_time_ns < begin_ns_ || run_cnt < begin_cnt_) return;  // a program reloaded meanwhile
+  const uint64_t ns = run_time_ns - begin_ns_, runs = run_cnt - begin_cnt_;
+  // Timed only because of the window unless the sysctl timed it too, from start to end.
+  if (!(open_sysctl_ && sysctl_on)) own_ns_ += ns;
+  if (runs == 0) return;  // nothing measured
+  timed_ns_ = timed_ns_ * kDecay + static_cast<double>(ns);
+  timed_runs_ = timed_runs_ * kDecay + static_cast<double>(runs);
+  ns_per_run_ = timed_ns_ / timed_runs_;
 }
 
 std::optional<double> ProgramCost::ns_per_run() const {
@@ -35,6 +44,23 @@ std::optional<double> ProgramCost::Seconds(uint64_t runs) {
     priced_runs_ = runs;
   }
   return seconds_;
+}
+
+uint64_t ProgramCost::RunTimeNs(uint64_t kernel_run_time_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t now = open_ ? begin_ns_ : kernel_run_time_ns;
+  now = now > own_ns_ ? now - own_ns_ : 0;
+  exported_ns_ = std::max(exported_ns_, now);
+  return exported_ns_;
+}
+
+bool RunTimeStatsSysctlOn() {
+  FILE* f = std::fopen("/proc/sys/kernel/bpf_stats_enabled", "re");
+  if (f == nullptr) return false;
+  int v = 0;
+  const bool on = std::fscanf(f, "%d", &v) == 1 && v != 0;
+  std::fclose(f);
+  return on;
 }
 
 StatusOr<ScopedFd> EnableRunTimeStats() {

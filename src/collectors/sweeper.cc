@@ -40,22 +40,25 @@ uint64_t Sweeper::sweeps() const {
 void Sweeper::CostTick(const std::vector<Collector*>& mine, const CostWindows& cost, uint64_t now) {
   if (stats_.valid()) {  // a window is open
     if (now < window_close_ns_) return;
-    for (Collector* c : mine) c->OnCostWindow(false);
+    // Closed before the programs' stats are read, and opened after they were: everything the
+    // kernel timed because of this window lies between the two reads (ProgramCost::RunTimeNs).
     stats_ = ScopedFd();
+    for (Collector* c : mine) c->OnCostWindow(false);
     return;
   }
   if (cost.period_ns == 0 || cost.window_ns == 0 || !cost.enable_stats || cost_off_) return;
   if (next_window_ns_ == 0) next_window_ns_ = now;
   if (now < next_window_ns_) return;
+  for (Collector* c : mine) c->OnCostWindow(true);
   auto stats = cost.enable_stats();
   if (!stats.ok()) {
+    for (Collector* c : mine) c->OnCostWindow(false);
     TPE_LOG_WARN("no estimate of BPF programs' CPU time (tracepoint_exporter_bpf_program_cpu_seconds_total): {}",
                  stats.status().message());
     cost_off_ = true;
     return;
   }
   stats_ = std::move(*stats);
-  for (Collector* c : mine) c->OnCostWindow(true);
   window_close_ns_ = now + cost.window_ns;
   next_window_ns_ += cost.period_ns;
   if (next_window_ns_ <= now) next_window_ns_ = now + cost.period_ns;  // stopped for a while

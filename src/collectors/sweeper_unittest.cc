@@ -80,8 +80,10 @@ TEST(SweeperTest, NoThreadWithoutSuchCollectors) {
   s.Stop();
 }
 
-// Cost windows: the stats handle is held while a window is open (OnCostWindow(true) ... (false)),
-// windows follow the period, a failing enable_stats is tried once, and Stop lets the handle go.
+// Cost windows: the stats handle is held while a window is open, between OnCostWindow(true) (the
+// programs' stats read before the handle is taken) and OnCostWindow(false) (read after it is let
+// go), windows follow the period, a failing enable_stats is tried once (its window closed at
+// once), and Stop lets the handle go.
 TEST(SweeperTest, CostWindowsHoldTheStatsHandleAndFollowThePeriod) {
   std::vector<std::unique_ptr<Collector>> cs;
   cs.push_back(std::make_unique<FakeCollector>(true));
@@ -117,7 +119,8 @@ TEST(SweeperTest, CostWindowsHoldTheStatsHandleAndFollowThePeriod) {
   std::this_thread::sleep_for(std::chrono::milliseconds(700));  // two periods
   f.Stop();
   EXPECT_EQ(tries.load(), 1);
-  EXPECT_EQ(d->opened.load(), opened);
+  EXPECT_EQ(d->opened.load(), opened + 1);  // the window opened for the try, and closed
+  EXPECT_EQ(d->closed.load(), d->opened.load());
 }
 
 }  // namespace

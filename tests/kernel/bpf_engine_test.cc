@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "bpf/program_cost.h"
@@ -62,7 +63,8 @@ TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
      "event": "syscalls:sys_enter_getppid", "engine": "bpf"}]})",
                          "t.json");
   ASSERT_TRUE(cfg.ok());
-  auto denied = BuildPlan(*cfg, *tracefs, KernelEnums(), false, bpf::BpfSupport{false, "CAP_BPF missing"}, {}, testing::Probed());
+  auto denied =
+      BuildPlan(*cfg, *tracefs, KernelEnums(), false, bpf::BpfSupport{false, "CAP_BPF missing"}, {}, testing::Probed());
   ASSERT_FALSE(denied.ok());
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(denied.status().message().find("CAP_BPF"), std::string::npos);
@@ -104,26 +106,42 @@ TEST(BpfEngineTest, KeylessMetricsRunsAreTheirCount) {
   EXPECT_EQ(runs("ret"), static_cast<double>(h->series[0].count));
 }
 
+// Sets the sysctl kernel.bpf_stats_enabled for the scope and restores it.
+class StatsSysctl {
+ public:
+  explicit StatsSysctl(bool on) {
+    std::ifstream("/proc/sys/kernel/bpf_stats_enabled") >> old_;
+    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (on ? 1 : 0);
+  }
+  ~StatsSysctl() { std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << old_; }
+
+ private:
+  int old_ = 0;
+};
+
+// A child making getppid() calls for `ms` milliseconds.
+void GetppidFor(int ms) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      for (int i = 0; i < 1000; ++i) syscall(SYS_getppid);
+    }
+    _exit(0);
+  }
+  waitpid(pid, nullptr, 0);
+}
+
+constexpr char kCostConfig[] = R"({"settings": {"bpf_cost_window_seconds": 0.2, "bpf_cost_period_seconds": 0.4},
+    "metrics": [{"name": "cost_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+                 "labels": [{"name": "comm", "source": "comm"}]}]})";
+
 // The CPU-time estimate (runs priced at the ns per run of short stats windows) is within a
-// factor of 2 of the kernel's own accounting, which this test keeps on for the whole run.
+// factor of 2 of the kernel's own accounting, which the sysctl keeps on for the whole run.
 TEST(BpfEngineTest, CpuSecondsEstimateIsWithinTwiceTheKernelsAccounting) {
   TPE_REQUIRE_BPF_OR_SKIP();
-  auto stats = bpf::EnableRunTimeStats();  // the ground truth: run_time_ns of every run
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  auto snap = RunPipeline(R"({"settings": {"bpf_cost_window_seconds": 0.2, "bpf_cost_period_seconds": 0.4},
-      "metrics": [{"name": "cost_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
-                   "labels": [{"name": "comm", "source": "comm"}]}]})",
-                          [] {
-                            pid_t pid = fork();
-                            if (pid == 0) {
-                              const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
-                              while (std::chrono::steady_clock::now() < end) {
-                                for (int i = 0; i < 1000; ++i) syscall(SYS_getppid);
-                              }
-                              _exit(0);
-                            }
-                            waitpid(pid, nullptr, 0);
-                          });
+  StatsSysctl on(true);  // the ground truth: run_time_ns of every run
+  auto snap = RunPipeline(kCostConfig, [] { GetppidFor(1500); });
   const LabelPairs l{{"metric", "cost_total"}, {"program", "event"}};
   const SeriesSnapshot* truth = FindSeries(snap, "tracepoint_exporter_bpf_program_run_seconds_total", l);
   const SeriesSnapshot* estimate = FindSeries(snap, "tracepoint_exporter_bpf_program_cpu_seconds_total", l);
@@ -134,6 +152,22 @@ TEST(BpfEngineTest, CpuSecondsEstimateIsWithinTwiceTheKernelsAccounting) {
               estimate->value / truth->value);
   EXPECT_GE(estimate->value, truth->value / 2) << "estimate " << estimate->value << " s, kernel " << truth->value;
   EXPECT_LE(estimate->value, truth->value * 2) << "estimate " << estimate->value << " s, kernel " << truth->value;
+}
+
+// Issue 22 #5: with the sysctl off, the kernel times runs only during the exporter's own cost
+// windows (BPF_ENABLE_STATS turns on the same switch); run_seconds_total used to report that
+// time as if the sysctl had timed it. It stays 0 while the estimate measures the program.
+TEST(BpfEngineTest, RunSecondsLeaveOutTheCostWindows) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  StatsSysctl off(false);
+  auto snap = RunPipeline(kCostConfig, [] { GetppidFor(1500); });
+  const LabelPairs l{{"metric", "cost_total"}, {"program", "event"}};
+  const SeriesSnapshot* run_seconds = FindSeries(snap, "tracepoint_exporter_bpf_program_run_seconds_total", l);
+  const SeriesSnapshot* estimate = FindSeries(snap, "tracepoint_exporter_bpf_program_cpu_seconds_total", l);
+  ASSERT_NE(run_seconds, nullptr);
+  ASSERT_NE(estimate, nullptr) << "no cost window measured the program";
+  EXPECT_GT(estimate->value, 0);
+  EXPECT_EQ(run_seconds->value, 0) << "the cost windows' own time";
 }
 
 TEST(BpfEngineTest, SeriesOfExitedTasksAndIdleSeriesAreRemovedFromTheMap) {
