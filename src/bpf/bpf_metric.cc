@@ -18,6 +18,13 @@ std::string ProgramName(const std::string& metric, const std::string& role) {
 
 }  // namespace
 
+uint64_t PreallocatedBytes(uint32_t key_size, uint32_t value_size, uint32_t max_entries, bool per_cpu, uint32_t cpus) {
+  auto align8 = [](uint64_t n) { return (n + 7) / 8 * 8; };
+  constexpr uint64_t kElemHeader = 48;  // struct htab_elem before the key, x86-64
+  const uint64_t value = per_cpu ? 8 + align8(value_size) * cpus : align8(value_size);
+  return static_cast<uint64_t>(max_entries) * (kElemHeader + align8(key_size) + value);
+}
+
 BpfMetric::~BpfMetric() { Detach(); }
 
 StatusOr<std::unique_ptr<BpfMetric>> BpfMetric::CreateUnloaded(BpfMetricSpec spec) {
@@ -138,14 +145,19 @@ Status BpfMetric::Build(bool create) {
   TPE_RETURN_IF_ERROR(emit(placeholder));
   if (!create) return Status::Ok();
 
-  // 3. The maps (memory follows use: no preallocation), then the programs that use them.
+  // 3. The maps (preallocated when small enough: "Preallocation" in the header), then the
+  // programs that use them.
   const uint32_t value_bytes = 8 * value_slots_;
   const uint32_t max_series = static_cast<uint32_t>(spec_.max_series);
+  const uint32_t cpus = static_cast<uint32_t>(PossibleCpus());
+  auto hash_flags = [&](uint32_t key, uint32_t value, uint32_t entries, bool per_cpu) -> uint32_t {
+    return PreallocatedBytes(key, value, entries, per_cpu, cpus) <= spec_.preallocate_max_bytes ? 0 : BPF_F_NO_PREALLOC;
+  };
   if (keyless_) {
     TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_" + spec_.name, 4, value_bytes, 1));
   } else {
     TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes,
-                                            max_series, BPF_F_NO_PREALLOC));
+                                            max_series, hash_flags(key_size_, value_bytes, max_series, true)));
   }
   MapFds fds;
   fds.values = values_.get();
@@ -154,8 +166,9 @@ Status BpfMetric::Build(bool create) {
     fds.zero = zero_.get();
   }
   if (latency) {
-    TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_starts", match_bytes, start_value_bytes,
-                                            static_cast<uint32_t>(spec_.max_inflight), BPF_F_NO_PREALLOC));
+    const uint32_t inflight = static_cast<uint32_t>(spec_.max_inflight);
+    TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_starts", match_bytes, start_value_bytes, inflight,
+                                            hash_flags(match_bytes, start_value_bytes, inflight, false)));
     fds.starts = starts_.get();
     starts_map_ = std::make_unique<KernelMap>(starts_.get());
     MapShape starts_shape;

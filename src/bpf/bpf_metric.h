@@ -13,6 +13,14 @@
 // expired) and by the user-space sweep (expired). So runs == observed + filtered + counted
 // drops, and hits == runs + misses.
 //
+// Preallocation: by default (Linux 6.1+ off PREEMPT_RT) a hash map allocates each element when a
+// program inserts it, from per-CPU caches the kernel refills asynchronously; a burst of new
+// series (or latency starts) on one CPU can empty them, and the insert fails with ENOMEM although
+// memory is free (reproduced: 2 x 300,000 new series in a loop, 11 lost to ENOMEM). Maps whose
+// full size is at most BpfMetricSpec::preallocate_max_bytes (settings.bpf_preallocate_max_bytes,
+// default 64 MiB) are therefore created preallocated; larger ones stay dynamic, and their ENOMEMs
+// are counted (bpf_map_no_memory_total), never silent.
+//
 // Series lifetime as for the perf engine (Collector::Sweep), in MapSeries (map_series.h): series
 // unchanged for idle_ns, and series of exited tasks, leave the map at the sweep (no scrape
 // needed) and their final values stay in user space until a scrape has exported them; latency
@@ -68,7 +76,17 @@ struct BpfMetricSpec {
   size_t max_series = 10000;
   size_t max_inflight = 100000;  // latency
   uint64_t timeout_ns = 10'000'000'000ULL;
+  // Hash maps of at most this many bytes when full (PreallocatedBytes) are preallocated: see
+  // "Preallocation" above. 0: only where the kernel needs it (LoadOptions::preallocate_maps).
+  uint64_t preallocate_max_bytes = 64ULL << 20;
 };
+
+// The kernel memory of a hash map with every element allocated, as htab_map_alloc() preallocates
+// it: max_entries elements of a header (struct htab_elem: 48 bytes on x86-64) + the key rounded
+// to 8 + the value rounded to 8 (a per-CPU map: a pointer in the element and the value in each
+// possible CPU's area). An estimate within a few percent of the memlock line (the bucket array is
+// extra: 8 bytes per bucket).
+uint64_t PreallocatedBytes(uint32_t key_size, uint32_t value_size, uint32_t max_entries, bool per_cpu, uint32_t cpus);
 
 class BpfMetric : public Collector {
  public:

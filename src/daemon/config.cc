@@ -766,7 +766,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"timeout_seconds", m.timeout_seconds},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
-        {"series_idle_timeout_seconds", s.series_idle_timeout_seconds}}},
+        {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
+        {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -803,9 +804,10 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(*settings, "settings",
-                                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
-                                    "bpf_cost_window_seconds", "bpf_cost_period_seconds"}));
+    TPE_RETURN_IF_ERROR(
+        c.OnlyKeys(*settings, "settings",
+                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
+                    "bpf_cost_window_seconds", "bpf_cost_period_seconds", "bpf_preallocate_max_bytes"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -815,6 +817,8 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     cfg.settings.ring_buffer_pages = static_cast<uint32_t>(pages);
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_series_per_metric", 1, kMaxSeriesPerMetric,
                                    &cfg.settings.max_series_per_metric));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "bpf_preallocate_max_bytes", 0, kMaxBpfPreallocateBytes,
+                                   &cfg.settings.bpf_preallocate_max_bytes));
     double& idle = cfg.settings.series_idle_timeout_seconds;
     TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "series_idle_timeout_seconds", false, &idle));
     if (!(idle == 0 || (idle >= kMinSeriesIdleTimeoutSeconds && idle <= kMaxSeriesIdleTimeoutSeconds))) {

@@ -128,7 +128,14 @@ struct Settings {
   // kMinCostWindowSeconds <= window <= period <= kMaxCostPeriodSeconds.
   double bpf_cost_window_seconds = 1;
   double bpf_cost_period_seconds = 60;
+  // A bpf-engine map whose every element fits in this many bytes of kernel memory is allocated
+  // whole when it is created (bpf_metric.h "Preallocation"): a burst of new series or latency
+  // starts then never meets the kernel's allocator empty (ENOMEM, counted in
+  // tracepoint_exporter_bpf_map_no_memory_total). 0 = only where the kernel needs it. Bytes,
+  // 0..kMaxBpfPreallocateBytes.
+  uint64_t bpf_preallocate_max_bytes = 64ULL << 20;
 };
+inline constexpr uint64_t kMaxBpfPreallocateBytes = 1ULL << 40;
 
 struct Config {
   std::string path;  // the file it came from ("<string>" for ParseConfig on text)

@@ -66,7 +66,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
             "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
-            "bpf_cost_window_seconds, max_series_per_metric, ring_buffer_pages, series_idle_timeout_seconds)");
+            "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_series_per_metric, ring_buffer_pages, "
+            "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),

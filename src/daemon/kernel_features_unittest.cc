@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <map>
 
 #include "daemon/plan.h"
 #include "testing/test_util.h"
@@ -174,6 +175,44 @@ TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBp
     EXPECT_NE(p.status().message().find(r.auto_reason), std::string::npos) << p.status().message();
     EXPECT_NE(p.status().message().find("\"bpf\" for c_total"), std::string::npos) << p.status().message();
   }
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// Issue 22 #13: bursts of new series met an empty allocator (ENOMEM with memory free). Hash maps
+// whose full size fits settings.bpf_preallocate_max_bytes are created preallocated (no
+// BPF_F_NO_PREALLOC); larger ones, and all of them with a budget of 0, allocate at run time.
+TEST(KernelFeaturesPlanTest, SmallMapsArePreallocated) {
+  std::map<std::string, uint32_t> flags;  // map name -> flags
+  bpf::SetBpfFaultForTesting([&](const bpf::BpfCall& c) {
+    if (c.cmd == BPF_MAP_CREATE) flags[c.name] = c.map_flags;
+    return bpf::kInjectSuccess;
+  });
+  auto plan = [&](const std::string& settings) {
+    flags.clear();
+    auto cfg = ParseConfig(R"({"settings": {)" + settings + R"(}, "metrics": [
+        {"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+         "labels": [{"name": "comm", "source": "comm"}]},
+        {"name": "l_seconds", "type": "latency", "engine": "bpf",
+         "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"]},
+         "end": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"]},
+         "buckets": {"type": "exp2", "min": 1e-6, "max": 1}}]})",
+                           "cfg.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On("6.12.9-amd64"));
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+  };
+  plan(R"("max_series_per_metric": 10000)");
+  EXPECT_EQ(flags["tpe_c_total"] & BPF_F_NO_PREALLOC, 0u);
+  EXPECT_EQ(flags["tpe_l_seconds"] & BPF_F_NO_PREALLOC, 0u);
+  EXPECT_EQ(flags["tpe_starts"] & BPF_F_NO_PREALLOC, 0u);
+  plan(R"("bpf_preallocate_max_bytes": 0)");
+  EXPECT_NE(flags["tpe_c_total"] & BPF_F_NO_PREALLOC, 0u);
+  EXPECT_NE(flags["tpe_starts"] & BPF_F_NO_PREALLOC, 0u);
+  // 1,000,000 {comm} series: 1e6 x (48 + 16 + 8 + 8 x CPUs) bytes, over a 64 MiB budget.
+  plan(R"("max_series_per_metric": 1000000)");
+  EXPECT_NE(flags["tpe_c_total"] & BPF_F_NO_PREALLOC, 0u);
+  EXPECT_EQ(flags["tpe_starts"] & BPF_F_NO_PREALLOC, 0u);  // 100,000 starts of 48 + 8 + 16 bytes: 7 MB
   bpf::SetBpfFaultForTesting(nullptr);
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }

@@ -102,6 +102,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   spec.name = m.name;
   spec.help = m.help;
   spec.max_series = cfg.settings.max_series_per_metric;
+  spec.preallocate_max_bytes = cfg.settings.bpf_preallocate_max_bytes;
   spec.max_inflight = m.max_inflight;
   spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
   spec.scale = m.value.scale;
