@@ -71,8 +71,9 @@ struct ProbeRecord {
   bool user = true;  // memory operands and strings are in the probed process (uprobes)
   // The fields whose value is a string read from user memory (ProbeFetch::user_memory): where
   // its page is not resident, bpf_probe_read_user_str fails (a BPF program cannot fault a page
-  // in) while the kernel's own fetch for the perf engine (trace_uprobe.c fetch_store_string,
-  // strncpy_from_user) faults it in and reads it. Such a read counts kStringFaults.
+  // in). On a uprobe the kernel's own fetch for the perf engine (trace_uprobe.c
+  // fetch_store_string, strncpy_from_user) faults it in and reads it; on a kprobe it cannot
+  // either (strncpy_from_user_nofault). A failed read counts kStringFaults.
   std::vector<std::string> UserStringFields() const;
   std::vector<ProbeFetch> fetches;
   uint32_t fixed = 0;        // bytes of the fixed part: strings start here

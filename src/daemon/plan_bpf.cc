@@ -40,7 +40,9 @@ Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& 
   auto record = bpf::BuildProbeRecord(handle->spec().args, ep.format,
                                       kind == ProbeKind::kUprobe || kind == ProbeKind::kUretprobe);
   if (!record.ok()) return Unimplemented(record.status().message());
-  if (!forced) {
+  // A kprobe's ustring is fetched without faulting by the kernel too (fetch_store_string_user:
+  // strncpy_from_user_nofault): only uprobes' strings are better on perf.
+  if (!forced && record->user) {
     for (const std::string& field : record->UserStringFields()) {
       bool read = filter.find(field) != std::string::npos;  // conservative: any mention
       for (const auto& l : m.labels) read = read || l.field == field;
