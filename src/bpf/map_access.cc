@@ -68,29 +68,23 @@ std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus
   return sum;
 }
 
-namespace {
-
-// BPF_MAP_LOOKUP_BATCH: false when the kernel refused it before returning anything.
-bool ReadBatch(MapAccess* map, const MapShape& shape, std::vector<MapEntry>* out) {
-  const size_t value_words = static_cast<size_t>(shape.slots) * shape.cpus;
+BatchWalk WalkBatches(MapAccess* map, uint32_t key_size, size_t value_bytes, bool take,
+                      const std::function<void(const char* keys, const char* values, uint32_t n)>& each) {
   uint32_t chunk = 256;
   uint64_t in_batch = 0, out_batch = 0;
   bool first = true;
   std::vector<char> keys;
-  std::vector<uint64_t> values;
+  std::vector<uint64_t> values;  // u64 words: per-CPU values are read as u64 slots
   for (;;) {
-    keys.resize(static_cast<size_t>(chunk) * shape.key_size);
-    values.resize(chunk * value_words);
+    keys.resize(static_cast<size_t>(chunk) * key_size);
+    values.resize((static_cast<size_t>(chunk) * value_bytes + 7) / 8);
     uint32_t count = chunk;
-    const int r = map->LookupBatch(first ? nullptr : &in_batch, &out_batch, keys.data(), values.data(), &count);
+    const void* in = first ? nullptr : &in_batch;
+    const int r = take ? map->LookupAndDeleteBatch(in, &out_batch, keys.data(), values.data(), &count)
+                       : map->LookupBatch(in, &out_batch, keys.data(), values.data(), &count);
     if (r == 0 || r == -ENOENT) {
-      for (uint32_t i = 0; i < count; ++i) {
-        MapEntry e;
-        e.key.assign(keys.data() + static_cast<size_t>(i) * shape.key_size, shape.key_size);
-        e.value = SumCpus(values.data() + i * value_words, shape.slots, shape.cpus);
-        out->push_back(std::move(e));
-      }
-      if (r == -ENOENT) return true;
+      each(keys.data(), reinterpret_cast<const char*>(values.data()), count);
+      if (r == -ENOENT) return BatchWalk::kDone;
       in_batch = out_batch;
       first = false;
       continue;
@@ -99,9 +93,28 @@ bool ReadBatch(MapAccess* map, const MapShape& shape, std::vector<MapEntry>* out
       chunk *= 2;
       continue;
     }
-    out->clear();
-    return false;
+    return first ? BatchWalk::kRefused : BatchWalk::kFailed;
   }
+}
+
+namespace {
+
+// BPF_MAP_LOOKUP_BATCH: false when the kernel refused it (or failed midway: the caller starts
+// over with get_next_key).
+bool ReadBatch(MapAccess* map, const MapShape& shape, std::vector<MapEntry>* out) {
+  const size_t value_words = static_cast<size_t>(shape.slots) * shape.cpus;
+  const BatchWalk walk = WalkBatches(
+      map, shape.key_size, value_words * 8, /*take=*/false, [&](const char* keys, const char* values, uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i) {
+          MapEntry e;
+          e.key.assign(keys + static_cast<size_t>(i) * shape.key_size, shape.key_size);
+          e.value = SumCpus(reinterpret_cast<const uint64_t*>(values) + i * value_words, shape.slots, shape.cpus);
+          out->push_back(std::move(e));
+        }
+      });
+  if (walk == BatchWalk::kDone) return true;
+  out->clear();
+  return false;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,16 @@ struct MapEntry {
   std::string key;
   std::vector<uint64_t> value;  // `slots` u64, summed over CPUs
 };
+
+// Walks the map a chunk of buckets at a time with BPF_MAP_LOOKUP_BATCH, or with `take`
+// BPF_MAP_LOOKUP_AND_DELETE_BATCH (every entry returned is unlinked), calling `each(keys,
+// values, n)` per chunk: n keys of key_size bytes and n values of value_bytes bytes. A bucket
+// larger than the chunk doubles it. Returns kDone at the end of the map, kRefused when the kernel
+// refused the command before returning anything (EINVAL on kernels without it), kFailed when a
+// later call failed (what was handed to `each` stays handed).
+enum class BatchWalk { kDone, kRefused, kFailed };
+BatchWalk WalkBatches(MapAccess* map, uint32_t key_size, size_t value_bytes, bool take,
+                      const std::function<void(const char* keys, const char* values, uint32_t n)>& each);
 
 // Every entry of the map, each once (see above). `batch`: in/out — whether to try
 // BPF_MAP_LOOKUP_BATCH; set to false when the kernel refused it (EINVAL, ENOTSUPP, EOPNOTSUPP), so

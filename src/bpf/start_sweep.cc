@@ -45,32 +45,13 @@ void StartSweeper::Settle(const char* key, const char* value, uint64_t now_ns, S
 
 bool StartSweeper::TakeAll(uint64_t now_ns, StartSweepCounts* out) {
   const size_t value_bytes = static_cast<size_t>(shape_.slots) * 8;
-  uint32_t chunk = 64;
-  uint64_t in_batch = 0, out_batch = 0;
-  bool first = true, took_any = false;
-  std::vector<char> keys, values;
-  for (;;) {
-    keys.resize(static_cast<size_t>(chunk) * shape_.key_size);
-    values.resize(static_cast<size_t>(chunk) * value_bytes);
-    uint32_t count = chunk;
-    const int r =
-        map_->LookupAndDeleteBatch(first ? nullptr : &in_batch, &out_batch, keys.data(), values.data(), &count);
-    if (r == 0 || r == -ENOENT) {
-      took_any = true;
-      for (uint32_t i = 0; i < count; ++i) {
-        Settle(keys.data() + static_cast<size_t>(i) * shape_.key_size, values.data() + i * value_bytes, now_ns, out);
-      }
-      if (r == -ENOENT) return true;
-      in_batch = out_batch;
-      first = false;
-      continue;
-    }
-    if (r == -ENOSPC && chunk < (1u << 20)) {  // one bucket holds more than `chunk` entries
-      chunk *= 2;
-      continue;
-    }
-    return took_any;  // refused: the caller moves on; a failure midway keeps what was settled
-  }
+  const BatchWalk walk = WalkBatches(
+      map_, shape_.key_size, value_bytes, /*take=*/true, [&](const char* keys, const char* values, uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i) {
+          Settle(keys + static_cast<size_t>(i) * shape_.key_size, values + i * value_bytes, now_ns, out);
+        }
+      });
+  return walk != BatchWalk::kRefused;  // a failure midway keeps what was settled
 }
 
 StartSweepCounts StartSweeper::Sweep(uint64_t now_ns) {
