@@ -236,17 +236,24 @@ TEST(BpfEngineTest, LatencyStartsExpire) {
   TPE_REQUIRE_BPF_OR_SKIP();
   Child child("tpe_bpf_exp", 3);
   const std::string pid = std::to_string(child.pid());
-  auto snap = RunPipeline(R"({"metrics": [{"name": "never_seconds", "type": "latency", "engine": "bpf",
+  auto expired = [](const std::vector<MetricSnapshot>& snap) {
+    return testing::Value(snap, "tracepoint_exporter_latency_unmatched_total",
+                          {{"metric", "never_seconds"}, {"reason", "expired"}}) >= 1;
+  };
+  auto snap = testing::RunPipelineWith(R"({"metrics": [{"name": "never_seconds", "type": "latency", "engine": "bpf",
       "start": {"event": "syscalls:sys_enter_getppid", "key": ["common_pid"], "filter": "common_pid == )" +
-                              pid + R"("},
+                                           pid + R"("},
       "end": {"event": "syscalls:sys_enter_getpgid", "key": ["common_pid"], "filter": "common_pid == )" +
-                              pid +
-                              R"("},
+                                           pid +
+                                           R"("},
       "timeout_seconds": 0.2, "buckets": {"type": "exp2", "min": 1e-6, "max": 1}}]})",
-                          [&] {
-                            child.RunToExit();  // 3 starts for one key: 2 replaced, 1 pending
-                            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-                          });
+                                       [&](Pipeline& pipeline) {
+                                         child.RunToExit();  // 3 starts for one key: 2 replaced, 1 pending
+                                         // The sweep runs every second on its own thread: wait for it (a slow
+                                         // guest's sweeps come late), then a little more for any second count.
+                                         EXPECT_TRUE(testing::WaitFor(pipeline, expired));
+                                         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+                                       });
   auto reason = [&](const char* r) {
     const SeriesSnapshot* s =
         FindSeries(snap, "tracepoint_exporter_latency_unmatched_total", {{"metric", "never_seconds"}, {"reason", r}});

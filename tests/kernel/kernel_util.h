@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bpf/loader.h"
@@ -53,8 +55,7 @@ class ProbedLoadOptions : public ::testing::Environment {
  public:
   void SetUp() override { ResetLoadOptions(); }
 };
-inline ::testing::Environment* const kProbedLoadOptions =
-    ::testing::AddGlobalTestEnvironment(new ProbedLoadOptions);
+inline ::testing::Environment* const kProbedLoadOptions = ::testing::AddGlobalTestEnvironment(new ProbedLoadOptions);
 
 // Skips (or fails under TPE_REQUIRE_KERNEL=1) when the kernel tier or the bpf engine cannot run.
 #define TPE_REQUIRE_BPF_OR_SKIP()                                                                            \
@@ -135,10 +136,11 @@ class Child {
 
 // Parses `config` (JSON text), puts its metrics on CurrentEngine() (unless "auto"), plans it for
 // `features` (the running kernel's unless a test gives an older one's), opens and starts the
-// pipeline on the live kernel, runs `during`, stops (draining the rings) and returns the
+// pipeline on the live kernel, runs `during` with it, stops (draining the rings) and returns the
 // snapshot. The plan's process-wide BPF load options are reset to this kernel's afterwards.
-inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during,
-                                               const KernelFeatures& features = Probed()) {
+inline std::vector<MetricSnapshot> RunPipelineWith(const std::string& config,
+                                                   const std::function<void(Pipeline&)>& during,
+                                                   const KernelFeatures& features = Probed()) {
   auto tracefs = Tracefs::Discover("auto");
   EXPECT_TRUE(tracefs.ok()) << tracefs.status().ToString();
   if (!tracefs.ok()) return {};
@@ -156,10 +158,30 @@ inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const 
   EXPECT_TRUE(st.ok()) << st.ToString();
   st = pipeline.Start();
   EXPECT_TRUE(st.ok()) << st.ToString();
-  during();
+  during(pipeline);
   pipeline.Stop();
   ResetLoadOptions();
   return pipeline.Snapshot();
+}
+
+// RunPipelineWith for an action that does not need the running pipeline.
+inline std::vector<MetricSnapshot> RunPipeline(const std::string& config, const std::function<void()>& during,
+                                               const KernelFeatures& features = Probed()) {
+  return RunPipelineWith(
+      config, [&](Pipeline&) { during(); }, features);
+}
+
+// Polls pipeline.Snapshot() every 50 ms until `done(snapshot)` or `seconds` pass: for what a
+// background thread (the sweep) does at its own pace, which a slow guest stretches. Returns
+// whether `done` held.
+inline bool WaitFor(Pipeline& pipeline, const std::function<bool(const std::vector<MetricSnapshot>&)>& done,
+                    double seconds = 60) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (done(pipeline.Snapshot())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 inline const MetricSnapshot* FindMetric(const std::vector<MetricSnapshot>& all, const std::string& name) {

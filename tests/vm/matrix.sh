@@ -14,7 +14,7 @@
 # Results come from a writable 9p share, never from qemu's exit code. A guest fails when a test
 # fails, when its kernel is tainted after the run or when its dmesg has a WARNING.
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
-# qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 900);
+# qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 1500);
 # TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
 # guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh); TPE_VM_RESULTS=DIR
 # puts the per-kernel results directories there instead of $TPE_VM_CACHE/results.
@@ -25,7 +25,7 @@ KERNELS=("$@")
 [[ ${#KERNELS[@]} -eq 0 ]] && KERNELS=(linux-image-amd64 linux-image-rt-amd64 linux-image-6.12-amd64)
 SRC=$(realpath "$(dirname "$0")/../..")
 CACHE=${TPE_VM_CACHE:-$HOME/.cache/tpe-vm}
-TIMEOUT=${TPE_VM_TIMEOUT:-900}
+TIMEOUT=${TPE_VM_TIMEOUT:-1500}
 # One host thread runs both vCPUs in turn (TPE_VM_ACCEL overrides). Under multi-threaded TCG the
 # kernel's live code patching (text_poke_bp: static keys flipped when a tracepoint is enabled)
 # raced: 6.12 died of "Oops: int3" in __schedule, 6.1 soft-locked up waiting for the other CPU.
