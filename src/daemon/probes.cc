@@ -186,6 +186,13 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> FetchArgs(const Probe
       }
     }
     if (IsStringType(type)) place = "+0(" + place + ")";
+    // A uprobe reads the probed program's memory whichever string type it is given
+    // (kernel/trace/trace_uprobe.c: its string fetch is strncpy_from_user), and kernels older
+    // than the ustring type (commit 88903c464321) refuse that name: write "string". A kprobe
+    // keeps ustring (user memory; its "string" reads kernel memory).
+    if (type == "ustring" && (probe.kind == ProbeKind::kUprobe || probe.kind == ProbeKind::kUretprobe)) {
+      type = "string";
+    }
     out.emplace_back(a.field, place + ":" + type);
   }
   return out;
