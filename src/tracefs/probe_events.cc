@@ -473,7 +473,11 @@ ProcessTable ReadProcessTable(bool other_namespaces) {
     t.live_pidns.insert(ns);
     if (ns == t.own_pidns) continue;
     auto status = ReadFileToString(proc + "/status");
-    if (!status.ok()) continue;
+    if (!status.ok()) {
+      // Exited meanwhile, or unreadable: then its pid there is unknown.
+      if (status.status().code() != StatusCode::kNotFound) t.complete = false;
+      continue;
+    }
     const std::vector<int> pids = NsPids(*status);
     if (pids.size() < 2) continue;  // no NSpid (before 4.1): its pids there are unknown
     t.ns_pids[{ns, pids.back()}] = std::stoi(name);

@@ -459,6 +459,8 @@ TEST(ReadProcessTableTest, ThisNamespaceIsLive) {
 
 // <tracefs>/README as kernels print it (kernel/trace/trace.c readme_msg):
 //  - linux-6.18/README: this VM's 6.18 (uprobes, no kprobes), captured from /sys/kernel/tracing;
+//  - linux-5.10/README: Debian 11's 5.10.223 (kprobes and uprobes), captured in a
+//    tests/vm/matrix.sh guest;
 //  - linux-4.19/README: v4.19's readme_msg (read from a v4.19 tree) printed with x86_64's
 //    defaults for the CONFIG_ options it tests (CONFIG_KPROBE_EVENTS, CONFIG_UPROBE_EVENTS,
 //    CONFIG_DYNAMIC_FTRACE, CONFIG_HIST_TRIGGERS, ...): neither (ref_ctr_offset) nor ustring.
@@ -477,6 +479,13 @@ TEST(ParseProbeReadmeTest, CapturedReadmes) {
                                                  "symstr", "%pd/%pD", "<type>\\[<array-size>\\]"}));
   EXPECT_TRUE(now.HasType("ustring"));
 
+  const ProbeReadme bullseye = ParseProbeReadme(Readme("linux-5.10"));
+  EXPECT_TRUE(bullseye.probe_synopsis);
+  EXPECT_TRUE(bullseye.uprobe_ref_ctr);
+  EXPECT_EQ(bullseye.types, (std::vector<std::string>{"s8/16/32/64", "u8/16/32/64", "x8/16/32/64", "string", "symbol",
+                                                      "b<bit-width>@<bit-offset>/<container-size>", "ustring",
+                                                      "<type>\\[<array-size>\\]"}));
+
   const ProbeReadme old = ParseProbeReadme(Readme("linux-4.19"));
   EXPECT_TRUE(old.probe_synopsis);
   EXPECT_FALSE(old.uprobe_ref_ctr);
@@ -491,10 +500,12 @@ TEST(ParseProbeReadmeTest, CapturedReadmes) {
 
 TEST(CheckProbeSupportTest, RefCtrAndUstringNeedTheKernelToHaveThem) {
   const ProbeReadme now = ParseProbeReadme(Readme("linux-6.18"));
+  const ProbeReadme bullseye = ParseProbeReadme(Readme("linux-5.10"));
   const ProbeReadme old = ParseProbeReadme(Readme("linux-4.19"));
   ProbeEventSpec usdt = Uprobe();
   usdt.ref_ctr_offset = 0x4010;
   EXPECT_TRUE(CheckProbeSupport(usdt, now, "/t/README").ok());
+  EXPECT_TRUE(CheckProbeSupport(usdt, bullseye, "/t/README").ok());
   Status st = CheckProbeSupport(usdt, old, "/t/README");
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_EQ(st.message(),
@@ -508,6 +519,7 @@ TEST(CheckProbeSupportTest, RefCtrAndUstringNeedTheKernelToHaveThem) {
   ProbeEventSpec k = Kprobe();
   k.args = {{"n", "%di:u64"}, {"path", "+0(%si):ustring"}};
   EXPECT_TRUE(CheckProbeSupport(k, now, "/t/README").ok());
+  EXPECT_TRUE(CheckProbeSupport(k, bullseye, "/t/README").ok());
   st = CheckProbeSupport(k, old, "/t/README");
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_EQ(st.message(),
