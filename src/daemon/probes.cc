@@ -186,6 +186,13 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> FetchArgs(const Probe
       }
     }
     if (IsStringType(type)) place = "+0(" + place + ")";
+    // A uprobe reads the probed program's memory whichever string type it is given
+    // (kernel/trace/trace_uprobe.c: its string fetch is strncpy_from_user), and kernels older
+    // than the ustring type (commit 88903c464321) refuse that name: write "string". A kprobe
+    // keeps ustring (user memory; its "string" reads kernel memory).
+    if (type == "ustring" && (probe.kind == ProbeKind::kUprobe || probe.kind == ProbeKind::kUretprobe)) {
+      type = "string";
+    }
     out.emplace_back(a.field, place + ":" + type);
   }
   return out;
@@ -224,16 +231,16 @@ StatusOr<ProbeEventSpec> ResolveProbe(const ProbeRef& probe, const std::vector<P
                                "exporter has no disassembler to check that (a probe inside an instruction changes "
                                "what the program executes); probe the function's entry, or a USDT probe");
       }
-      for (const elf::Symbol& sym : file.Symbols(probe.symbol)) {
-        if (sym.name == probe.symbol && sym.is_ifunc) {
-          return InvalidArgument(
-              probe.path + ": " + probe.symbol +
-              " is an IFUNC: a probe on it fires when the dynamic loader resolves it (once per "
-              "process), not on calls; probe the implementation it resolves to (--list-events='uprobe:" +
-              probe.path + ":*" + probe.symbol + "*')");
-        }
+      // A versioned name (NAME@VERSION, NAME@@VERSION) or a plain one (its default version).
+      TPE_ASSIGN_OR_RETURN(elf::Symbol sym, file.FindFunction(probe.symbol));
+      if (sym.is_ifunc) {
+        return InvalidArgument(probe.path + ": " + probe.symbol +
+                               " is an IFUNC: a probe on it fires when the dynamic loader resolves it (once per "
+                               "process), not on calls; probe the implementation it resolves to "
+                               "(--list-events='uprobe:" +
+                               probe.path + ":*" + sym.name + "*')");
       }
-      TPE_ASSIGN_OR_RETURN(spec.offset, file.SymbolFileOffset(probe.symbol));
+      spec.offset = sym.file_offset;
     }
   }
   TPE_ASSIGN_OR_RETURN(spec.args, FetchArgs(probe, args, usdt_args));

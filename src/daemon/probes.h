@@ -13,8 +13,9 @@
 // /proc/PID/root/PATH. Fields come from the metric's "args": field name -> "argN[:TYPE]" (N from
 // 0, the x86-64 calling convention's registers di, si, dx, cx, r8, r9; for USDT the probe's own
 // argument specs) or "retval[:TYPE]" (return probes), TYPE one of u8..u64, s8..s64, ustring (a
-// string in user memory), string (in kernel memory). The default TYPE is u64, and for USDT the
-// size and sign the note gives.
+// string in user memory), string (in kernel memory; on uprobes and USDT probes, which only see
+// the program's memory, both are the program's string). The default TYPE is u64, and for USDT
+// the size and sign the note gives.
 //
 // Thread-safety: the free functions are pure; ProbeRegistry is thread-safe.
 #pragma once
@@ -62,8 +63,11 @@ struct ProbeArg {
 StatusOr<ProbeArg> ParseProbeArg(const ProbeRef& probe, const std::string& field, const std::string& spec);
 
 // The kernel fetch args (Documentation/trace/uprobetracer.rst "FETCHARGS") of `args`, in order:
-// {field, "%di:u64"}, {field, "+0(%si):ustring"}, {field, "$retval:s32"}, and for USDT from the
-// note's spec ("-4@-16(%rbp)" -> "-16(%bp):s32"). `usdt_args`: the probe's parsed arguments
+// {field, "%di:u64"}, {field, "+0(%si):string"}, {field, "$retval:s32"}, and for USDT from the
+// note's spec ("-4@-16(%rbp)" -> "-16(%bp):s32"). A string argument of a uprobe, uretprobe or
+// USDT probe is written "string" whether it says ustring or string (uprobes read user memory
+// either way, and kernels before ustring refuse that name); a kprobe's ustring stays ustring
+// (ProbeEvents::Create refuses it on a kernel without it). `usdt_args`: the probe's parsed arguments
 // (usdt only). Errors: InvalidArgument naming the field (an argument the probe does not have, a
 // USDT constant argument, a string type on a field the spec says is narrower than a pointer).
 StatusOr<std::vector<std::pair<std::string, std::string>>> FetchArgs(const ProbeRef& probe,

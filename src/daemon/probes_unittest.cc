@@ -88,7 +88,7 @@ TEST(FetchArgsTest, RegistersStringsRetvalAndUsdtSpecs) {
   auto f = FetchArgs(entry, args, {});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(*f, (std::vector<std::pair<std::string, std::string>>{
-                    {"a", "%di:u64"}, {"b", "%r9:s32"}, {"s", "+0(%si):ustring"}}));
+                    {"a", "%di:u64"}, {"b", "%r9:s32"}, {"s", "+0(%si):string"}}));
   const ProbeRef ret = *ParseProbeRef("kretprobe:f");
   EXPECT_EQ(FetchArgs(ret, {*ParseProbeArg(ret, "rv", "retval:s32")}, {})->at(0).second, "$retval:s32");
   // CPython 3.11's python:audit is "8@%rbx 8@%r15"; gc__start "-4@112(%rsp)".
@@ -96,7 +96,7 @@ TEST(FetchArgsTest, RegistersStringsRetvalAndUsdtSpecs) {
   auto u = FetchArgs(usdt, {*ParseProbeArg(usdt, "event", "arg0:ustring"), *ParseProbeArg(usdt, "t", "arg1")},
                      {Usdt("8@%rbx"), Usdt("8@%r15")});
   ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(*u, (std::vector<std::pair<std::string, std::string>>{{"event", "+0(%bx):ustring"}, {"t", "%r15:u64"}}));
+  EXPECT_EQ(*u, (std::vector<std::pair<std::string, std::string>>{{"event", "+0(%bx):string"}, {"t", "%r15:u64"}}));
   auto g = FetchArgs(usdt, {*ParseProbeArg(usdt, "generation", "arg0")}, {Usdt("-4@112(%rsp)")});
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(g->at(0).second, "+112(%sp):s32");
@@ -113,6 +113,33 @@ TEST(FetchArgsTest, RegistersStringsRetvalAndUsdtSpecs) {
                 .message()
                 .find("not a pointer"),
             std::string::npos);
+}
+
+// A uprobe's string is always user memory, and kernels before the ustring type refuse that name:
+// uprobes, uretprobes and USDT probes write "string" for both types. A kprobe keeps the
+// distinction (ustring: user memory, string: kernel memory).
+TEST(FetchArgsTest, UprobeStringsAreWrittenStringKprobesKeepUstring) {
+  using Args = std::vector<std::pair<std::string, std::string>>;
+  for (const char* event : {"uprobe:/x:f", "uretprobe:/x:f"}) {
+    const ProbeRef u = *ParseProbeRef(event);
+    const bool ret = u.kind == ProbeKind::kUretprobe;
+    auto f = FetchArgs(u,
+                       {*ParseProbeArg(u, "a", ret ? "retval:ustring" : "arg0:ustring"),
+                        *ParseProbeArg(u, "b", ret ? "retval:string" : "arg1:string")},
+                       {});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(*f, ret ? (Args{{"a", "+0($retval):string"}, {"b", "+0($retval):string"}})
+                      : (Args{{"a", "+0(%di):string"}, {"b", "+0(%si):string"}}))
+        << event;
+  }
+  const ProbeRef usdt = *ParseProbeRef("usdt:/x:python:audit");
+  EXPECT_EQ(*FetchArgs(usdt, {*ParseProbeArg(usdt, "event", "arg0:ustring")}, {Usdt("8@%rbx")}),
+            (Args{{"event", "+0(%bx):string"}}));
+  const ProbeRef k = *ParseProbeRef("kprobe:do_sys_openat2");
+  EXPECT_EQ(*FetchArgs(k, {*ParseProbeArg(k, "path", "arg1:ustring"), *ParseProbeArg(k, "comm", "arg0:string")}, {}),
+            (Args{{"path", "+0(%si):ustring"}, {"comm", "+0(%di):string"}}));
+  const ProbeRef kr = *ParseProbeRef("kretprobe:f");
+  EXPECT_EQ(FetchArgs(kr, {*ParseProbeArg(kr, "s", "retval:ustring")}, {})->at(0).second, "+0($retval):ustring");
 }
 
 TEST(ProbeEventNameTest, ValidStableAndDistinct) {

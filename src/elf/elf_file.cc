@@ -9,8 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 #include <string_view>
+#include <tuple>
 
 #include "common/edit_distance.h"
 #include "common/scoped_fd.h"
@@ -98,9 +102,45 @@ StatusOr<std::vector<LoadSegment>> ReadSegments(Elf* e, uint64_t file_size, cons
   return segments;
 }
 
+// The names of the versions .gnu.version_d defines, by index (vd_ndx). The base version (the
+// file's own name, VER_FLG_BASE) is left out: a symbol of it is unversioned.
+StatusOr<std::map<uint16_t, std::string>> ReadVersionDefinitions(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh,
+                                                                 const std::string& path) {
+  std::map<uint16_t, std::string> names;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr) return Corrupt(path, "cannot read .gnu.version_d");
+  size_t offset = 0;
+  // sh_info is the number of definitions; each is visited once, so a vd_next loop cannot spin.
+  for (size_t i = 0; i < sh.sh_info; ++i) {
+    GElf_Verdef vd;
+    if (gelf_getverdef(data, static_cast<int>(offset), &vd) == nullptr) {
+      return Corrupt(path, ".gnu.version_d entry #" + std::to_string(i) + " is unreadable");
+    }
+    GElf_Verdaux aux;
+    if (gelf_getverdaux(data, static_cast<int>(offset + vd.vd_aux), &aux) == nullptr) {
+      return Corrupt(path, ".gnu.version_d entry #" + std::to_string(i) + " has no name");
+    }
+    const char* name = elf_strptr(e, sh.sh_link, aux.vda_name);
+    if (name == nullptr) return Corrupt(path, ".gnu.version_d entry #" + std::to_string(i) + " has a bad name offset");
+    if ((vd.vd_flags & VER_FLG_BASE) == 0) names[vd.vd_ndx] = name;
+    if (vd.vd_next == 0) break;
+    offset += vd.vd_next;
+  }
+  return names;
+}
+
+// The version data of .dynsym: its .gnu.version entries (one per symbol) and the names they index.
+struct DynsymVersions {
+  Elf_Data* versym = nullptr;  // null: the file has no .gnu.version (no symbol is versioned)
+  std::map<uint16_t, std::string> names;
+};
+
 // Appends the defined functions of symbol table `scn` (SHT_SYMTAB or SHT_DYNSYM) to `out`.
+// `versions`: for .dynsym, where its symbol versions are; null for .symtab (whose names carry
+// them).
 Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string& section,
-                   const std::vector<LoadSegment>& segments, const std::string& path, std::vector<Symbol>* out) {
+                   const std::vector<LoadSegment>& segments, const DynsymVersions* versions, const std::string& path,
+                   std::vector<Symbol>* out) {
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (data == nullptr) return Corrupt(path, "cannot read " + section);
   if (sh.sh_entsize == 0) return InvalidArgument(path + ": " + section + " has sh_entsize 0");
@@ -117,18 +157,42 @@ Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string&
     if (*name == '\0') continue;
     auto offset = FileOffsetForAddress(segments, sym.st_value);
     if (!offset.ok()) return offset.status().WithContext(path + ": " + section + " function " + name);
-    out->push_back(Symbol{.name = name,
-                          .address = sym.st_value,
-                          .size = sym.st_size,
-                          .file_offset = *offset,
-                          .is_ifunc = type == STT_GNU_IFUNC});
+    Symbol s{.name = name,
+             .version = "",
+             .default_version = true,
+             .address = sym.st_value,
+             .size = sym.st_size,
+             .file_offset = *offset,
+             .is_ifunc = type == STT_GNU_IFUNC};
+    if (versions != nullptr && versions->versym != nullptr) {
+      GElf_Versym v;
+      if (gelf_getversym(versions->versym, static_cast<int>(i), &v) == nullptr) {
+        return Corrupt(path, ".gnu.version has no entry for .dynsym symbol #" + std::to_string(i) + " " + name);
+      }
+      // Index 0 is local, 1 the base (global, unversioned); others name a .gnu.version_d entry
+      // (an index of .gnu.version_r, a needed version, is never a defined symbol's).
+      auto it = versions->names.find(static_cast<uint16_t>(v & 0x7fff));
+      if (it != versions->names.end()) {
+        s.version = it->second;
+        s.default_version = (v & 0x8000) == 0;
+      }
+    } else if (const char* at = std::strchr(name, '@'); versions == nullptr && at != nullptr && at != name) {
+      // .symtab of a binutils >= 2.35 link: "NAME@VERSION" or "NAME@@VERSION".
+      const bool is_default = at[1] == '@';
+      s.name.assign(name, static_cast<size_t>(at - name));
+      s.version = at + (is_default ? 2 : 1);
+      s.default_version = is_default || s.version.empty();
+    }
+    out->push_back(std::move(s));
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
+StatusOr<ElfFile> ElfFile::Open(const std::string& path) { return OpenForTest(path, nullptr); }
+
+StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::function<void()>& after_begin) {
   static const bool kLibelfReady = elf_version(EV_CURRENT) != EV_NONE;
   if (!kLibelfReady) return Internal("libelf: elf_version(EV_CURRENT) failed");
 
@@ -138,14 +202,31 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat " + path);
   if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
-  uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  ElfPtr e(elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr));
+  // ELF_C_READ: libelf reads what it needs with pread(2) into its own buffers. ELF_C_READ_MMAP
+  // would map the file, and a read of a page past the end of a file truncated meanwhile is
+  // SIGBUS, which kills the daemon; a short pread is an error.
+  ElfPtr e(elf_begin(fd.get(), ELF_C_READ, nullptr));
   if (e == nullptr) return Corrupt(path, "not readable as ELF");
-  if (elf_kind(e.get()) != ELF_K_ELF) return InvalidArgument(path + ": not an ELF file");
+  if (after_begin) after_begin();
+  StatusOr<ElfFile> file = Read(e.get(), path, static_cast<uint64_t>(st.st_size));
+  // A file rewritten or cut while it was read may have given inconsistent pieces, or a read
+  // error that blames the file's contents: say what happened instead.
+  struct stat now;
+  if (fstat(fd.get(), &now) == 0 && (now.st_size != st.st_size || now.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+                                     now.st_mtim.tv_nsec != st.st_mtim.tv_nsec)) {
+    return Unavailable(path + ": the file changed while it was read (" + std::to_string(st.st_size) + " bytes, now " +
+                       std::to_string(now.st_size) + "); read it again once it is complete" +
+                       (file.ok() ? std::string() : " (the read failed: " + file.status().message() + ")"));
+  }
+  return file;
+}
+
+StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_size) {
+  if (elf_kind(e) != ELF_K_ELF) return InvalidArgument(path + ": not an ELF file");
   GElf_Ehdr ehdr;
-  if (gelf_getehdr(e.get(), &ehdr) == nullptr) return Corrupt(path, "unreadable ELF header");
-  if (gelf_getclass(e.get()) != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
-    return InvalidArgument(path + ": not an x86-64 ELF64 file (class " + std::to_string(gelf_getclass(e.get())) +
+  if (gelf_getehdr(e, &ehdr) == nullptr) return Corrupt(path, "unreadable ELF header");
+  if (gelf_getclass(e) != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+    return InvalidArgument(path + ": not an x86-64 ELF64 file (class " + std::to_string(gelf_getclass(e)) +
                            ", e_machine " + std::to_string(ehdr.e_machine) + ")");
   }
   if (ehdr.e_type != ET_EXEC && ehdr.e_type != ET_DYN) {
@@ -153,21 +234,30 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
                            " is not an executable or shared object (ET_EXEC, ET_DYN)");
   }
 
-  TPE_RETURN_IF_ERROR(CheckHeaderTables(e.get(), ehdr, file_size, path));
+  TPE_RETURN_IF_ERROR(CheckHeaderTables(e, ehdr, file_size, path));
 
   ElfFile file;
   file.path_ = path;
   file.is_dynamic_ = ehdr.e_type == ET_DYN;
-  TPE_ASSIGN_OR_RETURN(file.segments_, ReadSegments(e.get(), file_size, path));
+  TPE_ASSIGN_OR_RETURN(file.segments_, ReadSegments(e, file_size, path));
 
   size_t shstrndx = 0;
-  if (elf_getshdrstrndx(e.get(), &shstrndx) != 0) return Corrupt(path, "no section name table");
+  if (elf_getshdrstrndx(e, &shstrndx) != 0) return Corrupt(path, "no section name table");
   uint64_t stapsdt_base = 0;
   std::string_view notes;
-  for (Elf_Scn* scn = elf_nextscn(e.get(), nullptr); scn != nullptr; scn = elf_nextscn(e.get(), scn)) {
+  struct Table {
+    Elf_Scn* scn;
+    GElf_Shdr sh;
+    std::string name;
+  };
+  std::vector<Table> tables;  // read once the version sections are known, wherever they are
+  DynsymVersions versions;
+  Elf_Scn* versym = nullptr;
+  size_t versym_link = 0;
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn != nullptr; scn = elf_nextscn(e, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) return Corrupt(path, "unreadable section header");
-    const char* name = elf_strptr(e.get(), shstrndx, sh.sh_name);
+    const char* name = elf_strptr(e, shstrndx, sh.sh_name);
     if (name == nullptr) return Corrupt(path, "section #" + std::to_string(elf_ndxscn(scn)) + " has a bad name");
     std::string_view section = name;
     if (sh.sh_type != SHT_NOBITS && !InFile(sh.sh_offset, sh.sh_size, file_size)) {
@@ -177,7 +267,12 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
     }
     if (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) {
       file.has_symtab_ |= sh.sh_type == SHT_SYMTAB;
-      TPE_RETURN_IF_ERROR(ReadSymbols(e.get(), scn, sh, name, file.segments_, path, &file.symbols_));
+      tables.push_back(Table{scn, sh, name});
+    } else if (sh.sh_type == SHT_GNU_versym) {
+      versym = scn;
+      versym_link = sh.sh_link;
+    } else if (sh.sh_type == SHT_GNU_verdef) {
+      TPE_ASSIGN_OR_RETURN(versions.names, ReadVersionDefinitions(e, scn, sh, path));
     } else if (section == ".stapsdt.base") {
       stapsdt_base = sh.sh_addr;
     } else if (section == ".note.stapsdt" && sh.sh_type == SHT_NOTE) {
@@ -187,14 +282,33 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
       notes = std::string_view(static_cast<const char*>(data->d_buf), data->d_size);
     }
   }
+  for (const Table& t : tables) {
+    const bool dynsym = t.sh.sh_type == SHT_DYNSYM;
+    if (dynsym && versym != nullptr && versym_link == elf_ndxscn(t.scn)) {
+      versions.versym = elf_getdata(versym, nullptr);
+      if (versions.versym == nullptr) return Corrupt(path, "cannot read .gnu.version");
+    }
+    TPE_RETURN_IF_ERROR(
+        ReadSymbols(e, t.scn, t.sh, t.name, file.segments_, dynsym ? &versions : nullptr, path, &file.symbols_));
+  }
 
+  // Sorted by name, address, version; one entry per (name, address, version), and an unversioned
+  // entry only where no versioned one has that name and address.
   auto& syms = file.symbols_;
   std::sort(syms.begin(), syms.end(), [](const Symbol& a, const Symbol& b) {
-    return a.name != b.name ? a.name < b.name : a.address < b.address;
+    return std::tie(a.name, a.address, a.version) < std::tie(b.name, b.address, b.version);
   });
-  syms.erase(std::unique(syms.begin(), syms.end(),
-                         [](const Symbol& a, const Symbol& b) { return a.name == b.name && a.address == b.address; }),
-             syms.end());
+  std::vector<Symbol> kept;
+  for (size_t i = 0, j = 0; i < syms.size(); i = j) {
+    while (j < syms.size() && syms[j].name == syms[i].name && syms[j].address == syms[i].address) ++j;
+    const bool has_versioned = !syms[j - 1].version.empty();  // "" sorts first
+    for (size_t k = i; k < j; ++k) {
+      if (has_versioned && syms[k].version.empty()) continue;
+      if (k > i && syms[k].version == syms[k - 1].version) continue;
+      kept.push_back(syms[k]);
+    }
+  }
+  syms = std::move(kept);
 
   auto parsed = ParseStapsdtNotes(notes);
   if (!parsed.ok()) return parsed.status().WithContext(path);
@@ -207,7 +321,22 @@ StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
   return file;
 }
 
-StatusOr<uint64_t> ElfFile::SymbolFileOffset(const std::string& name, uint64_t offset_in_symbol) const {
+std::string Symbol::QualifiedName() const {
+  if (version.empty()) return name;
+  return name + (default_version ? "@@" : "@") + version;
+}
+
+StatusOr<Symbol> ElfFile::FindFunction(const std::string& wanted) const {
+  // "NAME", "NAME@VERSION" or "NAME@@VERSION".
+  const size_t at = wanted.find('@');
+  const std::string name = wanted.substr(0, at);
+  const bool versioned = at != std::string::npos;
+  const bool want_default = versioned && wanted.compare(at, 2, "@@") == 0;
+  const std::string version = versioned ? wanted.substr(at + (want_default ? 2 : 1)) : "";
+  if (versioned && (name.empty() || version.empty() || version.find('@') != std::string::npos)) {
+    return InvalidArgument(path_ + ": \"" + wanted + "\" is not a function name: use NAME, NAME@VERSION or " +
+                           "NAME@@VERSION (e.g. pthread_cond_wait@@GLIBC_2.3.2)");
+  }
   auto first = std::lower_bound(symbols_.begin(), symbols_.end(), name,
                                 [](const Symbol& s, const std::string& n) { return s.name < n; });
   auto last = first;
@@ -227,22 +356,73 @@ StatusOr<uint64_t> ElfFile::SymbolFileOffset(const std::string& name, uint64_t o
     }
     return NotFound(msg + "; closest: " + Closest(name, std::move(names)));
   }
-  if (last - first > 1) {
-    std::string where;
-    for (auto it = first; it != last; ++it) where += (it == first ? "" : ", ") + Hex(it->address);
-    return InvalidArgument(path_ + ": " + std::to_string(last - first) + " functions named " + name + " at " + where);
+  // Every candidate as "NAME@@V at 0x..", for messages.
+  auto list = [](const std::vector<Symbol>& candidates) {
+    std::string out;
+    for (const Symbol& s : candidates) out += (out.empty() ? "" : ", ") + s.QualifiedName() + " at " + Hex(s.address);
+    return out;
+  };
+  const std::vector<Symbol> all(first, last);
+  std::vector<Symbol> candidates;
+  if (versioned) {
+    for (const Symbol& s : all) {
+      if (s.version == version) candidates.push_back(s);
+    }
+    if (candidates.empty()) {
+      return NotFound(path_ + ": function " + name + " has no version " + version + "; it has: " + list(all));
+    }
+    if (want_default && !candidates.front().default_version) {
+      return InvalidArgument(path_ + ": " + version + " is not the default version of " + name + " (\"" + wanted +
+                             "\" names the default); it is " + name + "@" + version + " (" + list(all) + ")");
+    }
+  } else {
+    candidates = all;
   }
-  if (first->size != 0 && offset_in_symbol >= first->size) {
+  auto one_address = [](const std::vector<Symbol>& v) {
+    return std::all_of(v.begin(), v.end(), [&](const Symbol& s) { return s.address == v.front().address; });
+  };
+  if (!versioned && !one_address(candidates)) {
+    std::vector<Symbol> defaults;
+    for (const Symbol& s : candidates) {
+      if (s.default_version) defaults.push_back(s);
+    }
+    if (!defaults.empty() && one_address(defaults)) candidates = std::move(defaults);
+  }
+  if (!one_address(candidates)) {
+    std::set<uint64_t> addresses;
+    for (const Symbol& s : candidates) addresses.insert(s.address);
+    bool any_version = false;
+    for (const Symbol& s : candidates) any_version |= !s.version.empty();
+    return InvalidArgument(path_ + ": " + std::to_string(addresses.size()) + " functions named " + wanted +
+                           " at different addresses: " + list(candidates) +
+                           (any_version ? "; name one with its version: NAME@VERSION, or NAME@@VERSION for the "
+                                          "default"
+                                        : " (local functions of different sources; a probe cannot tell them apart "
+                                          "by name)"));
+  }
+  // One function: prefer the entry of the default version (all share address and code).
+  for (const Symbol& s : candidates) {
+    if (s.default_version) return s;
+  }
+  return candidates.front();
+}
+
+StatusOr<uint64_t> ElfFile::SymbolFileOffset(const std::string& name, uint64_t offset_in_symbol) const {
+  TPE_ASSIGN_OR_RETURN(Symbol s, FindFunction(name));
+  if (s.size != 0 && offset_in_symbol >= s.size) {
     return InvalidArgument(path_ + ": offset " + Hex(offset_in_symbol) + " is past the end of " + name + " (" +
-                           std::to_string(first->size) + " bytes)");
+                           std::to_string(s.size) + " bytes)");
   }
-  return first->file_offset + offset_in_symbol;
+  return s.file_offset + offset_in_symbol;
 }
 
 std::vector<Symbol> ElfFile::Symbols(const std::string& glob) const {
   std::vector<Symbol> out;
   for (const Symbol& s : symbols_) {
-    if (fnmatch(glob.c_str(), s.name.c_str(), 0) == 0) out.push_back(s);
+    if (fnmatch(glob.c_str(), s.name.c_str(), 0) == 0 ||
+        (!s.version.empty() && fnmatch(glob.c_str(), s.QualifiedName().c_str(), 0) == 0)) {
+      out.push_back(s);
+    }
   }
   return out;
 }

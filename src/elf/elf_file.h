@@ -3,14 +3,26 @@
 // (Documentation/trace/uprobetracer.rst).
 //
 // ElfFile::Open reads everything it needs (PT_LOAD segments, function symbols of .symtab and
-// .dynsym, the .note.stapsdt probes) with libelf and closes the file before returning, so an
-// ElfFile is a plain value: copyable, and every method is const, pure and safe from any thread.
+// .dynsym with their GNU symbol versions, the .note.stapsdt probes) with libelf and closes the
+// file before returning, so an ElfFile is a plain value: copyable, and every method is const,
+// pure and safe from any thread. The file is read with pread(2) (ELF_C_READ), never mapped: a
+// binary truncated while it is read (a package upgrade, a container layer going away) gives an
+// error, where a mapping would raise SIGBUS and kill the process.
+//
+// Symbol versions (GNU extension; the LSB's "Symbol Versioning", and `info ld` VERSION): a
+// shared library may define one name several times, once per version, e.g. glibc's
+// pthread_cond_wait@@GLIBC_2.3.2 (the default version, which new links bind) and
+// pthread_cond_wait@GLIBC_2.2.5 (kept for binaries linked before 2.3.2). In .dynsym the version
+// is the .gnu.version entry of the symbol (an index into .gnu.version_d; bit 0x8000, "hidden",
+// marks a non-default version); in .symtab, since binutils 2.35, the name itself carries
+// "@VERSION" or "@@VERSION".
 //
 // Sources: elf(5) and the ELF gABI (headers, symbols, notes), libelf(3)/gelf(3) (elfutils),
 // sys/sdt.h and usdt.h here for the notes, libbpf src/usdt.c and src/elf.c as reference.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,11 +30,17 @@
 #include "elf/address.h"
 #include "elf/usdt.h"
 
+struct Elf;  // libelf.h
+
 namespace tpe::elf {
 
 // A defined function symbol (STT_FUNC or STT_GNU_IFUNC, st_shndx != SHN_UNDEF, st_value != 0).
 struct Symbol {
-  std::string name;          // as in the string table (no "@VERSION")
+  std::string name;     // as in the string table, without any "@VERSION" / "@@VERSION"
+  std::string version;  // the symbol version, e.g. "GLIBC_2.3.2"; "" when unversioned
+  // Whether `version` is the name's default version (NAME@@VERSION, the one a link binds), not
+  // an older one kept for compatibility (NAME@VERSION, hidden bit set). True when unversioned.
+  bool default_version = true;
   uint64_t address = 0;      // st_value: link-time virtual address
   uint64_t size = 0;         // st_size in bytes (0 = unknown)
   uint64_t file_offset = 0;  // of `address`, through the PT_LOAD segments
@@ -30,28 +48,48 @@ struct Symbol {
   // uprobe there fires once per process, not per call.
   bool is_ifunc = false;
   bool operator==(const Symbol&) const = default;
+  // `name`, or with its version: "name@@version" (default) / "name@version".
+  std::string QualifiedName() const;
 };
 
 class ElfFile {
  public:
   // Reads `path`. Errors, all naming `path`: NotFound (no such file), PermissionDenied,
   // InvalidArgument (not ELF, not x86-64 ELF64, not ET_EXEC/ET_DYN, corrupt or truncated
-  // headers, symbol tables or notes, with the culprit), Internal (other open(2) failures).
+  // headers, symbol tables or notes, with the culprit; also a file cut short while it is read),
+  // Unavailable (the file's size or mtime changed while it was read: read it again once it is
+  // complete), Internal (other open(2) failures). Never a signal.
   static StatusOr<ElfFile> Open(const std::string& path);
+  // Open, calling `after_begin` once libelf has opened the file and read its ELF header, before
+  // anything else is read (tests truncate or rewrite the file there).
+  static StatusOr<ElfFile> OpenForTest(const std::string& path, const std::function<void()>& after_begin);
 
   const std::string& path() const { return path_; }
   bool is_dynamic() const { return is_dynamic_; }  // ET_DYN (PIE or shared library)
   const std::vector<LoadSegment>& segments() const { return segments_; }
 
-  // The file offset of `offset_in_symbol` bytes into function `name` (.symtab or .dynsym).
+  // The function `name` names (.symtab or .dynsym), as libbpf resolves uprobe names:
+  //  - "NAME@VERSION": the symbol NAME of exactly that version, default or not;
+  //  - "NAME@@VERSION": the same, and VERSION must be NAME's default version;
+  //  - "NAME": every symbol NAME of any version; symbols at one address are one function (e.g.
+  //    aliases exported under two versions); when they are at several addresses, the default
+  //    version's (and the unversioned ones') address, if that is one address.
   // Errors: NotFound naming `path` and up to 3 closest function names (edit distance), or saying
-  // the file is stripped when it has no function symbols (or no .symtab and only exported ones);
-  // InvalidArgument when `offset_in_symbol` is not inside the function's st_size bytes, or when
-  // several functions share `name` at different addresses (listing them).
+  // the file is stripped when it has no function symbols (or no .symtab and only exported ones),
+  // or, for a version NAME does not have, listing NAME's versions; InvalidArgument for
+  // "NAME@@VERSION" when VERSION is not the default, and when "NAME" is still ambiguous: the
+  // candidates with their versions and addresses, and how to name one.
+  StatusOr<Symbol> FindFunction(const std::string& name) const;
+
+  // The file offset of `offset_in_symbol` bytes into function `name` (FindFunction).
+  // Errors: FindFunction's; InvalidArgument when `offset_in_symbol` is not inside the function's
+  // st_size bytes.
   StatusOr<uint64_t> SymbolFileOffset(const std::string& name, uint64_t offset_in_symbol = 0) const;
 
-  // Function symbols whose name matches the fnmatch(3) pattern `glob` (no flags), from .symtab
-  // and .dynsym, deduplicated by (name, address), sorted by name then address.
+  // Function symbols whose name or qualified name (Symbol::QualifiedName) matches the fnmatch(3)
+  // pattern `glob` (no flags), from .symtab and .dynsym, sorted by name, address, version.
+  // A symbol in both tables is listed once (an unversioned copy beside a versioned one at the
+  // same address, e.g. from a pre-2.35 linker's .symtab, is dropped).
   std::vector<Symbol> Symbols(const std::string& glob = "*") const;
 
   // Every USDT probe site in .note.stapsdt, in note order (empty when the section is absent).
@@ -64,12 +102,16 @@ class ElfFile {
   StatusOr<std::vector<UsdtProbe>> FindUsdt(const std::string& provider, const std::string& name) const;
 
  private:
+  // Everything but opening: the checks and sections of the file libelf reads as `e`, which has
+  // `file_size` bytes.
+  static StatusOr<ElfFile> Read(::Elf* e, const std::string& path, uint64_t file_size);
+
   std::string path_;
   bool is_dynamic_ = false;
   bool has_symtab_ = false;  // a .symtab section exists (the file is not stripped)
   bool has_stapsdt_ = false;
   std::vector<LoadSegment> segments_;
-  std::vector<Symbol> symbols_;  // sorted by name then address, deduplicated
+  std::vector<Symbol> symbols_;  // sorted by name, address, version; deduplicated
   std::vector<UsdtProbe> probes_;
 };
 

@@ -1,14 +1,19 @@
 #include "elf/elf_file.h"
 
+#include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace tpe::elf {
@@ -319,6 +324,194 @@ TEST(ElfFileTest, SystemPythonAuditProbe) {
     EXPECT_NE(p.semaphore_file_offset, 0u);
     EXPECT_EQ(ReadBytes(python, p.file_offset, 1), "\x90");
   }
+}
+
+// Where this process has `addr` mapped: the file offset /proc/self/maps gives for it (the
+// kernel's view, independent of ElfFile), and the mapped file's path in `path`. ~0 when unmapped.
+uint64_t MappedFileOffset(const void* addr, std::string* path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, off, dev, inode, file;
+    in >> range >> perms >> off >> dev >> inode >> file;
+    const uintptr_t start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (a < start || a >= end || file.empty() || file[0] != '/') continue;
+    *path = file;
+    return a - start + std::stoull(off, nullptr, 16);
+  }
+  return ~uint64_t{0};
+}
+
+// The file offset of `name`'s version `version` in the library `handle` maps, through dlvsym(3)
+// and /proc/self/maps (~0 when the library has no such version).
+uint64_t DlvsymOffset(void* handle, const char* name, const char* version, std::string* path = nullptr) {
+  void* addr = dlvsym(handle, name, version);
+  if (addr == nullptr) return ~uint64_t{0};
+  std::string mapped;
+  uint64_t off = MappedFileOffset(addr, &mapped);
+  if (path != nullptr) *path = mapped;
+  return off;
+}
+
+uint64_t OffsetOf(const ElfFile& f, const std::string& name) {
+  auto off = f.SymbolFileOffset(name);
+  EXPECT_TRUE(off.ok()) << name << ": " << off.status().ToString();
+  return off.ok() ? *off : 0;
+}
+
+class VersionedTest : public ::testing::TestWithParam<std::string> {};
+
+// GNU symbol versions: a plain name is the default version; NAME@VERSION is that version;
+// NAME@@VERSION must be the default; aliases at one address are one function. The offsets are
+// checked against where the dynamic linker put each version (dlvsym). Both with .symtab (names
+// carry "@VERSION") and stripped (.dynsym and .gnu.version only, like Debian's libc.so.6).
+TEST_P(VersionedTest, DefaultVersionAndExactVersions) {
+  void* lib = dlopen(TPE_ELF_TARGET_VERSIONED, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  const uint64_t function_v1 = DlvsymOffset(lib, "tpe_versioned_function", "TPE_ELF_1");
+  const uint64_t function_v2 = DlvsymOffset(lib, "tpe_versioned_function", "TPE_ELF_2");
+  const uint64_t alias_v1 = DlvsymOffset(lib, "tpe_versioned_alias", "TPE_ELF_1");
+  const uint64_t alias_v2 = DlvsymOffset(lib, "tpe_versioned_alias", "TPE_ELF_2");
+  const uint64_t compat_v1 = DlvsymOffset(lib, "tpe_versioned_compat", "TPE_ELF_1");
+  const uint64_t compat_v2 = DlvsymOffset(lib, "tpe_versioned_compat", "TPE_ELF_2");
+  dlclose(lib);
+  ASSERT_NE(function_v1, function_v2);
+  ASSERT_EQ(alias_v1, alias_v2);
+  ASSERT_NE(compat_v1, compat_v2);
+
+  auto f = ElfFile::Open(GetParam());
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_function"), function_v2);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_function@@TPE_ELF_2"), function_v2);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_function@TPE_ELF_2"), function_v2);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_function@TPE_ELF_1"), function_v1);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_alias"), alias_v2);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_alias@TPE_ELF_1"), alias_v1);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_compat@TPE_ELF_1"), compat_v1);
+  EXPECT_EQ(OffsetOf(*f, "tpe_versioned_compat@TPE_ELF_2"), compat_v2);
+  auto found = f->FindFunction("tpe_versioned_function");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->QualifiedName(), "tpe_versioned_function@@TPE_ELF_2");
+
+  // No default among two addresses: still ambiguous, with the candidates and their versions.
+  auto compat = f->SymbolFileOffset("tpe_versioned_compat");
+  ASSERT_FALSE(compat.ok());
+  EXPECT_EQ(compat.status().code(), StatusCode::kInvalidArgument);
+  char want[512];
+  std::snprintf(want, sizeof(want),
+                "%s: 2 functions named tpe_versioned_compat at different addresses: tpe_versioned_compat@TPE_ELF_1 "
+                "at 0x%llx, tpe_versioned_compat@TPE_ELF_2 at 0x%llx; name one with its version: NAME@VERSION, "
+                "or NAME@@VERSION for the default",
+                GetParam().c_str(),
+                static_cast<unsigned long long>(f->FindFunction("tpe_versioned_compat@TPE_ELF_1")->address),
+                static_cast<unsigned long long>(f->FindFunction("tpe_versioned_compat@TPE_ELF_2")->address));
+  EXPECT_EQ(compat.status().message(), want);
+  // @@ is the default version only.
+  auto not_default = f->SymbolFileOffset("tpe_versioned_function@@TPE_ELF_1");
+  ASSERT_FALSE(not_default.ok());
+  EXPECT_EQ(not_default.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(not_default.status().message().find("TPE_ELF_1 is not the default version of tpe_versioned_function"),
+            std::string::npos)
+      << not_default.status().ToString();
+  auto no_version = f->SymbolFileOffset("tpe_versioned_function@TPE_ELF_3");
+  ASSERT_FALSE(no_version.ok());
+  EXPECT_EQ(no_version.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(
+      no_version.status().message().find("has no version TPE_ELF_3; it has: tpe_versioned_function@TPE_ELF_1 at "),
+      std::string::npos)
+      << no_version.status().ToString();
+  for (const char* bad : {"tpe_versioned_function@", "@TPE_ELF_1", "tpe_versioned_function@@@TPE_ELF_2"}) {
+    EXPECT_EQ(f->SymbolFileOffset(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+
+  // Listed once per (name, address, version), with the versions; a glob may name one.
+  std::vector<std::string> listed;
+  for (const Symbol& s : f->Symbols("tpe_versioned_*")) {
+    if (s.name == "tpe_versioned_function" || s.name == "tpe_versioned_alias" || s.name == "tpe_versioned_compat") {
+      listed.push_back(s.QualifiedName());
+    }
+  }
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed,
+            (std::vector<std::string>{"tpe_versioned_alias@@TPE_ELF_2", "tpe_versioned_alias@TPE_ELF_1",
+                                      "tpe_versioned_compat@TPE_ELF_1", "tpe_versioned_compat@TPE_ELF_2",
+                                      "tpe_versioned_function@@TPE_ELF_2", "tpe_versioned_function@TPE_ELF_1"}));
+  auto one = f->Symbols("tpe_versioned_function@TPE_ELF_1");
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].file_offset, function_v1);
+  EXPECT_FALSE(one[0].default_version);
+}
+
+INSTANTIATE_TEST_SUITE_P(SymtabAndStripped, VersionedTest,
+                         ::testing::Values(TPE_ELF_TARGET_VERSIONED, TPE_ELF_TARGET_VERSIONED_STRIPPED));
+
+// The host's libc.so.6 (Debian 12: glibc 2.36, stripped): pthread_cond_wait has GLIBC_2.3.2
+// (default) and GLIBC_2.2.5 at two addresses; timer_create GLIBC_2.34 (default) and GLIBC_2.3.3 at
+// one address and GLIBC_2.2.5 at another. Every function name .dynsym exports resolves.
+TEST(ElfFileTest, SystemLibcVersionedFunctions) {
+  std::string libc;
+  const uint64_t wait_new = DlvsymOffset(RTLD_DEFAULT, "pthread_cond_wait", "GLIBC_2.3.2", &libc);
+  const uint64_t wait_old = DlvsymOffset(RTLD_DEFAULT, "pthread_cond_wait", "GLIBC_2.2.5");
+  if (wait_new == ~uint64_t{0} || wait_old == ~uint64_t{0}) {
+    GTEST_SKIP() << "this libc has no pthread_cond_wait@GLIBC_2.3.2 and @GLIBC_2.2.5";
+  }
+  auto f = ElfFile::Open(libc);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(OffsetOf(*f, "pthread_cond_wait"), wait_new);
+  EXPECT_EQ(OffsetOf(*f, "pthread_cond_wait@@GLIBC_2.3.2"), wait_new);
+  EXPECT_EQ(OffsetOf(*f, "pthread_cond_wait@GLIBC_2.2.5"), wait_old);
+  const uint64_t timer_new = DlvsymOffset(RTLD_DEFAULT, "timer_create", "GLIBC_2.34");
+  if (timer_new != ~uint64_t{0}) {
+    EXPECT_EQ(DlvsymOffset(RTLD_DEFAULT, "timer_create", "GLIBC_2.3.3"), timer_new);
+    EXPECT_EQ(OffsetOf(*f, "timer_create"), timer_new);
+    EXPECT_EQ(OffsetOf(*f, "timer_create@GLIBC_2.3.3"), timer_new);
+    EXPECT_EQ(OffsetOf(*f, "timer_create@GLIBC_2.2.5"), DlvsymOffset(RTLD_DEFAULT, "timer_create", "GLIBC_2.2.5"));
+  }
+  std::set<std::string> names;
+  size_t versioned = 0;
+  for (const Symbol& s : f->Symbols()) {
+    names.insert(s.name);
+    versioned += !s.version.empty();
+  }
+  EXPECT_GT(versioned, 1000u);
+  std::vector<std::string> refused;
+  for (const std::string& name : names) {
+    auto off = f->SymbolFileOffset(name);
+    if (!off.ok()) refused.push_back(off.status().message());
+  }
+  EXPECT_TRUE(refused.empty()) << refused.size() << " refused, e.g. " << refused.front();
+}
+
+// A file truncated after libelf opened it (a package upgrade rewriting a binary the daemon reads)
+// is an error naming the file, never SIGBUS: ElfFile reads with pread, not through a mapping.
+TEST(ElfFileTest, TruncatedWhileReadIsAnErrorNotASignal) {
+  const std::string elf = ReadAll(TPE_ELF_TARGET_VERSIONED);
+  const std::string pie = ReadAll(TPE_ELF_TARGET_PIE);
+  ASSERT_GT(pie.size(), 8192u);
+  for (const std::string* bytes : {&elf, &pie}) {
+    for (size_t keep : {size_t{0}, size_t{64}, size_t{4096}, bytes->size() / 2, bytes->size() - 64}) {
+      const std::string path = WriteTemp("cut_" + std::to_string(keep), *bytes);
+      auto f = ElfFile::OpenForTest(path, [&] { ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(keep)), 0); });
+      ASSERT_FALSE(f.ok()) << path << " cut to " << keep;
+      EXPECT_EQ(f.status().code(), StatusCode::kUnavailable) << f.status().ToString();
+      EXPECT_NE(f.status().message().find(path + ": the file changed while it was read"), std::string::npos)
+          << f.status().ToString();
+      std::filesystem::remove(path);
+    }
+  }
+  // Rewritten in place with the same size (mtime changes): an error too.
+  const std::string path = WriteTemp("rewritten", pie);
+  auto f = ElfFile::OpenForTest(path, [&] {
+    std::ofstream(path, std::ios::binary | std::ios::in) << std::string(pie.size(), '\0');
+    struct timespec later[2] = {{0, UTIME_OMIT}, {1, 0}};  // a distinct mtime even within one tick
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0);
+  });
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kUnavailable) << f.status().ToString();
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 #include "tracefs/probe_events.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -74,14 +78,29 @@ Status CheckName(std::string_view what, std::string_view name, size_t max_len) {
 // Fetch args: registers, $vars, @addr/@sym, +|-[u]off(...), :type, b<w>@<o>/<c>, [N] arrays.
 bool IsFetchArgChar(char c) { return IsAlpha(c) || IsDigit(c) || std::strchr("_%$@+-().:[]/", c) != nullptr; }
 
+// The kernel's isspace() (lib/ctype.c, _S): \t \n \v \f \r, ' ' and 0xa0 (Latin-1 NBSP). The
+// kernel splits a definition into words with argv_split(), which cuts at each of them.
+bool IsKernelSpace(unsigned char c) { return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0xa0; }
+
 Status CheckPath(const std::string& path) {
   if (path.empty() || path[0] != '/') {
     return InvalidArgument("uprobe path " + Quote(path) + " is not an absolute path (e.g. \"/usr/bin/python3\")");
   }
+  for (size_t i = 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (IsKernelSpace(c)) {
+      char byte[8];
+      std::snprintf(byte, sizeof(byte), "0x%02x", c);
+      return InvalidArgument("uprobe path " + Quote(path) + " holds byte " + byte + " at offset " + std::to_string(i) +
+                             ", which the kernel takes for a space (isspace() of lib/ctype.c: 0x09-0x0d, 0x20, "
+                             "0xa0, also the second byte of UTF-8 U+00A0): it would cut the definition there; use "
+                             "a path without it (e.g. a symlink)");
+    }
+  }
   for (unsigned char c : path) {
-    if (c <= 0x20 || c == 0x7f || c == '#' || c == '"' || c == '\'' || c == '\\') {
+    if (c < 0x20 || c == 0x7f || c == '#' || c == '"' || c == '\'' || c == '\\') {
       return InvalidArgument("uprobe path " + Quote(path) +
-                             " holds whitespace, a control character, '#', a quote or a backslash, which the "
+                             " holds a control character, '#', a quote or a backslash, which the "
                              "kernel's definition syntax cannot carry");
     }
   }
@@ -262,24 +281,64 @@ uint64_t CurrentPidNamespace() {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-std::string ProbeGroupName(int pid, uint64_t pidns) {
+namespace {
+// The fields of /proc/<pid>/stat after "pid (comm)" (proc(5)): comm may hold ')' and spaces, so
+// they start after the last ')'. tokens[0] is field 3 (state), tokens[19] field 22 (starttime).
+std::vector<std::string> StatFields(const std::string& stat) {
+  std::vector<std::string> out;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return out;
+  size_t pos = paren + 1;
+  while (pos < stat.size()) {
+    while (pos < stat.size() && (stat[pos] == ' ' || stat[pos] == '\n')) ++pos;
+    const size_t end = stat.find_first_of(" \n", pos);
+    if (pos < stat.size()) out.push_back(stat.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+    pos = end == std::string::npos ? stat.size() : end;
+  }
+  return out;
+}
+
+std::optional<uint64_t> StartTimeFromStat(const std::string& stat) {
+  const std::vector<std::string> f = StatFields(stat);
+  if (f.size() < 20 || f[19].empty() || f[19].find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoull(f[19]);
+}
+
+std::string ProcDir(int pid) { return pid == 0 ? "/proc/self" : "/proc/" + std::to_string(pid); }
+}  // namespace
+
+std::optional<uint64_t> ProcessStartTime(int pid) {
+  if (pid < 0) return std::nullopt;
+  auto stat = ReadFileToString(ProcDir(pid) + "/stat");
+  if (!stat.ok()) return std::nullopt;
+  return StartTimeFromStat(*stat);
+}
+
+std::string ProbeGroupName(int pid, std::optional<uint64_t> start_time, uint64_t pidns) {
   std::string g = kGroupPrefix + std::to_string(pid);
+  if (start_time) g += "_s" + std::to_string(*start_time);
   if (pidns != kInitPidNamespace) g += "_" + std::to_string(pidns);
   return g;
 }
 
-std::string ProbeGroupForPid(int pid) { return ProbeGroupName(pid, CurrentPidNamespace()); }
+std::string ProbeGroupForPid(int pid) {
+  return ProbeGroupName(pid, ProcessStartTime(pid == ::getpid() ? 0 : pid), CurrentPidNamespace());
+}
 
 namespace {
-// A canonical decimal number of at most `max_digits` digits (no leading zero), in [1, max].
-std::optional<uint64_t> CanonicalNumber(std::string_view digits, size_t max_digits, uint64_t max) {
-  if (digits.empty() || digits.size() > max_digits || digits[0] == '0') return std::nullopt;
+// A canonical decimal number of at most `max_digits` digits (no leading zero), in [min, max].
+std::optional<uint64_t> CanonicalNumber(std::string_view digits, size_t max_digits, uint64_t max, uint64_t min = 1) {
+  if (digits.empty() || digits.size() > max_digits || (digits[0] == '0' && digits.size() > 1)) return std::nullopt;
   uint64_t v = 0;
   for (char c : digits) {
     if (!IsDigit(c)) return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;  // would overflow
+    v = v * 10 + d;
   }
-  if (v == 0 || v > max) return std::nullopt;
+  if (v < min || v > max) return std::nullopt;
   return v;
 }
 }  // namespace
@@ -287,17 +346,31 @@ std::optional<uint64_t> CanonicalNumber(std::string_view digits, size_t max_digi
 std::optional<ProbeGroupOwner> ParseProbeGroup(std::string_view group) {
   constexpr size_t kPrefix = sizeof(kGroupPrefix) - 1;
   if (group.size() <= kPrefix || group.substr(0, kPrefix) != kGroupPrefix) return std::nullopt;
+  // "<pid>", "<pid>_<ns>", "<pid>_s<start>", "<pid>_s<start>_<ns>".
+  std::vector<std::string_view> parts;
   std::string_view rest = group.substr(kPrefix);
-  const size_t sep = rest.find('_');
-  auto pid = CanonicalNumber(rest.substr(0, sep), 10, INT_MAX);
+  for (size_t sep; (sep = rest.find('_')) != std::string_view::npos; rest.remove_prefix(sep + 1)) {
+    parts.push_back(rest.substr(0, sep));
+  }
+  parts.push_back(rest);
+  if (parts.size() > 3) return std::nullopt;
+  auto pid = CanonicalNumber(parts[0], 10, INT_MAX);
   if (!pid) return std::nullopt;
   ProbeGroupOwner owner;
   owner.pid = static_cast<int>(*pid);
-  if (sep != std::string_view::npos) {
-    auto ns = CanonicalNumber(rest.substr(sep + 1), 20, UINT64_MAX / 10);
+  size_t next = 1;
+  if (next < parts.size() && !parts[next].empty() && parts[next][0] == 's') {
+    owner.start_time = CanonicalNumber(parts[next].substr(1), 20, UINT64_MAX, 0);
+    if (!owner.start_time) return std::nullopt;
+    ++next;
+  }
+  if (next < parts.size()) {
+    auto ns = CanonicalNumber(parts[next], 20, UINT64_MAX);
     if (!ns || *ns == kInitPidNamespace) return std::nullopt;
     owner.pidns = *ns;
+    ++next;
   }
+  if (next != parts.size()) return std::nullopt;
   return owner;
 }
 
@@ -327,10 +400,19 @@ StatusOr<EventName> ParseProbeEventsLine(std::string_view line) {
 }
 
 std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, const std::string& own_group,
-                                              const std::function<bool(int pid)>& owner_alive) {
-  const std::optional<ProbeGroupOwner> own = ParseProbeGroup(own_group);
-  const uint64_t own_ns = own ? own->pidns : kInitPidNamespace;
+                                              const ProcessTable& procs,
+                                              const std::function<bool(int pid, const ProbeGroupOwner&)>& owner_alive) {
   std::vector<EventName> out;
+  std::map<std::string, bool> judged;  // group -> stale, so each owner is judged once
+  auto stale = [&](const ProbeGroupOwner& owner) {
+    if (owner.pidns == procs.own_pidns) return !owner_alive(owner.pid, owner);
+    // Another namespace: only the initial one sees them all.
+    if (procs.own_pidns != kInitPidNamespace || !procs.complete) return false;
+    if (procs.live_pidns.count(owner.pidns) == 0) return true;  // no process lives there any more
+    if (procs.mapped_pidns.count(owner.pidns) == 0) return false;
+    auto it = procs.ns_pids.find({owner.pidns, owner.pid});
+    return it == procs.ns_pids.end() || !owner_alive(it->second, owner);
+  };
   size_t pos = 0;
   while (pos < events_text.size()) {
     size_t nl = events_text.find('\n', pos);
@@ -339,9 +421,70 @@ std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, cons
     auto event = ParseProbeEventsLine(line);
     if (!event.ok() || event->system == own_group) continue;
     std::optional<ProbeGroupOwner> owner = ParseProbeGroup(event->system);
-    if (owner && owner->pidns == own_ns && !owner_alive(owner->pid)) out.push_back(std::move(*event));
+    if (!owner) continue;
+    auto it = judged.find(event->system);
+    if (it == judged.end()) it = judged.emplace(event->system, stale(*owner)).first;
+    if (it->second) out.push_back(std::move(*event));
   }
   return out;
+}
+
+namespace {
+// The pids of the "NSpid:" line of a /proc/<pid>/status text (Linux 4.1): the process's pid in
+// each pid namespace from /proc's down to its own. Empty when there is no such line.
+std::vector<int> NsPids(const std::string& status) {
+  std::vector<int> out;
+  const size_t at = status.find("\nNSpid:");
+  if (at == std::string::npos) return out;
+  const size_t end = status.find('\n', at + 1);
+  std::istringstream in(status.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7));
+  std::string word;
+  while (in >> word) {
+    if (word.empty() || word.size() > 10 || word.find_first_not_of("0123456789") != std::string::npos) return {};
+    out.push_back(std::stoi(word));
+  }
+  return out;
+}
+}  // namespace
+
+ProcessTable ReadProcessTable(bool other_namespaces) {
+  ProcessTable t;
+  t.own_pidns = CurrentPidNamespace();
+  if (!other_namespaces || t.own_pidns != kInitPidNamespace) return t;
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return t;
+  t.complete = true;
+  while (struct dirent* d = ::readdir(dir)) {
+    const std::string name = d->d_name;
+    if (name.empty() || name.size() > 10 || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string proc = "/proc/" + name;
+    struct stat st {};
+    if (::stat((proc + "/ns/pid").c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ESRCH) continue;  // exited meanwhile
+      // There but not ours to inspect (EACCES: ptrace_may_access, e.g. a non-dumpable process):
+      // its NSpid (status is world-readable) still says whether it is in /proc's namespace, the
+      // initial one (one pid). Deeper, its namespace is unknown, and so is which are dead.
+      auto status = ReadFileToString(proc + "/status");
+      if (!status.ok() && status.status().code() == StatusCode::kNotFound) continue;  // exited meanwhile
+      if (!status.ok() || NsPids(*status).size() != 1) t.complete = false;
+      continue;
+    }
+    const uint64_t ns = static_cast<uint64_t>(st.st_ino);
+    t.live_pidns.insert(ns);
+    if (ns == t.own_pidns) continue;
+    auto status = ReadFileToString(proc + "/status");
+    if (!status.ok()) {
+      // Exited meanwhile, or unreadable: then its pid there is unknown.
+      if (status.status().code() != StatusCode::kNotFound) t.complete = false;
+      continue;
+    }
+    const std::vector<int> pids = NsPids(*status);
+    if (pids.size() < 2) continue;  // no NSpid (before 4.1): its pids there are unknown
+    t.ns_pids[{ns, pids.back()}] = std::stoi(name);
+    t.mapped_pidns.insert(ns);
+  }
+  ::closedir(dir);
+  return t;
 }
 
 bool ProbeOwnerAlive(int pid) {
@@ -370,6 +513,32 @@ bool ProbeOwnerAlive(int pid) {
   // It exists but we cannot tell what it is (no comm either, e.g. /proc mounted with hidepid):
   // assume it is in use.
   return comm.empty();
+}
+
+bool ProbeOwnerAlive(int pid, const ProbeGroupOwner& owner) {
+  if (!owner.start_time) return ProbeOwnerAlive(pid);
+  if (pid <= 0) return false;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  auto stat = ReadFileToString(proc + "/stat");
+  if (!stat.ok()) {
+    // Gone, or there but hidden from us (hidepid): then assume it is the owner, never remove what
+    // may be in use.
+    return !(::kill(pid, 0) != 0 && errno == ESRCH);
+  }
+  const std::vector<std::string> f = StatFields(*stat);
+  if (!f.empty() && (f[0] == "Z" || f[0] == "X")) return false;  // dead, not reaped yet
+  const std::optional<uint64_t> start = StartTimeFromStat(*stat);
+  if (!start) return true;
+  if (*start == *owner.start_time) return true;
+  // A time namespace (Linux 5.6) shifts the start times its processes read by its boot-time
+  // offset: a daemon there named its group with a time this process cannot compare.
+  struct stat theirs {
+  }, ours{};
+  if (::stat((proc + "/ns/time").c_str(), &theirs) == 0 && ::stat("/proc/self/ns/time", &ours) == 0 &&
+      theirs.st_ino != ours.st_ino) {
+    return true;
+  }
+  return false;
 }
 
 std::optional<std::string> KernelErrorFor(std::string_view error_log, std::string_view command) {
@@ -407,6 +576,90 @@ std::optional<std::string> KernelErrorFor(std::string_view error_log, std::strin
   return found;
 }
 
+bool ProbeReadme::HasType(std::string_view type) const {
+  return std::find(types.begin(), types.end(), type) != types.end();
+}
+
+ProbeReadme ParseProbeReadme(std::string_view readme) {
+  ProbeReadme r;
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < readme.size();) {
+    size_t nl = readme.find('\n', pos);
+    lines.push_back(readme.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? readme.size() : nl + 1;
+  }
+  auto trimmed = [](std::string_view l) {
+    while (!l.empty() && (l.front() == ' ' || l.front() == '\t')) l.remove_prefix(1);
+    while (!l.empty() && (l.back() == ' ' || l.back() == '\t' || l.back() == '\r')) l.remove_suffix(1);
+    return l;
+  };
+  // A line naming what follows ("type:", "efield:", "field:"): its first word ends with ':'.
+  auto is_label = [&](std::string_view l) {
+    l = trimmed(l);
+    const size_t word = l.find_first_of(" \t");
+    return l.substr(0, word).ends_with(":");
+  };
+  auto add_types = [&](std::string_view text) {
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t end = text.find_first_of(", \t", pos);
+      std::string_view t = text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+      if (!t.empty()) r.types.emplace_back(t);
+      pos = end == std::string_view::npos ? text.size() : end + 1;
+    }
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view l = trimmed(lines[i]);
+    // 4.20+: "   place (uprobe): <path>:<offset>[%return][(ref_ctr_offset)]"; before:
+    // "\t    place: <path>:<offset>" (the kprobe place line starts "[<module>:]<symbol>").
+    if (l.starts_with("place (uprobe):") || (l.starts_with("place:") && l.find("<path>") != std::string_view::npos)) {
+      r.uprobe_ref_ctr |= l.find("(ref_ctr_offset)") != std::string_view::npos;
+    }
+    if (!l.starts_with("type:") || r.probe_synopsis) continue;
+    r.probe_synopsis = true;
+    add_types(l.substr(5));
+    // Continuation lines are indented with a tab ("\t           b<bit-width>@..., ustring,");
+    // the list ends at the next label or at a line of another section ("  events/ ...").
+    for (size_t j = i + 1; j < lines.size() && lines[j].starts_with("\t") && !is_label(lines[j]); ++j) {
+      add_types(trimmed(lines[j]));
+    }
+  }
+  return r;
+}
+
+namespace {
+// The type of a fetch arg ("+0(%si):ustring" -> "ustring", "+0(%si):u8[4]" -> "u8"; "" for none).
+std::string_view FetchType(std::string_view fetch) {
+  const size_t colon = fetch.rfind(':');
+  if (colon == std::string_view::npos) return {};
+  std::string_view t = fetch.substr(colon + 1);
+  return t.substr(0, t.find('['));
+}
+}  // namespace
+
+Status CheckProbeSupport(const ProbeEventSpec& spec, const ProbeReadme& readme, const std::string& readme_path) {
+  if (!readme.probe_synopsis) return Status::Ok();
+  const std::string kind = ProbeKindName(spec.kind);
+  if (spec.ref_ctr_offset != 0 && IsUprobe(spec.kind) && !readme.uprobe_ref_ctr) {
+    return Unavailable(kind + " " + spec.event + " on " + spec.path + " needs a USDT semaphore (ref_ctr_offset " +
+                       Hex(spec.ref_ctr_offset) +
+                       "), which this kernel's uprobe_events does not take (Linux 4.20 added it; " + readme_path +
+                       " shows no \"(ref_ctr_offset)\" in the uprobe place): without it the program never sees "
+                       "its semaphore set and skips the probe");
+  }
+  if (!readme.HasType("ustring")) {
+    for (const auto& [name, fetch] : spec.args) {
+      if (FetchType(fetch) != "ustring") continue;
+      return Unavailable(kind + " " + spec.event + " argument " + name + " (" + fetch +
+                         ") reads a user-space string (ustring), a fetch-arg type this kernel does not have (" +
+                         readme_path + " lists no ustring among its types)" +
+                         (IsUprobe(spec.kind)
+                              ? std::string("; a uprobe reads the program's memory with \"string\"")
+                              : std::string("; a kprobe has no other way to read user memory as a string")));
+    }
+  }
+  return Status::Ok();
+}
+
 ProbeEvents::ProbeEvents(const Tracefs& tracefs, std::string group) : tracefs_(&tracefs), group_(std::move(group)) {}
 
 ProbeEvents::~ProbeEvents() {
@@ -436,6 +689,15 @@ StatusOr<EventName> ProbeEvents::Create(const ProbeEventSpec& spec) {
                            "\", but these probe events are group \"" + group_ + "\"");
   }
   TPE_ASSIGN_OR_RETURN(std::string line, ProbeEventLine(s));
+  bool ustring = false;
+  for (const auto& a : s.args) ustring |= FetchType(a.second) == "ustring";
+  if (s.ref_ctr_offset != 0 || ustring) {
+    // What the running kernel takes, from its README (a kernel without the feature would refuse
+    // with a misleading reason, or none).
+    const std::string readme_path = tracefs_->root() + "/README";
+    auto readme = ReadFileToString(readme_path);
+    if (readme.ok()) TPE_RETURN_IF_ERROR(CheckProbeSupport(s, ParseProbeReadme(*readme), readme_path));
+  }
   EventName name{s.group, s.event};
   const std::string file = EventsFile(s.kind);
   // Checked first so that a missing interface says so rather than "no such event".
@@ -487,20 +749,43 @@ std::vector<EventName> ProbeEvents::events() const {
 }
 
 StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& own_group) {
-  int removed = 0;
+  std::vector<std::pair<const char*, std::string>> texts;
+  bool other_namespaces = false;  // any group of another pid namespace to judge
+  const uint64_t own_ns = CurrentPidNamespace();
   for (const char* file : {"uprobe_events", "kprobe_events"}) {
-    const std::string path = tracefs.root() + "/" + file;
-    auto text = ReadFileToString(path);
+    auto text = ReadFileToString(tracefs.root() + "/" + file);
     if (!text.ok()) {
       if (text.status().code() == StatusCode::kNotFound) continue;  // no such probes on this kernel
       return text.status();
     }
-    for (const EventName& e : SelectStaleProbeEvents(*text, own_group, ProbeOwnerAlive)) {
+    for (size_t pos = 0; pos < text->size();) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      auto event = ParseProbeEventsLine(std::string_view(*text).substr(pos, nl - pos));
+      pos = nl + 1;
+      if (!event.ok()) continue;
+      auto owner = ParseProbeGroup(event->system);
+      other_namespaces |= owner && owner->pidns != own_ns;
+    }
+    texts.emplace_back(file, std::move(*text));
+  }
+  const ProcessTable procs = ReadProcessTable(other_namespaces);
+  int removed = 0;
+  for (const auto& [file, text] : texts) {
+    for (const EventName& e : SelectStaleProbeEvents(text, own_group, procs, [](int pid, const ProbeGroupOwner&owner) {
+           return ProbeOwnerAlive(pid, owner);
+         })) {
       int err = 0;
       Status st = AppendCommand(tracefs.root(), file, RemoveCommand(e), &err);
       if (st.ok()) {
-        TPE_LOG_INFO("removed stale probe event {}/{} (pid {} is gone or is not a tracepoint_exporter)", e.system,
-                     e.name, *PidOfProbeGroup(e.system));
+        const ProbeGroupOwner owner = *ParseProbeGroup(e.system);
+        TPE_LOG_INFO(
+            "removed stale probe event {}/{} ({})", e.system, e.name,
+            owner.pidns != procs.own_pidns && procs.live_pidns.count(owner.pidns) == 0
+                ? "no process lives in pid namespace " + std::to_string(owner.pidns) + " any more"
+            : owner.start_time
+                ? "pid " + std::to_string(owner.pid) + " started at " + std::to_string(*owner.start_time) + " is gone"
+                : "pid " + std::to_string(owner.pid) + " is gone or is not a tracepoint_exporter");
         ++removed;
       } else if (err != ENOENT) {  // ENOENT: another daemon removed it first
         TPE_LOG_WARN("cannot remove stale probe event {}/{}: {}", e.system, e.name, st.message());

@@ -23,7 +23,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -88,21 +90,35 @@ inline constexpr uint64_t kInitPidNamespace = 0xEFFFFFFCu;
 // unreadable). Thread-safe.
 uint64_t CurrentPidNamespace();
 
-// The probe group of the daemon with process id `pid` in pid namespace `pidns`: "tpe_<pid>" in
-// the initial namespace, "tpe_<pid>_<pidns>" in any other (a container's daemon is often pid 1:
-// the namespace keeps its group apart from the host's pid 1 and from other containers'). Pure.
-std::string ProbeGroupName(int pid, uint64_t pidns);
-// ProbeGroupName(pid, CurrentPidNamespace()).
+// The start time of process `pid` (of this process's pid namespace; 0 means this process):
+// field 22 of /proc/<pid>/stat, "starttime", in clock ticks after boot (proc(5)). nullopt when it
+// cannot be read (no such process, or /proc hides it). Thread-safe.
+std::optional<uint64_t> ProcessStartTime(int pid);
+
+// The probe group of the daemon with process id `pid`, started at `start_time`
+// (ProcessStartTime), in pid namespace `pidns`:
+//   "tpe_<pid>_s<start_time>"          in the initial pid namespace,
+//   "tpe_<pid>_s<start_time>_<pidns>"  in any other (a container's daemon is often pid 1: the
+//                                      namespace keeps its group apart from the host's pid 1
+//                                      and from other containers').
+// A process with that pid and that start time is the owner whatever its name; any other is not
+// (the pid was reused). At most 4 + 10 + 2 + 20 + 1 + 20 = 57 characters (the kernel allows 63).
+// Without a start time (nullopt: it could not be read), the format of earlier versions:
+// "tpe_<pid>" or "tpe_<pid>_<pidns>", whose owner is recognised by its name (ProbeOwnerAlive).
+// Pure.
+std::string ProbeGroupName(int pid, std::optional<uint64_t> start_time, uint64_t pidns);
+// ProbeGroupName(pid, ProcessStartTime(pid), CurrentPidNamespace()).
 std::string ProbeGroupForPid(int pid);
 
-// The owner named by a group ProbeGroupName makes.
+// The owner named by a group ProbeGroupName makes (either format).
 struct ProbeGroupOwner {
-  int pid = 0;
+  int pid = 0;                         // in namespace `pidns`
+  std::optional<uint64_t> start_time;  // nullopt: the earlier format, without one
   uint64_t pidns = kInitPidNamespace;
   bool operator==(const ProbeGroupOwner&) const = default;
 };
-// nullopt for any other name (including non-canonical ones such as "tpe_01234", "tpe_1x" or
-// "tpe_1_<the initial namespace>"). Pure; thread-safe.
+// nullopt for any other name (including non-canonical ones such as "tpe_01234", "tpe_1x",
+// "tpe_1_s01" or "tpe_1_<the initial namespace>"). Pure; thread-safe.
 std::optional<ProbeGroupOwner> ParseProbeGroup(std::string_view group);
 // The pid of ParseProbeGroup(group). Pure; thread-safe.
 std::optional<int> PidOfProbeGroup(std::string_view group);
@@ -113,25 +129,90 @@ std::optional<int> PidOfProbeGroup(std::string_view group);
 // Pure; thread-safe. Errors: InvalidArgument quoting the line.
 StatusOr<EventName> ParseProbeEventsLine(std::string_view line);
 
+// What this process's /proc shows of the processes alive, for judging whose probe groups are
+// stale (ReadProcessTable).
+struct ProcessTable {
+  uint64_t own_pidns = kInitPidNamespace;  // CurrentPidNamespace()
+  // The pid namespaces at least one process lives in: the inodes of /proc/<pid>/ns/pid. Filled
+  // only in the initial namespace, where /proc shows every process.
+  std::set<uint64_t> live_pidns;
+  // False when the scan was not made, or some process's namespace could not be read
+  // (/proc/<pid>/ns/pid is EACCES to a reader ptrace_may_access() refuses) and its NSpid does not
+  // place it in the initial namespace: then no namespace is taken for dead and no pid for gone in
+  // another namespace.
+  bool complete = false;
+  // {pid namespace, pid there} -> pid here, for processes of other namespaces: their
+  // /proc/<pid>/status "NSpid:" line (Linux 4.1) ends with their pid in their own namespace.
+  std::map<std::pair<uint64_t, int>, int> ns_pids;
+  // The namespaces of `ns_pids` (at least one of their processes had an NSpid line).
+  std::set<uint64_t> mapped_pidns;
+};
+
 // From the text of uprobe_events or kprobe_events: the events of groups ParseProbeGroup reads,
-// in `own_group`'s pid namespace (pids of other namespaces cannot be judged from here), other
-// than `own_group`, whose `owner_alive(pid)` is false. Other tools' groups and unparsable lines
-// are never selected. Pure (but for calling `owner_alive`); thread-safe.
+// other than `own_group`, whose owner is gone. Other tools' groups and unparsable lines are never
+// selected. A group of
+//  - this process's pid namespace (procs.own_pidns) is stale when `owner_alive(pid, owner)` is
+//    false;
+//  - another namespace, judged only from the initial namespace: stale when that namespace has no
+//    process any more (not in procs.live_pidns, procs.complete); when it has some, and its pids
+//    are mapped (procs.mapped_pidns), stale when no process has the owner's pid there, or
+//    `owner_alive(pid here, owner)` is false; otherwise left alone.
+// Pure (but for calling `owner_alive`); thread-safe.
 std::vector<EventName> SelectStaleProbeEvents(std::string_view events_text, const std::string& own_group,
-                                              const std::function<bool(int pid)>& owner_alive);
+                                              const ProcessTable& procs,
+                                              const std::function<bool(int pid, const ProbeGroupOwner&)>& owner_alive);
+
+// ProcessTable of this process. `other_namespaces`: also scan /proc for the namespaces and NSpid
+// of every process (only in the initial namespace; otherwise just own_pidns). Thread-safe.
+ProcessTable ReadProcessTable(bool other_namespaces);
 
 // Whether process `pid` (in this process's pid namespace) exists and is a tracepoint_exporter:
 // its /proc/<pid>/comm is "tracepoint_expo" (the name truncated to 15 characters) or its
 // /proc/<pid>/exe is named tracepoint_exporter. A process that exists but whose comm and exe
 // cannot be read counts as alive (never remove what may be in use). A zombie (state Z or X in
-// /proc/<pid>/stat: dead, not yet reaped) is not alive. Thread-safe.
+// /proc/<pid>/stat: dead, not yet reaped) is not alive. The rule for groups of the earlier format
+// (no start time). Thread-safe.
 bool ProbeOwnerAlive(int pid);
+// Whether process `pid` (in this process's pid namespace) is `owner`: for an owner with a start
+// time, the process exists, is not a zombie and started then (ProcessStartTime); when its start
+// time cannot be read, or it lives in another time namespace (/proc/<pid>/ns/time differs, Linux
+// 5.6: its start times are shifted), it counts as alive. Without a start time: ProbeOwnerAlive(pid).
+// Thread-safe.
+bool ProbeOwnerAlive(int pid, const ProbeGroupOwner& owner);
 
 // The kernel's reason for refusing `command` from the text of <tracefs>/error_log: the message of
 // the last entry whose "Command:" is `command`, plus the piece the kernel's caret points at, e.g.
 // "Invalid register name (at \"%zz:u64\")". nullopt when no entry is about `command` (error_log
 // keeps only the last 10 entries of all writers). Pure; thread-safe.
 std::optional<std::string> KernelErrorFor(std::string_view error_log, std::string_view command);
+
+// What <tracefs>/README says the running kernel's probe events accept. The README is the
+// kernel's readme_msg (kernel/trace/trace.c), which the patch adding a probe feature extends:
+//   "   place (uprobe): <path>:<offset>[%return][(ref_ctr_offset)]"  (ref_ctr_offset: Linux 4.20,
+//                                                                     commit 1cc33161a83d)
+//   "\t     type: s8/16/32/64, u8/16/32/64, x8/16/32/64, char, string, symbol,"
+//   "\t           b<bit-width>@<bit-offset>/<container-size>, ustring,"  (commit 88903c464321)
+// where Linux 4.19 has "\t    place: <path>:<offset>" and no ustring.
+struct ProbeReadme {
+  bool probe_synopsis = false;  // the kprobe_events/uprobe_events synopsis (its "type:" line) is there
+  bool uprobe_ref_ctr = false;  // the uprobe place line shows "(ref_ctr_offset)"
+  // The fetch-arg types of the "type:" lines as written: "s8/16/32/64", "string", "ustring", ...
+  std::vector<std::string> types;
+  bool HasType(std::string_view type) const;
+};
+// Parses the text of <tracefs>/README; a README without the probe synopsis (a kernel without
+// CONFIG_KPROBE_EVENTS and CONFIG_UPROBE_EVENTS) gives probe_synopsis false. Pure; thread-safe.
+ProbeReadme ParseProbeReadme(std::string_view readme);
+
+// Whether the kernel `readme` describes takes `spec`: Unavailable, naming the event, what it
+// needs, and `readme_path`, for
+//  - a ref_ctr_offset (a USDT semaphore) when the uprobe place has no "(ref_ctr_offset)": such a
+//    kernel reads "PATH:OFFSET(REF)" as a bad offset, and the traced program, whose semaphore
+//    nobody sets, would skip the probe anyway;
+//  - a fetch arg of type ustring when the types lack it (kprobes have no other way to read a
+//    user-space string; uprobes read user memory with "string", kernel/trace/trace_uprobe.c).
+// A readme without the probe synopsis refuses nothing (unknown: the kernel decides). Pure.
+Status CheckProbeSupport(const ProbeEventSpec& spec, const ProbeReadme& readme, const std::string& readme_path);
 
 // Owns the probe events it created in one group: creates them, removes them one by one, and
 // removes whatever is left in its destructor (errors there are logged, not returned; call
@@ -157,6 +238,8 @@ class ProbeEvents {
   // O_CLOEXEC) and returns {group, event}; after it, tracefs.ReadId/ReadFormat work on that name.
   // An empty spec.group means this object's group; another group is InvalidArgument.
   // Errors: InvalidArgument from ProbeEventLine, or when events/<group>/<event> already exists;
+  // Unavailable from CheckProbeSupport with <root>/README (read when the spec has a
+  // ref_ctr_offset or a ustring argument);
   // Unavailable when the kernel has no such interface ("kprobes are not available on this kernel
   // (no <root>/kprobe_events; CONFIG_KPROBE_EVENTS)", likewise uprobes); PermissionDenied (root /
   // CAP_SYS_ADMIN needed); otherwise the kernel's own reason from error_log (KernelErrorFor) with
@@ -189,13 +272,14 @@ class ProbeEvents {
 };
 
 // At start-up: removes the probe events that crashed runs left behind, from uprobe_events and
-// kprobe_events (a missing file is skipped): every event selected by SelectStaleProbeEvents with
-// ProbeOwnerAlive, i.e. groups "tpe_<pid>" other than `own_group` whose pid is gone or is not a
-// tracepoint_exporter. Other tools' events and live daemons' groups are never touched. An event
+// kprobe_events (a missing file is skipped): every event SelectStaleProbeEvents selects with
+// ReadProcessTable and ProbeOwnerAlive, i.e. groups other than `own_group` whose owner is gone
+// (another process has its pid, or none), and from the initial pid namespace also the groups of
+// namespaces no process lives in any more (their /proc/PID/root paths pin a container's root
+// until the events go). Other tools' events and live daemons' groups are never touched. An event
 // that cannot be removed (EBUSY: someone still has it open) is logged and skipped.
 // Returns how many events were removed.
 // Errors: PermissionDenied / Internal when an events file exists but cannot be read.
-// Groups of other pid namespaces are left alone (ProbeGroupName keeps them apart).
 StatusOr<int> RemoveStaleProbeEvents(const Tracefs& tracefs, const std::string& own_group);
 
 // Removes every event of `group` from uprobe_events and kprobe_events: at start-up, the events a

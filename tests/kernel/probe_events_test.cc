@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,7 +21,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -404,42 +407,146 @@ TEST_F(ProbeEventsKernelTest, KprobeCountsNanosleepsOrIsUnavailable) {
   EXPECT_THAT(LinesOfGroup(*tracefs_, "kprobe_events", probes.group()), ::testing::IsEmpty());
 }
 
+std::string Place(uint64_t offset) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%llx", static_cast<unsigned long long>(offset));
+  return std::string(kTarget) + ":0x" + b;
+}
+
+// Groups name their owner by pid and start time: a live process with that pid and start time is
+// the owner whatever its name (a renamed binary), any other process with that pid is not. Groups
+// of the earlier format (no start time) are still judged by the old rule, so an upgrade removes
+// the earlier version's leftovers.
 TEST_F(ProbeEventsKernelTest, RemoveStaleRemovesDeadAndForeignOwnersOnly) {
   const std::string own = ProbeGroupForPid(::getpid());
-  const std::string place = std::string(kTarget) + ":0x" + [&] {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%llx", static_cast<unsigned long long>(offsets_["tpe_target"]));
-    return std::string(b);
-  }();
-  // A pid that existed and is gone.
-  pid_t dead = ::fork();
-  if (dead == 0) _exit(0);
-  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
-  LiveChild other("tpe_not_daemon");        // alive, not a tracepoint_exporter: a reused pid
-  LiveChild daemon("tracepoint_exporter");  // alive, comm "tracepoint_expo": another daemon
+  const std::string place = Place(offsets_["tpe_target"]);
+  const uint64_t ns = CurrentPidNamespace();
+  // A process that existed and is gone, with its start time.
+  std::optional<uint64_t> dead_start;
+  pid_t dead = 0;
+  {
+    LiveChild gone("tpe_gone");
+    dead = gone.pid();
+    dead_start = ProcessStartTime(dead);
+  }
+  ASSERT_TRUE(dead_start.has_value());
+  LiveChild renamed("not_an_exporter");     // alive, any name: the owner by start time
+  LiveChild other("tpe_not_daemon");        // alive, not a tracepoint_exporter: a reused pid (old rule)
+  LiveChild daemon("tracepoint_exporter");  // alive, comm "tracepoint_expo": another daemon (old rule)
+  const std::optional<uint64_t> renamed_start = ProcessStartTime(renamed.pid());
+  ASSERT_TRUE(renamed_start.has_value());
 
   ProbeEvents probes(*tracefs_, own);
   ASSERT_TRUE(probes.Create(Spec(ProbeKind::kUprobe, "mine", "tpe_target")).ok());
-  HandMadeProbe dead_probe(*tracefs_, "p:" + ProbeGroupForPid(dead) + "/left " + place);
-  HandMadeProbe dead_ret(*tracefs_, "r:" + ProbeGroupForPid(dead) + "/left_ret " + place);
-  HandMadeProbe reused(*tracefs_, "p:" + ProbeGroupForPid(other.pid()) + "/left " + place);
-  HandMadeProbe live(*tracefs_, "p:" + ProbeGroupForPid(daemon.pid()) + "/theirs " + place);
+  HandMadeProbe dead_probe(*tracefs_, "p:" + ProbeGroupName(dead, dead_start, ns) + "/left " + place);
+  HandMadeProbe dead_ret(*tracefs_, "r:" + ProbeGroupName(dead, dead_start, ns) + "/left_ret " + place);
+  HandMadeProbe live(*tracefs_, "p:" + ProbeGroupName(renamed.pid(), renamed_start, ns) + "/theirs " + place);
+  HandMadeProbe reused(*tracefs_, "p:" + ProbeGroupName(renamed.pid(), *renamed_start + 1, ns) + "/left " + place);
+  HandMadeProbe old_dead(*tracefs_, "p:" + ProbeGroupName(dead, std::nullopt, ns) + "/left " + place);
+  HandMadeProbe old_reused(*tracefs_, "p:" + ProbeGroupName(other.pid(), std::nullopt, ns) + "/left " + place);
+  HandMadeProbe old_live(*tracefs_, "p:" + ProbeGroupName(daemon.pid(), std::nullopt, ns) + "/theirs " + place);
   HandMadeProbe tool(*tracefs_, "p:tpe_other_tool/theirs " + place);
 
   auto removed = RemoveStaleProbeEvents(*tracefs_, own);
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
-  EXPECT_EQ(*removed, 3);
-  EXPECT_FALSE(tracefs_->HasEvent(dead_probe.name()));
-  EXPECT_FALSE(tracefs_->HasEvent(dead_ret.name()));
-  EXPECT_FALSE(tracefs_->HasEvent(reused.name()));
-  EXPECT_TRUE(tracefs_->HasEvent(live.name()));
-  EXPECT_TRUE(tracefs_->HasEvent(tool.name()));
+  EXPECT_GE(*removed, 5);  // and whatever other runs on this machine left
+  for (const HandMadeProbe* gone : {&dead_probe, &dead_ret, &reused, &old_dead, &old_reused}) {
+    EXPECT_FALSE(tracefs_->HasEvent(gone->name())) << gone->name().ToString();
+  }
+  for (const HandMadeProbe* kept : {&live, &old_live, &tool}) {
+    EXPECT_TRUE(tracefs_->HasEvent(kept->name())) << kept->name().ToString();
+  }
   EXPECT_TRUE(tracefs_->HasEvent({own, "mine"}));
-  EXPECT_THAT(LinesOfGroup(*tracefs_, "uprobe_events", ProbeGroupForPid(dead)), ::testing::IsEmpty());
-  // Nothing left to do a second time.
+  // Nothing of ours left to do a second time.
   removed = RemoveStaleProbeEvents(*tracefs_, own);
   ASSERT_TRUE(removed.ok());
-  EXPECT_EQ(*removed, 0);
+  EXPECT_TRUE(tracefs_->HasEvent(live.name()));
+  EXPECT_TRUE(tracefs_->HasEvent(old_live.name()));
+}
+
+// A process made pid 1 of a new pid namespace (unshare(CLONE_NEWPID) + fork, as a container's
+// daemon is): from the initial namespace its groups stay while it lives, those naming another
+// pid or start time there go, and once no process lives in the namespace all of its groups go
+// (they would otherwise stay for good, pinning what their paths hold).
+TEST_F(ProbeEventsKernelTest, RemoveStaleRemovesGroupsOfDeadPidNamespaces) {
+  if (CurrentPidNamespace() != kInitPidNamespace) {
+    if (testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: not in the initial pid namespace";
+    GTEST_SKIP() << "not in the initial pid namespace: other namespaces' groups are not judged from here";
+  }
+  int report[2], release[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(release, O_CLOEXEC), 0);
+  pid_t parent = ::fork();
+  if (parent == 0) {
+    ::close(report[0]);
+    ::close(release[1]);  // so that the test closing its end is the namespace's end
+    // The child enters no namespace itself; its next child is pid 1 of a new one.
+    if (::unshare(CLONE_NEWPID) != 0) {
+      dprintf(report[1], "error %d\n", errno);
+      _exit(1);
+    }
+    pid_t init = ::fork();
+    if (init == 0) {
+      ::prctl(PR_SET_NAME, "tracepoint_exporter");
+      struct stat st {};
+      ::stat("/proc/self/ns/pid", &st);
+      const std::optional<uint64_t> start = ProcessStartTime(0);
+      dprintf(report[1], "ns %llu pid %d start %llu\n", static_cast<unsigned long long>(st.st_ino), ::getpid(),
+              static_cast<unsigned long long>(start.value_or(0)));
+      char c;
+      if (::read(release[0], &c, 1) < 0) _exit(2);
+      _exit(0);
+    }
+    int status = 0;
+    ::waitpid(init, &status, 0);
+    _exit(init > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 3);
+  }
+  ::close(report[1]);
+  ::close(release[0]);
+  char buf[128] = {};
+  ASSERT_GT(::read(report[0], buf, sizeof(buf) - 1), 0);
+  ::close(report[0]);
+  int err = 0;
+  if (std::sscanf(buf, "error %d", &err) == 1) {
+    ::close(release[1]);
+    ::waitpid(parent, nullptr, 0);
+    if (testing::KernelRequired()) FAIL() << "unshare(CLONE_NEWPID): " << std::strerror(err);
+    GTEST_SKIP() << "unshare(CLONE_NEWPID): " << std::strerror(err);
+  }
+  unsigned long long ns = 0, start = 0;
+  int inner_pid = 0;
+  ASSERT_EQ(std::sscanf(buf, "ns %llu pid %d start %llu", &ns, &inner_pid, &start), 3) << buf;
+  ASSERT_EQ(inner_pid, 1);
+  ASSERT_NE(ns, kInitPidNamespace);
+
+  const std::string own = ProbeGroupForPid(::getpid());
+  const std::string place = Place(offsets_["tpe_target"]);
+  std::optional<HandMadeProbe> owner, old_owner;
+  owner.emplace(*tracefs_, "p:" + ProbeGroupName(1, start, ns) + "/theirs " + place);
+  old_owner.emplace(*tracefs_, "p:" + ProbeGroupName(1, std::nullopt, ns) + "/theirs " + place);
+  HandMadeProbe absent(*tracefs_, "p:" + ProbeGroupName(9, start, ns) + "/left " + place);
+  HandMadeProbe reused(*tracefs_, "p:" + ProbeGroupName(1, start + 1, ns) + "/left " + place);
+  HandMadeProbe never(*tracefs_, "p:" + ProbeGroupName(1, start, 1) + "/left " + place);  // no such namespace
+
+  auto removed = RemoveStaleProbeEvents(*tracefs_, own);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_GE(*removed, 3);
+  EXPECT_TRUE(tracefs_->HasEvent(owner->name()));
+  EXPECT_TRUE(tracefs_->HasEvent(old_owner->name()));
+  EXPECT_FALSE(tracefs_->HasEvent(absent.name()));
+  EXPECT_FALSE(tracefs_->HasEvent(reused.name()));
+  EXPECT_FALSE(tracefs_->HasEvent(never.name()));
+
+  // The namespace's only process exits (SIGKILL of a container's daemon would do the same).
+  ::close(release[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(parent, &status, 0), parent);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  removed = RemoveStaleProbeEvents(*tracefs_, own);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_GE(*removed, 2);
+  EXPECT_FALSE(tracefs_->HasEvent(owner->name()));
+  EXPECT_FALSE(tracefs_->HasEvent(old_owner->name()));
 }
 
 }  // namespace
