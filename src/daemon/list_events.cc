@@ -50,7 +50,7 @@ Status ListProbes(const std::string& glob, std::ostream& out) {
   } else {
     for (const elf::Symbol& sym : file.Symbols(pattern)) {
       ++matched;
-      out << kind << ":" << path << ":" << sym.name << "  offset=0x" << std::hex << sym.file_offset << std::dec
+      out << kind << ":" << path << ":" << sym.QualifiedName() << "  offset=0x" << std::hex << sym.file_offset << std::dec
           << "  size=" << sym.size << (sym.is_ifunc ? "  (ifunc: probes hit its resolver)" : "") << "\n";
     }
   }
