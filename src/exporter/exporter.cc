@@ -1,6 +1,6 @@
 #include "exporter/exporter.h"
 
-#include <prometheus/collectable.h>
+#include <malloc.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <sys/resource.h>
@@ -21,12 +21,14 @@ namespace tpe {
 namespace {
 
 // The one place every page passes through: series that render one label set are merged here,
-// for both engines (MergeSeriesByLabels).
+// for both engines (MergeSeriesByLabels). Label strings are moved, and each series' vectors
+// freed once converted, so that a page's snapshot and its MetricFamily are not both whole in
+// memory at once.
 prometheus::MetricFamily ToFamily(MetricSnapshot m) {
   MergeSeriesByLabels(&m);
   prometheus::MetricFamily f;
-  f.name = m.name;
-  f.help = m.help;
+  f.name = std::move(m.name);
+  f.help = std::move(m.help);
   switch (m.kind) {
     case MetricKind::kCounter:
       f.type = prometheus::MetricType::Counter;
@@ -38,9 +40,12 @@ prometheus::MetricFamily ToFamily(MetricSnapshot m) {
       f.type = prometheus::MetricType::Histogram;
       break;
   }
-  for (const auto& s : m.series) {
+  f.metric.reserve(m.series.size());
+  for (auto& s : m.series) {
     prometheus::ClientMetric cm;
-    for (const auto& [k, v] : s.labels) cm.label.push_back({k, v});
+    cm.label.reserve(s.labels.size());
+    for (auto& [k, v] : s.labels) cm.label.push_back({std::move(k), std::move(v)});
+    LabelPairs().swap(s.labels);
     switch (m.kind) {
       case MetricKind::kCounter:
         cm.counter.value = s.value;
@@ -52,6 +57,7 @@ prometheus::MetricFamily ToFamily(MetricSnapshot m) {
         cm.histogram.sample_count = s.count;
         cm.histogram.sample_sum = s.sum;
         uint64_t cumulative = 0;
+        cm.histogram.bucket.reserve(s.bucket_counts.size());
         for (size_t i = 0; i < s.bucket_counts.size(); ++i) {
           cumulative += s.bucket_counts[i];
           prometheus::ClientMetric::Bucket b;
@@ -59,6 +65,7 @@ prometheus::MetricFamily ToFamily(MetricSnapshot m) {
           b.upper_bound = i < m.bucket_bounds.size() ? m.bucket_bounds[i] : std::numeric_limits<double>::infinity();
           cm.histogram.bucket.push_back(b);
         }
+        std::vector<uint64_t>().swap(s.bucket_counts);
         break;
       }
     }
@@ -67,29 +74,59 @@ prometheus::MetricFamily ToFamily(MetricSnapshot m) {
   return f;
 }
 
-class SnapshotCollectable : public prometheus::Collectable {
+// Writes one metric family in the text exposition format (prometheus-cpp's TextSerializer);
+// its MetricFamily is freed before the next one is built.
+void WriteFamily(std::ostream& out, MetricSnapshot m) {
+  std::vector<prometheus::MetricFamily> one;
+  one.push_back(ToFamily(std::move(m)));
+  prometheus::TextSerializer().Serialize(out, one);
+}
+
+// Renders the /metrics page: the source's families, the process_* metrics and the previous
+// scrape's snapshot time, converted and written one family at a time into a RenderedPage (the
+// text is never copied). Not thread-safe: PageCache runs one render at a time.
+class PageRenderer {
  public:
-  SnapshotCollectable(SnapshotSource source, std::atomic<double>* last_scrape)
-      : source_(std::move(source)), last_scrape_(last_scrape) {}
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<prometheus::MetricFamily> out;
-    for (auto& m : source_()) out.push_back(ToFamily(std::move(m)));
-    for (auto& m : ProcessMetrics()) out.push_back(ToFamily(std::move(m)));
-    // A scrape cannot time its own serialization: report the previous scrape's collection time.
+  explicit PageRenderer(SnapshotSource source) : source_(std::move(source)) {}
+
+  RenderedPage Render() {
+    RenderedPage page = Write();
+#if defined(__GLIBC__)
+    // The render's working memory (snapshots, MetricFamily objects: several times the page, in
+    // small blocks) is free now, in the malloc arena of whichever HTTP thread ran it; glibc
+    // keeps free memory in each arena. Give its whole pages back to the kernel (malloc_trim(3))
+    // so that the process does not hold one render's worth per arena.
+    ::malloc_trim(0);
+#endif
+    return page;
+  }
+
+ private:
+  RenderedPage Write() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<MetricSnapshot> metrics = source_();
+    for (auto& m : ProcessMetrics()) metrics.push_back(std::move(m));
+    // A scrape cannot time its own serialization: report the previous scrape's snapshot time.
     MetricSnapshot took;
     took.name = "tracepoint_exporter_scrape_duration_seconds";
     took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
     took.kind = MetricKind::kGauge;
-    took.series.push_back(SeriesSnapshot{{}, last_scrape_->load(), {}, 0, 0});
-    out.push_back(ToFamily(std::move(took)));
-    last_scrape_->store(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return out;
+    took.series.push_back(SeriesSnapshot{{}, last_scrape_seconds_, {}, 0, 0});
+    metrics.push_back(std::move(took));
+    last_scrape_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Room for the previous page and an eighth more: a page that grows a little is written
+    // without growing the mapping (pages not written to cost no memory).
+    PageWriter writer(last_size_ + last_size_ / 8);
+    std::ostream out(&writer);
+    for (auto& m : metrics) WriteFamily(out, std::move(m));  // each snapshot is freed once written
+    RenderedPage page = writer.Finish();
+    last_size_ = page.text().size();
+    return page;
   }
 
- private:
   SnapshotSource source_;
-  std::atomic<double>* last_scrape_;
+  double last_scrape_seconds_ = 0;
+  size_t last_size_ = 0;
 };
 
 MetricSnapshot Gauge(const std::string& name, const std::string& help, double v, MetricKind kind = MetricKind::kGauge) {
@@ -145,15 +182,12 @@ std::vector<MetricSnapshot> ProcessMetrics() {
 }
 
 std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
-  std::vector<prometheus::MetricFamily> fams;
-  fams.reserve(metrics.size());
-  for (const auto& m : metrics) fams.push_back(ToFamily(m));
-  return prometheus::TextSerializer().Serialize(fams);
+  std::ostringstream out;
+  for (const auto& m : metrics) WriteFamily(out, m);
+  return std::move(out).str();
 }
 
 struct HttpExporter::Impl {
-  std::atomic<double> last_scrape{0};
-  std::shared_ptr<SnapshotCollectable> collectable;
   std::unique_ptr<HttpServer> server;
 };
 
@@ -166,14 +200,14 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   }
   std::unique_ptr<HttpExporter> e(new HttpExporter());
   e->impl_ = std::make_unique<Impl>();
-  e->impl_->collectable = std::make_shared<SnapshotCollectable>(std::move(source), &e->impl_->last_scrape);
   HttpServerOptions o;
   o.listen_address = listen_address;
   o.telemetry_path = telemetry_path;
   o.landing_html = LandingPageHtml(telemetry_path);
-  // Concurrent and pipelined scrapes share one rendered page per 100 ms (PageCache).
+  // Concurrent and pipelined scrapes share one rendered page per 100 ms, at most 3 pages alive
+  // (PageCache); each response references the page, never copies it.
   auto cache = std::make_shared<PageCache>(
-      [c = e->impl_->collectable] { return prometheus::TextSerializer().Serialize(c->Collect()); });
+      [renderer = std::make_shared<PageRenderer>(std::move(source))] { return renderer->Render(); });
   o.metrics = [cache] { return cache->Get(); };
   o.users = web.users;
   if (web.tls()) {

@@ -1,17 +1,22 @@
-// The /metrics endpoint: a prometheus::Collectable that snapshots every collector at scrape
-// time (prometheus-cpp's extension point: no Prometheus object is touched per event), rendered
-// by prometheus-cpp's TextSerializer, the standard process_* metrics, and the HTTP(S) server
+// The /metrics endpoint: every collector snapshotted at scrape time (no Prometheus object is
+// touched per event), converted to prometheus-cpp's MetricFamily and rendered by its
+// TextSerializer one family at a time, the standard process_* metrics, and the HTTP(S) server
 // (HttpServer: libmicrohttpd, TLS by GnuTLS) with a landing page at "/".
+//
+// Scrapes share renders (PageCache): at most one render per 100 ms, one at a time; every
+// concurrent response references the one rendered page (RenderedPage), never a copy; at most 3
+// pages are alive at once. So concurrent scrapes of a page of P bytes cost at most 3 P plus one
+// render's working memory (the source's snapshot and one MetricFamily), whatever the number of
+// scrapers; that working memory is handed back to the kernel after each render (malloc_trim).
 //
 // This folder is the only one that links prometheus-cpp.
 //
-// Thread-safety: the snapshot source runs on the HTTP server's threads, possibly several
-// scrapes at once, concurrently with the reader thread. ProcessMetrics, LandingPageHtml and
-// SerializeText are reentrant. An HttpExporter is started and destroyed by one thread; ports()
-// may be called from any thread.
+// Thread-safety: the snapshot source runs on one of the HTTP server's threads at a time,
+// concurrently with the reader thread. ProcessMetrics, LandingPageHtml and SerializeText are
+// reentrant. An HttpExporter is started and destroyed by one thread; ports() may be called from
+// any thread.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>

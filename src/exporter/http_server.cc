@@ -15,8 +15,10 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -247,13 +249,17 @@ struct HttpServer::Impl {
     static_cast<Impl*>(cls)->SetPhase(connection, false);  // the next request's headers are due
   }
 
-  static MHD_Result Respond(MHD_Connection* connection, unsigned status, std::string body, const char* content_type,
-                            bool auth_challenge = false) {
-    auto* owned = new std::string(std::move(body));
+  // Queues `text`, which `owner` keeps valid, without copying it: the response holds the
+  // reference, dropped by libmicrohttpd (the free callback) once the response is sent or
+  // abandoned.
+  static MHD_Result Respond(MHD_Connection* connection, unsigned status, std::shared_ptr<const void> owner,
+                            std::string_view text, const char* content_type, bool auth_challenge = false) {
+    using Owner = std::shared_ptr<const void>;
+    auto* held = new Owner(std::move(owner));
     MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(
-        owned->size(), owned->data(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
+        text.size(), const_cast<char*>(text.data()), [](void* p) { delete static_cast<Owner*>(p); }, held);
     if (r == nullptr) {
-      delete owned;
+      delete held;
       return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
@@ -262,6 +268,13 @@ struct HttpServer::Impl {
                                           : MHD_queue_response(connection, status, r);
     MHD_destroy_response(r);
     return ret;
+  }
+
+  static MHD_Result Respond(MHD_Connection* connection, unsigned status, std::string body, const char* content_type,
+                            bool auth_challenge = false) {
+    auto owned = std::make_shared<const std::string>(std::move(body));
+    const std::string_view text = *owned;
+    return Respond(connection, status, std::move(owned), text, content_type, auth_challenge);
   }
 
   static MHD_Result Unauthorized(MHD_Connection* connection) {
@@ -340,14 +353,19 @@ struct HttpServer::Impl {
           break;
       }
     }
-    std::string body;
+    std::shared_ptr<const RenderedPage> body;
     try {  // nothing may unwind through libmicrohttpd's C frames
       body = impl->opt.metrics();
     } catch (const std::exception& e) {
       TPE_LOG_ERROR("scrape failed: {}", e.what());
       return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "scrape failed\n", "text/plain; charset=utf-8");
     }
-    return Respond(connection, MHD_HTTP_OK, std::move(body), impl->opt.metrics_content_type.c_str());
+    if (body == nullptr) {
+      TPE_LOG_ERROR("scrape failed: no page rendered");
+      return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "scrape failed\n", "text/plain; charset=utf-8");
+    }
+    const std::string_view text = body->text();
+    return Respond(connection, MHD_HTTP_OK, std::move(body), text, impl->opt.metrics_content_type.c_str());
   }
 };
 

@@ -20,8 +20,11 @@
 //    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing_html`, `telemetry_path` is
 //    `metrics()`, anything else 404.
 //
+// Memory: a response references its body; the server copies no body into buffers of its own
+// (libmicrohttpd sends straight from it, through GnuTLS records with TLS).
+//
 // Thread-safety: Start/~HttpServer from one thread. `metrics` is called on the server's threads,
-// possibly concurrently.
+// possibly concurrently; the buffers it returns are released on those threads.
 #pragma once
 
 #include <chrono>
@@ -31,13 +34,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "exporter/rendered_page.h"
 
 namespace tpe {
 
 struct HttpServerOptions {
-  std::string listen_address;            // "[HOST]:PORT", see listen_address.h
-  std::string telemetry_path;            // e.g. "/metrics"
-  std::function<std::string()> metrics;  // the body served at telemetry_path
+  std::string listen_address;  // "[HOST]:PORT", see listen_address.h
+  std::string telemetry_path;  // e.g. "/metrics"
+  // The body served at telemetry_path: an immutable page that the response references until
+  // it is sent (never copied); several responses may share one. Null is answered 500.
+  std::function<std::shared_ptr<const RenderedPage>()> metrics;
   std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
   std::string landing_html;  // the body served at "/"
   // TLS: both set = HTTPS only. Paths are for error messages; the PEM text is what is served.

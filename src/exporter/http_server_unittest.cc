@@ -10,6 +10,7 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -28,7 +29,7 @@ HttpServerOptions Options() {
   HttpServerOptions o;
   o.listen_address = "127.0.0.1:0";
   o.telemetry_path = "/metrics";
-  o.metrics = [] { return std::string("up 1\n"); };
+  o.metrics = [] { return std::make_shared<const RenderedPage>(RenderedPage::FromText("up 1\n")); };
   o.landing_html = "<html>landing</html>";
   return o;
 }

@@ -4,23 +4,27 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace tpe {
 namespace {
 
+RenderedPage Text(const std::string& s) { return RenderedPage::FromText(s); }
+
 TEST(PageCacheTest, ReusesAPageWithinTheWindowOnly) {
   uint64_t now = 1'000'000'000;
   int n = 0;
-  PageCache cache([&] { return "page " + std::to_string(++n); }, 100'000'000, [&] { return now; });
-  EXPECT_EQ(cache.Get(), "page 1");
+  PageCache cache([&] { return Text("page " + std::to_string(++n)); }, 100'000'000, [&] { return now; });
+  EXPECT_EQ(cache.Get()->text(), "page 1");
   now += 99'999'999;
-  EXPECT_EQ(cache.Get(), "page 1");  // 50 pipelined GETs inside the window: one render
+  EXPECT_EQ(cache.Get()->text(), "page 1");  // 50 pipelined GETs inside the window: one render
   now += 1;
-  EXPECT_EQ(cache.Get(), "page 2");  // the window is counted from the render's start
+  EXPECT_EQ(cache.Get()->text(), "page 2");  // the window is counted from the render's start
   now += 10'000'000'000;
-  EXPECT_EQ(cache.Get(), "page 3");  // after a quiet period: fresh
+  EXPECT_EQ(cache.Get()->text(), "page 3");  // after a quiet period: fresh
   EXPECT_EQ(cache.renders(), 3u);
 }
 
@@ -28,14 +32,14 @@ TEST(PageCacheTest, ThrowingRenderCachesNothing) {
   uint64_t now = 5;
   bool fail = true;
   PageCache cache(
-      [&]() -> std::string {
+      [&] {
         if (fail) throw std::runtime_error("x");
-        return "ok";
+        return Text("ok");
       },
       100, [&] { return now; });
   EXPECT_THROW(cache.Get(), std::runtime_error);
   fail = false;
-  EXPECT_EQ(cache.Get(), "ok");
+  EXPECT_EQ(cache.Get()->text(), "ok");
 }
 
 // Single flight: requests that arrive while a render runs wait for it and share its page. The
@@ -51,7 +55,7 @@ TEST(PageCacheTest, ConcurrentRequestsShareOneRender) {
       [&] {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return arrived.load() >= kThreads + 1; });  // + the render's own start
-        return "page " + std::to_string(++renders);
+        return Text("page " + std::to_string(++renders));
       },
       100'000'000,
       [&] {
@@ -60,11 +64,96 @@ TEST(PageCacheTest, ConcurrentRequestsShareOneRender) {
         return uint64_t{42};
       });
   std::vector<std::thread> threads;
-  std::vector<std::string> pages(kThreads);
+  std::vector<PageCache::Page> pages(kThreads);
   for (int i = 0; i < kThreads; ++i) threads.emplace_back([&, i] { pages[i] = cache.Get(); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(cache.renders(), 1u);
-  for (const auto& p : pages) EXPECT_EQ(p, "page 1");
+  for (const auto& p : pages) {
+    EXPECT_EQ(p->text(), "page 1");
+    EXPECT_EQ(p.get(), pages[0].get()) << "one buffer for every request, not a copy each";
+  }
+  EXPECT_EQ(cache.pages_alive(), 1u);
+}
+
+// Issue 22 item 13: the pages alive (held by responses still being sent, plus the cache's)
+// are bounded. With max_pages 2: while responses hold two pages, a request past the window
+// gets the newest page instead of a third render; once one is released, a render is due again.
+TEST(PageCacheTest, AtMostMaxPagesAreAlive) {
+  uint64_t now = 1'000'000'000;
+  int n = 0;
+  PageCache cache([&] { return Text("page " + std::to_string(++n)); }, 100, [&] { return now; }, 2);
+  PageCache::Page slow1 = cache.Get();  // "page 1", still being sent
+  now += 100;
+  PageCache::Page slow2 = cache.Get();  // "page 2"
+  EXPECT_EQ(slow2->text(), "page 2");
+  EXPECT_EQ(cache.pages_alive(), 2u);
+  now += 100;
+  PageCache::Page p = cache.Get();
+  EXPECT_EQ(p.get(), slow2.get()) << "a third page would exceed the bound: the newest one is served";
+  EXPECT_EQ(cache.stale_serves(), 1u);
+  EXPECT_EQ(cache.pages_alive(), 2u);
+  slow1.reset();  // page 1's response is done
+  EXPECT_EQ(cache.pages_alive(), 1u);
+  EXPECT_EQ(cache.Get()->text(), "page 3");
+  EXPECT_EQ(cache.renders(), 3u);
+  EXPECT_EQ(cache.stale_serves(), 1u);
+  EXPECT_EQ(cache.pages_alive(), 2u);  // pages 2 (still held) and 3
+}
+
+// The cache lets go of its page before rendering the next: a page no response holds is freed
+// before the render instead of after it, so the render fits in the bound (max_pages 1: the one
+// page alive is replaced), and a render never waits for a page only the cache holds.
+TEST(PageCacheTest, TheCachedPageIsFreedBeforeTheNextRender) {
+  uint64_t now = 1'000'000'000;
+  int n = 0;
+  size_t alive_during_render = 0;
+  PageCache* self = nullptr;
+  PageCache cache(
+      [&] {
+        alive_during_render = self->pages_alive();
+        return Text("page " + std::to_string(++n));
+      },
+      100, [&] { return now; }, 1);
+  self = &cache;
+  EXPECT_EQ(cache.Get()->text(), "page 1");
+  now += 100;
+  EXPECT_EQ(cache.Get()->text(), "page 2");
+  EXPECT_EQ(alive_during_render, 1u) << "page 1 must be gone while page 2 renders";
+  EXPECT_EQ(cache.stale_serves(), 0u);
+}
+
+// A throwing render returns its slot: the bound still lets the next render run, and a page
+// that a response still holds is served (not fresh) meanwhile instead of nothing.
+TEST(PageCacheTest, ThrowingRenderReturnsItsSlot) {
+  uint64_t now = 1'000'000'000;
+  bool fail = false;
+  int n = 0;
+  PageCache cache(
+      [&] {
+        if (fail) throw std::runtime_error("x");
+        return Text("page " + std::to_string(++n));
+      },
+      100, [&] { return now; }, 1);
+  PageCache::Page held = cache.Get();  // "page 1", still being sent
+  now += 100;
+  EXPECT_EQ(cache.Get().get(), held.get());  // at the bound: page 1 again
+  held.reset();
+  fail = true;
+  EXPECT_THROW(cache.Get(), std::runtime_error);  // page 1 was only the cache's: freed, then the render failed
+  EXPECT_EQ(cache.pages_alive(), 0u);
+  fail = false;
+  EXPECT_EQ(cache.Get()->text(), "page 2");
+  EXPECT_EQ(cache.pages_alive(), 1u);
+}
+
+// A page outlives its cache (a response may still be sent while the server stops).
+TEST(PageCacheTest, PageOutlivesTheCache) {
+  PageCache::Page page;
+  {
+    PageCache cache([] { return Text("last"); });
+    page = cache.Get();
+  }
+  EXPECT_EQ(page->text(), "last");
 }
 
 }  // namespace
