@@ -36,7 +36,7 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   // Once: privileges do not grow later, and the kernel does not change. The features first:
   // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
-  static const KernelFeatures features = ProbeKernelFeatures();
+  static const KernelFeatures features = ProbeKernelFeatures(tracefs.root());
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {

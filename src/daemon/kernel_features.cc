@@ -44,18 +44,22 @@ CgroupFacts DetectCgroupFacts(const std::string& mountinfo, const std::string& p
   return out;
 }
 
-KernelFeatures ProbeKernelFeatures() {
+KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root) {
   KernelFeatures f;
   f.perf = ProbePerfFeatures();
   f.bpf = bpf::ProbeBpfFeatures();
   auto mi = ReadFileToString("/proc/self/mountinfo");
   auto pc = ReadFileToString("/proc/self/cgroup");
   if (mi.ok() && pc.ok()) f.cgroup = DetectCgroupFacts(*mi, *pc);
+  if (!tracefs_root.empty()) {
+    if (auto readme = ReadFileToString(tracefs_root + "/README"); readme.ok())
+      f.probe_readme = ParseProbeReadme(*readme);
+  }
   return f;
 }
 
 std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
-  return {
+  std::vector<FeatureRow> rows = {
       {"perf_format_lost", "6.0", f.perf.format_lost,
        "per-event lost samples are not counted: tracepoint_exporter_samples_lost_total is not exported (never a "
        "false 0); the rings' PERF_RECORD_LOST still count them per CPU (tracepoint_exporter_ring_lost_samples_total) "
@@ -88,6 +92,15 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
        "cgroup labels are left out of the metrics that have them (a warning names each): " +
            (f.cgroup.why.empty() ? std::string("cgroup v2 unused") : f.cgroup.why)},
   };
+  if (f.probe_readme.probe_synopsis) {  // the tracefs README says which probe syntax the kernel takes
+    rows.push_back({"uprobe_ref_ctr_offset", "4.20", f.probe_readme.uprobe_ref_ctr,
+                    "USDT probes with a semaphore are refused (the kernel cannot set it, so the program would skip "
+                    "them); probes without one run"});
+    rows.push_back({"kprobe_ustring", "5.4", f.probe_readme.HasType("ustring"),
+                    "kprobe args of type ustring (user-space strings) are refused; uprobes read strings as "
+                    "\"string\""});
+  }
+  return rows;
 }
 
 bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& f) {

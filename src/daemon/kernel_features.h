@@ -13,6 +13,7 @@
 
 #include "bpf/loader.h"
 #include "perf/perf_event.h"
+#include "tracefs/probe_events.h"
 
 namespace tpe {
 
@@ -32,11 +33,16 @@ struct KernelFeatures {
   PerfFeatures perf;
   bpf::BpfFeatures bpf;
   CgroupFacts cgroup;
+  // The probe syntax <tracefs>/README describes (ParseProbeReadme): USDT semaphores
+  // (ref_ctr_offset, 4.20) and kprobes' ustring (5.4). probe_synopsis false: not read or no
+  // probe events; nothing is said about them then.
+  ProbeReadme probe_readme;
 };
 
 // Probes everything (perf: ProbePerfFeatures; bpf: ProbeBpfFeatures, which also raises
-// RLIMIT_MEMLOCK where it is charged; cgroup: the /proc files). Never fails.
-KernelFeatures ProbeKernelFeatures();
+// RLIMIT_MEMLOCK where it is charged; cgroup: the /proc files; probe syntax: <tracefs_root>/README
+// when a root is given). Never fails.
+KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root = "");
 
 // One row per feature with a minimum kernel: its name (the `feature` label), the kernel that
 // brought it, whether this kernel has it, and what its absence costs.

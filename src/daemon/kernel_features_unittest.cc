@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 
+#include "common/file_util.h"
 #include "daemon/plan.h"
 #include "testing/test_util.h"
 
@@ -215,6 +216,31 @@ TEST(KernelFeaturesPlanTest, SmallMapsArePreallocated) {
   EXPECT_EQ(flags["tpe_starts"] & BPF_F_NO_PREALLOC, 0u);  // 100,000 starts of 48 + 8 + 16 bytes: 7 MB
   bpf::SetBpfFaultForTesting(nullptr);
   bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// The probe syntax rows come from the tracefs README each kernel wrote (captured): 4.19 has
+// neither USDT semaphores nor ustring, 5.10 and 6.18 both; without a README nothing is said.
+TEST(KernelFeaturesTest, ProbeSyntaxRowsFromTheTracefsReadme) {
+  auto rows_of = [](const std::string& kernel) {
+    KernelFeatures f = On("6.12.9-amd64");
+    if (!kernel.empty()) {
+      auto text = ReadFileToString(testing::DataDir() + "/" + kernel + "/README");
+      EXPECT_TRUE(text.ok()) << kernel;
+      if (text.ok()) f.probe_readme = ParseProbeReadme(*text);
+    }
+    std::map<std::string, bool> out;
+    for (const auto& r : DescribeFeatures(f)) out[r.feature] = r.available;
+    return out;
+  };
+  auto old = rows_of("linux-4.19");
+  EXPECT_FALSE(old.at("uprobe_ref_ctr_offset"));
+  EXPECT_FALSE(old.at("kprobe_ustring"));
+  for (const char* k : {"linux-5.10", "linux-6.18"}) {
+    auto rows = rows_of(k);
+    EXPECT_TRUE(rows.at("uprobe_ref_ctr_offset")) << k;
+    EXPECT_TRUE(rows.at("kprobe_ustring")) << k;
+  }
+  EXPECT_EQ(rows_of("").count("kprobe_ustring"), 0u);
 }
 
 // Linux 5.10: an EPERM creating a map while CAP_BPF/CAP_SYS_ADMIN are held is RLIMIT_MEMLOCK.

@@ -43,7 +43,10 @@ inline const bpf::BpfSupport& Bpf() {
 // The running kernel's features (ProbeKernelFeatures, probed once): what the daemon would plan
 // for. A test that wants an older kernel starts from these and changes what it injects.
 inline const KernelFeatures& Probed() {
-  static const KernelFeatures features = ProbeKernelFeatures();
+  static const KernelFeatures features = [] {
+    auto tracefs = Tracefs::Discover("auto");
+    return ProbeKernelFeatures(tracefs.ok() ? tracefs->root() : "");
+  }();
   return features;
 }
 
