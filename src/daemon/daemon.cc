@@ -97,6 +97,7 @@ Status Daemon::Reload() {
     return st;
   }
   config_ = std::move(*config);
+  failed_refresh_.clear();
   ++reload_success_;
   last_reload_ok_ = true;
   last_success_unix_ = NowUnix();
@@ -110,7 +111,11 @@ double Daemon::probe_refresh_seconds() {
 
 StatusOr<bool> Daemon::RefreshProbes() {
   ProbeRegistry* probes = ProbeRegistry::IfCreated();
-  if (!pipeline_ || probes == nullptr || !probes->RefreshNeeded()) return false;
+  if (!pipeline_ || probes == nullptr) return false;
+  const std::string reason = probes->RefreshReason();
+  // The same change as a refresh that failed: not tried again until something else changes (or
+  // a reload).
+  if (reason.empty() || reason == failed_refresh_) return false;
   Config config;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -123,7 +128,9 @@ StatusOr<bool> Daemon::RefreshProbes() {
   probes->RemoveUnreferenced();
   std::lock_guard<std::mutex> lock(mu_);
   ++(st.ok() ? probe_refresh_success_ : probe_refresh_failure_);
-  if (!st.ok()) return st;
+  failed_refresh_ = st.ok() ? "" : reason;
+  if (!st.ok()) return st.WithContext(reason);
+  TPE_LOG_INFO("{}: planned the running config again", reason);
   return true;
 }
 

@@ -42,9 +42,10 @@ class Daemon {
   // Re-reads the config file; on any error keeps the running pipeline and returns why.
   Status Reload();
   // When a probed binary was replaced or the processes of a replaced one are gone
-  // (ProbeRegistry::RefreshNeeded): plans the running config again (not the file, which may have
+  // (ProbeRegistry::RefreshReason): plans the running config again (not the file, which may have
   // changed without a SIGHUP) and switches to it as a reload does. Returns whether it did; on
-  // error the running pipeline stays. Counted in tracepoint_exporter_probe_refreshes_total.
+  // error the running pipeline stays, and the same change is not tried again until another one
+  // (or a reload). Counted in tracepoint_exporter_probe_refreshes_total.
   StatusOr<bool> RefreshProbes();
   // settings.probe_refresh_seconds of the running config (0 before Start).
   double probe_refresh_seconds();
@@ -64,6 +65,7 @@ class Daemon {
   std::mutex mu_;                       // guards the reload state below
   Config config_;                       // the running config (the last one loaded successfully)
   uint64_t probe_refresh_success_ = 0, probe_refresh_failure_ = 0;
+  std::string failed_refresh_;  // RefreshReason of the last refresh, when it failed
   uint64_t reload_success_ = 0, reload_failure_ = 0;
   bool last_reload_ok_ = true;
   double last_success_unix_ = 0;

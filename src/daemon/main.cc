@@ -198,8 +198,6 @@ int main(int argc, char** argv) {
         if (!refreshed.ok()) {
           TPE_LOG_ERROR("probed binaries changed, but planning them failed; still running the previous plan: {}",
                         refreshed.status().message());
-        } else if (*refreshed) {
-          TPE_LOG_INFO("probed binaries changed: planned {} again ({} metrics)", config_file, daemon.metric_count());
         }
         continue;
       }

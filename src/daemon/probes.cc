@@ -456,7 +456,7 @@ StatusOr<ProbeVariants> ProbeRegistry::Acquire(const std::string& key, ProbeEven
   return out;
 }
 
-bool ProbeRegistry::RefreshNeeded() {
+std::string ProbeRegistry::RefreshReason() {
   std::lock_guard<std::mutex> lock(mu_);
   mapped_read_ = false;
   for (auto& [line, e] : by_line_) {
@@ -465,13 +465,15 @@ bool ProbeRegistry::RefreshNeeded() {
     if (cur == current_identity_.end()) continue;
     if (e.identity != cur->second) {
       // An event of a replaced file: needed while a process maps that file.
-      if (e.mapped_identity.empty() || Mapped().count(e.mapped_identity) == 0) return true;
+      if (e.mapped_identity.empty() || Mapped().count(e.mapped_identity) == 0) {
+        return "no process runs the replaced " + e.path + " (" + e.identity + ") any more";
+      }
       continue;
     }
     const std::string now = FileIdentity(e.path);
-    if (!now.empty() && now != e.identity) return true;  // the path names another file now
+    if (!now.empty() && now != e.identity) return e.path + " was replaced (" + e.identity + " -> " + now + ")";
   }
-  return false;
+  return "";
 }
 
 int ProbeRegistry::RemoveUnreferenced() {

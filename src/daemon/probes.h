@@ -163,7 +163,7 @@ struct ProbeVariants {
 // A replaced binary: a uprobe stays bound to the inode it was defined on. When the file at a
 // probe's path is another inode than the one its event was defined on, Acquire defines the probe
 // again on the new file and also returns the earlier file's event while a process maps that file
-// (MappedFilesNow, checked at each Acquire: each reload, and each RefreshNeeded that says so).
+// (MappedFilesNow, checked at each Acquire: each reload, and each RefreshReason that says so).
 // Once no process maps it, the next plan no longer holds it and RemoveUnreferenced removes it.
 // Thread-safe.
 class ProbeRegistry {
@@ -191,11 +191,12 @@ class ProbeRegistry {
   // Removes the events no handle holds any more. An event still open elsewhere (EBUSY) stays for
   // the next call. Returns how many were removed.
   int RemoveUnreferenced();
-  // Whether a plan built now would hold other probe events than the live ones: the file at some
-  // held uprobe's path is another one than the newest event of its probe was defined on (a
-  // replaced binary), or no process maps the file of a held event of a replaced binary any more.
-  // Stats each probed path; reads /proc/*/maps only while events of replaced binaries are held.
-  bool RefreshNeeded();
+  // Why a plan built now would hold other probe events than the live ones ("" when it would
+  // not): the file at some held uprobe's path is another one than the newest event of its probe
+  // was defined on (a replaced binary), or no process maps the file of a held event of a
+  // replaced binary any more. Stats each probed path; reads /proc/*/maps only while events of
+  // replaced binaries are held.
+  std::string RefreshReason();
   // The next Acquire reads the mapped files again (BuildPlan calls it first: one reading of
   // /proc/*/maps serves all the probes of a plan).
   void ForgetMappedFiles();
