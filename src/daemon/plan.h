@@ -177,6 +177,11 @@ struct Plan {
 // bpf metrics: those are planned without loading anything (Pipeline::Reload keeps the running
 // ones), so an unchanged config reloads even after capabilities were dropped.
 //
+// A probe whose binary was replaced under its path while processes still run the old file has an
+// event per file (Plan::probe_replaced): on perf each gets its EventPlans with the same consumers
+// (a counting-mode counter adds their counts), on bpf the metric is a BpfPartsMetric with a part
+// per file.
+//
 // `features` (ProbeKernelFeatures; the default is a current kernel) decides the fallbacks: the
 // loader's options (bpf::SetLoadOptions: preallocated maps, probe_read helpers), perf events
 // without PERF_FORMAT_LOST, cgroup labels left out (with a warning) where cgroup v2 holds no
