@@ -461,14 +461,31 @@ Status ParsePid(const Checker& c, const json& j, const std::string& jp, const st
   return Status::Ok();
 }
 
+// "maxactive" of a kretprobe: the calls in flight whose return is caught (MAXACTIVE).
+Status ParseMaxactive(const Checker& c, const json& j, const std::string& jp, const std::string& event,
+                      uint32_t* maxactive) {
+  if (j.find("maxactive") == j.end()) return Status::Ok();
+  if (!event.starts_with("kretprobe:")) {
+    return c.Error(jp + ".maxactive",
+                   "\"maxactive\" (calls in flight whose return is caught) is for kretprobe: "
+                   "events; " +
+                       Quote(event) + " is not one");
+  }
+  uint64_t v = 0;  // KRETPROBE_MAXACTIVE_MAX (kernel/trace/trace_kprobe.c) is 4096
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "maxactive", 1, 4096, &v));
+  *maxactive = static_cast<uint32_t>(v);
+  return Status::Ok();
+}
+
 Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, EndpointConfig* e) {
   if (!j.is_object())
     return c.Error(jp, "must be an object like {\"event\": \"sched:sched_waking\", \"key\": [\"pid\"]}");
-  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter", "args", "pid"}));
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "key", "filter", "args", "pid", "maxactive"}));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &e->event));
   TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", e->event));
   TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, e->event, &e->args));
   TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, e->event, &e->pid));
+  TPE_RETURN_IF_ERROR(ParseMaxactive(c, j, jp, e->event, &e->maxactive));
   TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &e->filter));
   e->json_path = jp;
   auto key = j.find("key");
@@ -613,11 +630,12 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
   const bool latency = m->type == "latency";
   if (m->type == "counter") {
-    TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid"}));
-  } else if (m->type == "histogram") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
-        j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine", "args", "pid"}));
+        j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid", "maxactive"}));
+  } else if (m->type == "histogram") {
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
+                                   {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine",
+                                    "args", "pid", "maxactive"}));
   } else if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp,
@@ -657,6 +675,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", m->event));
     TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, m->event, &m->args));
     TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, m->event, &m->pid));
+    TPE_RETURN_IF_ERROR(ParseMaxactive(c, j, jp, m->event, &m->maxactive));
   } else {
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
@@ -736,7 +755,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
   }
   auto endpoint = [](const EndpointConfig& e) {
-    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter}, {"args", e.args}, {"pid", e.pid}};
+    return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter},
+                {"args", e.args},   {"pid", e.pid}, {"maxactive", e.maxactive}};
   };
   json starts = json::array();
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
@@ -749,6 +769,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"event", m.event},
       {"args", m.args},
       {"pid", m.pid},
+      {"maxactive", m.maxactive},
       {"filter", m.filter},
       {"labels", labels},
       {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},
@@ -804,10 +825,10 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(*settings, "settings",
-                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
-                    "bpf_cost_window_seconds", "bpf_cost_period_seconds", "bpf_preallocate_max_bytes"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(
+        *settings, "settings",
+        {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds", "bpf_cost_window_seconds",
+         "bpf_cost_period_seconds", "bpf_preallocate_max_bytes", "max_pid_perf_events", "probe_refresh_seconds"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -841,6 +862,16 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
                      "must be a number of seconds from 0.01 up to settings.bpf_cost_period_seconds (" + Num(period) +
                          "), not " + Num(window));
     }
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_pid_perf_events", 1, kMaxPidPerfEvents,
+                                   &cfg.settings.max_pid_perf_events));
+    double& refresh = cfg.settings.probe_refresh_seconds;
+    TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "probe_refresh_seconds", false, &refresh));
+    if (!(refresh == 0 || (refresh >= 1 && refresh <= kMaxCostPeriodSeconds))) {
+      return c.Error("settings.probe_refresh_seconds",
+                     "must be 0 (only a reload looks at probed binaries) or a number of seconds from 1 to 86400, not " +
+                         Num(refresh));
+    }
+    refresh = refresh == 0 ? 0 : refresh;
   }
   auto metrics = root.find("metrics");
   if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");

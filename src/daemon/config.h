@@ -47,6 +47,8 @@ inline constexpr double kMaxTimeoutSeconds = 86400;
 // settings.series_idle_timeout_seconds: 0 (never), or 1 ms up to a year.
 inline constexpr double kMinSeriesIdleTimeoutSeconds = 0.001;
 inline constexpr double kMaxSeriesIdleTimeoutSeconds = 31536000;
+// settings.max_pid_perf_events: file descriptors (LimitNOFILE in the systemd unit is 65536).
+inline constexpr uint64_t kMaxPidPerfEvents = 1000000;
 inline constexpr double kMinCostWindowSeconds = 0.01;
 inline constexpr double kMaxCostPeriodSeconds = 86400;
 
@@ -82,7 +84,10 @@ struct EndpointConfig {
   std::string filter;            // kernel filter for this side
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]", in config order.
   std::vector<std::pair<std::string, std::string>> args;
-  int pid = 0;            // uprobe/usdt: only this process (0: every process)
+  int pid = 0;  // uprobe/usdt: only this process (0: every process)
+  // kretprobe: MAXACTIVE, calls in flight whose return is caught (0: kDefaultMaxactive,
+  // daemon/probes.h; at most 4096, the kernel's KRETPROBE_MAXACTIVE_MAX).
+  uint32_t maxactive = 0;
   std::string json_path;  // "metrics[3].start[1]"
 };
 
@@ -96,7 +101,8 @@ struct MetricConfig {
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
   std::vector<std::pair<std::string, std::string>> args;
-  int pid = 0;  // uprobe/usdt (counter, histogram): only this process (0: every process)
+  int pid = 0;             // uprobe/usdt (counter, histogram): only this process (0: every process)
+  uint32_t maxactive = 0;  // kretprobe (counter, histogram): as EndpointConfig::maxactive
   // Set by planning: some event of the metric is a probe event (uprobe, usdt, kprobe...).
   bool probe = false;
   std::vector<LabelConfig> labels;
@@ -134,6 +140,14 @@ struct Settings {
   // tracepoint_exporter_bpf_map_no_memory_total). 0 = only where the kernel needs it. Bytes,
   // 0..kMaxBpfPreallocateBytes.
   uint64_t bpf_preallocate_max_bytes = 64ULL << 20;
+  // The perf events one "pid" event may hold open (file descriptors): a perf event per thread of
+  // the process, on every CPU for a sampled metric (threads x CPUs), one per thread for a
+  // label-less counter. A process with more threads is refused with this reason. 1..kMaxPidPerfEvents.
+  uint64_t max_pid_perf_events = 8192;
+  // Every this many seconds the daemon looks whether a probed binary was replaced (a package
+  // upgrade) or whether the processes of a replaced one are gone, and then re-plans the running
+  // config (as a reload does, without re-reading the file). 0 = only at a reload; else 1..86400.
+  double probe_refresh_seconds = 10;
 };
 inline constexpr uint64_t kMaxBpfPreallocateBytes = 1ULL << 40;
 

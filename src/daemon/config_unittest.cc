@@ -66,8 +66,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
             "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
-            "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_series_per_metric, ring_buffer_pages, "
-            "series_idle_timeout_seconds)");
+            "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_pid_perf_events, max_series_per_metric, "
+            "probe_refresh_seconds, ring_buffer_pages, series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
@@ -84,10 +84,9 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: metrics[0].event: \"sched_switch\" is not of the form \"system:event\" (e.g. "
             "\"sched:sched_switch\") nor a probe (uprobe:, uretprobe:, usdt:, "
             "kprobe:, kretprobe:)");
-  EXPECT_EQ(
-      Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
-      "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: args, engine, event, filter, help, labels, name, "
-      "pid, type, value)");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "lables": []}]})"),
+            "cfg.json: metrics[0]: unknown key \"lables\" (valid keys: args, engine, event, filter, help, labels, "
+            "maxactive, name, pid, type, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "kprobe:f", "pid": 5}]})"),
             "cfg.json: metrics[0].pid: \"pid\" limits a uprobe, uretprobe or usdt probe to one process; "
             "\"kprobe:f\" is not one");

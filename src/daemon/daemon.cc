@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "daemon/bpf_parts.h"
 #include "daemon/config.h"
 #include "daemon/plan.h"
 #include "daemon/probes.h"
@@ -29,9 +30,8 @@ Daemon::~Daemon() {
 
 namespace {
 // `running`: the running plan on a reload (its bpf metrics are kept, not loaded again), or null.
-StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const Tracefs& tracefs,
-                                         const KernelEnums& enums, const Plan* running) {
-  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
+StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
+                                           const Plan* running) {
   // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   // Once: privileges do not grow later, and the kernel does not change. The features first:
@@ -40,7 +40,12 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
-    if (running->engines[i] == "bpf") running_bpf.insert(running->identities[i]);
+    if (running->engines[i] != "bpf") continue;
+    running_bpf.insert(running->identities[i]);
+    // A metric on probe events: the parts it runs (one per event of a replaced binary).
+    if (auto* parts = dynamic_cast<const BpfPartsMetric*>(running->collectors[i].get())) {
+      for (const std::string& key : parts->keys()) running_bpf.insert(running->identities[i] + "\n" + key);
+    }
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
                        BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf, running_bpf, features));
@@ -56,18 +61,22 @@ StatusOr<std::unique_ptr<Plan>> LoadPlan(const std::string& config_path, const T
 }  // namespace
 
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
-                                                 const KernelEnums& enums) {
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, LoadPlan(config_path, tracefs, enums, nullptr));
+                                                 const KernelEnums& enums, Config* loaded) {
+  TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, PlanConfig(config, tracefs, enums, nullptr));
   auto pipeline = std::make_unique<Pipeline>(&tracefs);
   TPE_RETURN_IF_ERROR(pipeline->Open(std::move(plan)));
+  if (loaded != nullptr) *loaded = std::move(config);
   return pipeline;
 }
 
 Status Daemon::Start() {
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, OpenPipeline(config_path_, *tracefs_, *enums_));
+  Config config;
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, OpenPipeline(config_path_, *tracefs_, *enums_, &config));
   TPE_RETURN_IF_ERROR(p->Start());
   std::lock_guard<std::mutex> lock(mu_);
   pipeline_ = std::move(p);
+  config_ = std::move(config);
   last_success_unix_ = NowUnix();
   return Status::Ok();
 }
@@ -75,7 +84,9 @@ Status Daemon::Start() {
 Status Daemon::Reload() {
   // The config is read and planned while the current plan keeps running; the pipeline then opens
   // the new perf events and swaps (Pipeline::Reload), keeping unchanged metrics' perf events.
-  auto next = LoadPlan(config_path_, *tracefs_, *enums_, &pipeline_->plan());
+  auto config = LoadConfig(config_path_);
+  auto next = config.ok() ? PlanConfig(*config, *tracefs_, *enums_, &pipeline_->plan())
+                          : StatusOr<std::unique_ptr<Plan>>(config.status());
   Status st = next.ok() ? pipeline_->Reload(std::move(*next)) : next.status();
   // Probe events the old plan had and the new one dropped (or a refused plan created).
   if (ProbeRegistry* probes = ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();
@@ -85,10 +96,42 @@ Status Daemon::Reload() {
     last_reload_ok_ = false;
     return st;
   }
+  config_ = std::move(*config);
+  failed_refresh_.clear();
   ++reload_success_;
   last_reload_ok_ = true;
   last_success_unix_ = NowUnix();
   return Status::Ok();
+}
+
+double Daemon::probe_refresh_seconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pipeline_ ? config_.settings.probe_refresh_seconds : 0;
+}
+
+StatusOr<bool> Daemon::RefreshProbes() {
+  ProbeRegistry* probes = ProbeRegistry::IfCreated();
+  if (!pipeline_ || probes == nullptr) return false;
+  const std::string reason = probes->RefreshReason();
+  // The same change as a refresh that failed: not tried again until something else changes (or
+  // a reload).
+  if (reason.empty() || reason == failed_refresh_) return false;
+  Config config;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    config = config_;
+  }
+  // The running config planned again: the probes' events on the files their paths name now, and
+  // on replaced files that processes still run (ProbeRegistry::Acquire).
+  auto next = PlanConfig(config, *tracefs_, *enums_, &pipeline_->plan());
+  Status st = next.ok() ? pipeline_->Reload(std::move(*next)) : next.status();
+  probes->RemoveUnreferenced();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(st.ok() ? probe_refresh_success_ : probe_refresh_failure_);
+  failed_refresh_ = st.ok() ? "" : reason;
+  if (!st.ok()) return st.WithContext(reason);
+  TPE_LOG_INFO("{}: planned the running config again", reason);
+  return true;
 }
 
 void Daemon::Stop() {
@@ -124,9 +167,21 @@ std::vector<MetricSnapshot> Daemon::Snapshot() {
                          {}};
   reloads.series.push_back(SeriesSnapshot{{{"result", "success"}}, static_cast<double>(reload_success_), {}, 0, 0});
   reloads.series.push_back(SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(reload_failure_), {}, 0, 0});
+  MetricSnapshot refreshes{"tracepoint_exporter_probe_refreshes_total",
+                           "Times the running config was planned again because a probed binary was replaced (a "
+                           "package upgrade) or the processes of a replaced one were gone "
+                           "(settings.probe_refresh_seconds), by result.",
+                           MetricKind::kCounter,
+                           {},
+                           {}};
+  refreshes.series.push_back(
+      SeriesSnapshot{{{"result", "success"}}, static_cast<double>(probe_refresh_success_), {}, 0, 0});
+  refreshes.series.push_back(
+      SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(probe_refresh_failure_), {}, 0, 0});
   out.push_back(std::move(ok));
   out.push_back(std::move(when));
   out.push_back(std::move(reloads));
+  out.push_back(std::move(refreshes));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectors/snapshot.h"
+#include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -26,8 +27,9 @@ namespace tpe {
 // Loads the config file, plans it against the kernel (filters checked), logs the plan's
 // warnings, and opens every perf event (not started). The one way a pipeline is made, for the
 // daemon, --config.check and --print.
+// `loaded`: when not null, the config that was loaded.
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
-                                                 const KernelEnums& enums);
+                                                 const KernelEnums& enums, Config* loaded = nullptr);
 
 class Daemon {
  public:
@@ -39,6 +41,14 @@ class Daemon {
   Status Start();
   // Re-reads the config file; on any error keeps the running pipeline and returns why.
   Status Reload();
+  // When a probed binary was replaced or the processes of a replaced one are gone
+  // (ProbeRegistry::RefreshReason): plans the running config again (not the file, which may have
+  // changed without a SIGHUP) and switches to it as a reload does. Returns whether it did; on
+  // error the running pipeline stays, and the same change is not tried again until another one
+  // (or a reload). Counted in tracepoint_exporter_probe_refreshes_total.
+  StatusOr<bool> RefreshProbes();
+  // settings.probe_refresh_seconds of the running config (0 before Start).
+  double probe_refresh_seconds();
   void Stop();
 
   // The current pipeline's metrics plus the reload self-metrics.
@@ -53,6 +63,9 @@ class Daemon {
   const KernelEnums* enums_;            // not owned
   std::unique_ptr<Pipeline> pipeline_;  // set by Start, then for the daemon's life
   std::mutex mu_;                       // guards the reload state below
+  Config config_;                       // the running config (the last one loaded successfully)
+  uint64_t probe_refresh_success_ = 0, probe_refresh_failure_ = 0;
+  std::string failed_refresh_;  // RefreshReason of the last refresh, when it failed
   uint64_t reload_success_ = 0, reload_failure_ = 0;
   bool last_reload_ok_ = true;
   double last_success_unix_ = 0;

@@ -66,6 +66,10 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
        "and tracepoint_exporter_samples_unaccounted_total includes them"},
       {"perf_sample_cgroup", "5.7", f.perf.sample_cgroup,
        "cgroup labels on the perf engine are refused; the bpf engine gives them (bpf_get_current_cgroup_id)"},
+      {"perf_inherit_thread", "5.13", f.perf.inherit_thread,
+       "a \"pid\" probe metric also counts the child processes its process forks after the metric started "
+       "(perf events are inherited by every child task, not only by new threads); a child that execs another "
+       "program no longer runs the probed code"},
       {"bpf_probe_read_kernel_str", "5.5", f.bpf.probe_read_kernel_str,
        "programs call bpf_probe_read(_str) instead: the same reads of tracepoint records"},
       {"bpf_runtime_alloc_safe", "6.1 (not PREEMPT_RT)", f.bpf.runtime_alloc_safe,

@@ -42,6 +42,7 @@ KernelFeatures On(const std::string& release, bool rt = false) {
   f.bpf = bpf::BpfFeaturesFromUname(release, rt ? "PREEMPT_RT" : "", "");
   f.perf.format_lost = f.bpf.major >= 6;
   f.perf.sample_cgroup = !(f.bpf.major < 5 || (f.bpf.major == 5 && f.bpf.minor < 7));
+  f.perf.inherit_thread = !(f.bpf.major < 5 || (f.bpf.major == 5 && f.bpf.minor < 13));
   return f;
 }
 
@@ -108,9 +109,10 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
     bool prealloc, probe_read;
     size_t notes;
   } rows[] = {
-      {"4.18.0-513.el8.x86_64", false, true, true, 9},  // every feature but cgroup v2
-      {"5.4.0-170-generic", false, true, true, 9},
-      {"5.10.0-28-amd64", false, true, false, 6},  // format_lost, alloc, misses, xchg, lookup_and_delete, memlock
+      {"4.18.0-513.el8.x86_64", false, true, true, 10},  // every feature but cgroup v2
+      {"5.4.0-170-generic", false, true, true, 10},
+      // format_lost, inherit_thread, alloc, misses, xchg, lookup_and_delete, memlock
+      {"5.10.0-28-amd64", false, true, false, 7},
       {"5.15.0-91-generic", false, true, false, 3},
       {"6.1.0-18-amd64", false, false, false, 1},  // misses
       {"6.1.0-18-rt-amd64", true, true, false, 2},

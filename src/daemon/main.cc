@@ -187,7 +187,23 @@ int main(int argc, char** argv) {
 
   for (;;) {
     int sig = 0;
-    sigwait(&signals, &sig);
+    // Between signals, every settings.probe_refresh_seconds: probed binaries replaced meanwhile.
+    const double refresh = daemon.probe_refresh_seconds();
+    if (refresh > 0) {
+      const auto whole = static_cast<time_t>(refresh);
+      timespec wait{whole, static_cast<long>((refresh - static_cast<double>(whole)) * 1e9)};
+      sig = sigtimedwait(&signals, nullptr, &wait);
+      if (sig < 0) {
+        auto refreshed = daemon.RefreshProbes();
+        if (!refreshed.ok()) {
+          TPE_LOG_ERROR("probed binaries changed, but planning them failed; still running the previous plan: {}",
+                        refreshed.status().message());
+        }
+        continue;
+      }
+    } else {
+      sigwait(&signals, &sig);
+    }
     if (sig != SIGHUP) {
       TPE_LOG_INFO("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       break;

@@ -1,5 +1,6 @@
 #include "daemon/pipeline.h"
 
+#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -60,18 +61,22 @@ CpuRing* Pipeline::FindRing(int cpu) {
   return nullptr;
 }
 
-Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
+StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* id) {
   TracepointEventOptions o;
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
   o.cgroup = ep->cgroup;
   o.format_lost = plan_->features.perf.format_lost;  // the plan's choice (Linux >= 6.0)
+  // A thread's event: copied into the threads it creates later (and, before Linux 5.13, into
+  // the child processes it forks).
+  o.inherit = tid > 0;
+  o.inherit_thread = plan_->features.perf.inherit_thread;
   // Watermark wakeups, as the ring's owner: without it a sampled event asks for a wakeup per
   // sample (wakeup_events = 1), and every sample costs the traced task an irq_work and the
   // reader a wakeup (measured: 46,000 instead of ~1,000,000 getppid() calls/s).
   o.wakeup_watermark_bytes =
       static_cast<uint32_t>(static_cast<uint64_t>(plan_->settings.ring_buffer_pages) * ::sysconf(_SC_PAGESIZE) / 4);
-  TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu, ep->pid > 0 ? ep->pid : -1));
+  TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenPerfEvent(MakeTracepointAttr(o), cpu, tid > 0 ? tid : -1));
   if (!ep->filter.empty()) {
     Status st = SetFilter(fd.get(), ep->filter);
     if (!st.ok()) {
@@ -84,15 +89,143 @@ Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
     TPE_ASSIGN_OR_RETURN(CpuRing * ring, EnsureRing(cpu));
     TPE_RETURN_IF_ERROR(SetOutput(fd.get(), ring->owner.get()));
   }
-  TPE_ASSIGN_OR_RETURN(uint64_t id, ReadEventId(fd.get()));
+  TPE_ASSIGN_OR_RETURN(*id, ReadEventId(fd.get()));
+  return fd;
+}
+
+Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {
+  if (ep->pid > 0) return ep->sampled ? OpenTaskEvents(ep, cpu, /*must_exist=*/true) : Status::Ok();
+  uint64_t id = 0;
+  TPE_ASSIGN_OR_RETURN(ScopedFd fd, OpenFd(ep, cpu, -1, &id));
   const size_t slot = static_cast<size_t>(cpu);
-  if (ep->fds.size() <= slot) {
-    ep->fds.resize(slot + 1);
-    ep->ids.resize(slot + 1, 0);
-  }
-  ep->ids[slot] = id;
+  if (ep->fds.size() <= slot) ep->fds.resize(slot + 1);
   ep->fds[slot] = std::move(fd);
+  ep->CollectIds();
+  ep->ids[slot] = id;
   return Status::Ok();
+}
+
+namespace {
+
+// The thread ids of process `pid` (/proc/PID/task, proc(5)), sorted. NotFound when there is no
+// such process (any more).
+StatusOr<std::vector<int>> ProcessThreads(int pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus(errno, dir);
+  std::vector<int> tids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] >= '1' && e->d_name[0] <= '9') tids.push_back(std::atoi(e->d_name));
+  }
+  ::closedir(d);
+  std::sort(tids.begin(), tids.end());
+  return tids;
+}
+
+// How many times OpenTaskEvents lists a process's threads and opens their events before it gives
+// up on a process that keeps creating threads meanwhile.
+constexpr int kTaskSettleAttempts = 20;
+
+}  // namespace
+
+Status Pipeline::VanishedProcess(const EventPlan& ep) const {
+  return NotFound(plan_->config_path + ": " + ep.pid_json_path + ".pid: process " + std::to_string(ep.pid) +
+                  " does not exist (it exited?), so " + ep.display +
+                  " cannot be traced in it; set \"pid\" to a running process (or remove it to trace every process) "
+                  "and reload");
+}
+
+// A perf event with a pid follows one thread: the threads of the process are listed and each
+// gets an event with attr.inherit, which the kernel copies into the threads it creates from then
+// on. A thread created while the events are being opened may or may not have inherited one
+// (depending on whether its creator's event was open yet), and cannot be told apart: so the
+// threads are listed again after opening, and when a new one appeared every event just opened
+// is closed (their copies go with them) and the whole is done again. A thread that is listed
+// existed before any event was opened, so it inherited none, and a thread created after the
+// second listing inherits from its creator, which was listed: every thread counts exactly once.
+// A thread that exits meanwhile (ESRCH) is skipped.
+Status Pipeline::OpenTaskEvents(EventPlan* ep, int cpu, bool must_exist) {
+  const size_t slot = cpu < 0 ? 0 : static_cast<size_t>(cpu);
+  if (ep->task_fds.size() <= slot) ep->task_fds.resize(slot + 1);
+  ep->task_fds[slot].clear();
+  size_t cpus = 1;
+  if (ep->sampled) {
+    auto online = OnlineCpus();
+    cpus = online.ok() ? online->size() : 1;
+  }
+  for (int attempt = 0; attempt < kTaskSettleAttempts; ++attempt) {
+    auto tids = ProcessThreads(ep->pid);
+    if (!tids.ok() || tids->empty()) {
+      if (!must_exist) return Status::Ok();  // gone: nothing to count in it any more
+      return VanishedProcess(*ep);
+    }
+    // The limit counts every CPU's events: the other CPUs hold about as many as this one.
+    if (tids->size() * cpus > plan_->settings.max_pid_perf_events) {
+      return Unavailable(
+          plan_->config_path + ": " + ep->pid_json_path + ".pid: process " + std::to_string(ep->pid) + " has " +
+          std::to_string(tids->size()) + " threads: " + ep->display + " needs a perf event per " +
+          (ep->sampled ? "thread and CPU (" + std::to_string(tids->size()) + " x " + std::to_string(cpus) + " = " +
+                             std::to_string(tids->size() * cpus) + ")"
+                       : "thread (" + std::to_string(tids->size()) + ")") +
+          ", more than settings.max_pid_perf_events (" + std::to_string(plan_->settings.max_pid_perf_events) +
+          "); raise it (each is a file descriptor: LimitNOFILE), or leave out \"pid\" (every process, "
+          "a perf event per CPU)" +
+          (ep->sampled ? ", or make the metric a label-less counter (one perf event per thread)" : ""));
+    }
+    std::vector<EventPlan::TaskFd> opened;
+    for (int tid : *tids) {
+      EventPlan::TaskFd t;
+      t.tid = tid;
+      auto fd = OpenFd(ep, cpu, tid, &t.id);
+      if (!fd.ok()) {
+        if (fd.status().code() == StatusCode::kNotFound) continue;  // the thread exited
+        return fd.status().WithContext(plan_->config_path + ": " + ep->pid_json_path + ".pid " +
+                                       std::to_string(ep->pid));
+      }
+      t.fd = std::move(*fd);
+      opened.push_back(std::move(t));
+    }
+    auto again = ProcessThreads(ep->pid);
+    const bool settled = !again.ok() || std::includes(tids->begin(), tids->end(), again->begin(), again->end());
+    if (!settled) continue;  // `opened` closes: the copies new threads may have inherited go too
+    if (opened.empty() && must_exist) return VanishedProcess(*ep);
+    ep->task_fds[slot] = std::move(opened);
+    ep->CollectIds();
+    return Status::Ok();
+  }
+  return Unavailable(plan_->config_path + ": " + ep->pid_json_path + ".pid: process " + std::to_string(ep->pid) +
+                     " created threads while its perf events were being opened, " +
+                     std::to_string(kTaskSettleAttempts) +
+                     " times in a row (a thread created meanwhile cannot be told to have inherited an event or not); "
+                     "reload again when it creates threads less often");
+}
+
+Status Pipeline::EnableAll(EventPlan* ep, int cpu) {
+  auto enable = [](const ScopedFd& fd) { return fd.valid() ? EnableEvent(fd.get()) : Status::Ok(); };
+  if (cpu < 0) {
+    for (const auto& fd : ep->fds) TPE_RETURN_IF_ERROR(enable(fd));
+    for (const auto& slot : ep->task_fds) {
+      for (const auto& t : slot) TPE_RETURN_IF_ERROR(enable(t.fd));
+    }
+    return Status::Ok();
+  }
+  const size_t c = static_cast<size_t>(cpu);
+  if (c < ep->fds.size()) TPE_RETURN_IF_ERROR(enable(ep->fds[c]));
+  if (ep->pid > 0 && ep->sampled && c < ep->task_fds.size()) {
+    for (const auto& t : ep->task_fds[c]) TPE_RETURN_IF_ERROR(enable(t.fd));
+  }
+  return Status::Ok();
+}
+
+void Pipeline::DisableAll(EventPlan* ep) {
+  for (auto& fd : ep->fds) {
+    if (fd.valid()) (void)DisableEvent(fd.get());
+  }
+  for (auto& slot : ep->task_fds) {
+    for (auto& t : slot) {
+      if (t.fd.valid()) (void)DisableEvent(t.fd.get());
+    }
+  }
 }
 
 Status Pipeline::MapRing(CpuRing* r) {
@@ -138,10 +271,17 @@ int Pipeline::ProbeFd(int cpu) const {
   return -1;
 }
 
-Status Pipeline::OpenCpu(int cpu) {
+Status Pipeline::OpenCpu(int cpu, bool reopen) {
   if (AnySampled(*plan_)) TPE_RETURN_IF_ERROR(EnsureRing(cpu).status());
-  for (auto& ep : plan_->events) TPE_RETURN_IF_ERROR(OpenEvent(ep.get(), cpu));
-  for (auto& ep : plan_->events) TPE_RETURN_IF_ERROR(EnableEvent(ep->fds[cpu].get()));
+  for (auto& ep : plan_->events) {
+    // A process that exited since its events were first opened has nothing left to trace.
+    if (reopen && ep->pid > 0) {
+      if (ep->sampled) TPE_RETURN_IF_ERROR(OpenTaskEvents(ep.get(), cpu, /*must_exist=*/false));
+      continue;
+    }
+    TPE_RETURN_IF_ERROR(OpenEvent(ep.get(), cpu));
+  }
+  for (auto& ep : plan_->events) TPE_RETURN_IF_ERROR(EnableAll(ep.get(), cpu));
   CpuState& st = Cpu(cpu);
   st.open = true;
   st.logged_offline = false;
@@ -160,17 +300,27 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
   // scrapes can walk it while the reader thread reopens CPUs).
   auto possible = PossibleCpus();
   for (int cpu : possible.ok() ? *possible : cpus) (void)Cpu(cpu);
-  for (int cpu : cpus) TPE_RETURN_IF_ERROR(OpenCpu(cpu));
+  for (int cpu : cpus) TPE_RETURN_IF_ERROR(OpenCpu(cpu, /*reopen=*/false));
+  // "pid" label-less counters: a perf event per thread, on every CPU.
+  for (auto& ep : plan_->events) {
+    if (ep->pid <= 0 || ep->sampled) continue;
+    TPE_RETURN_IF_ERROR(OpenTaskEvents(ep.get(), -1, /*must_exist=*/true));
+    TPE_RETURN_IF_ERROR(EnableAll(ep.get(), -1));
+  }
   for (auto& c : plan_->collectors) {
     if (c) TPE_RETURN_IF_ERROR(c->Attach());  // the bpf engine's programs; nothing for perf
   }
   reader_->SetPlan(plan_.get());
-  size_t nfds = 0;
+  size_t nfds = 0, task_fds = 0;
   for (auto& ep : plan_->events) {
-    for (auto& fd : ep->fds) nfds += fd.valid();
+    nfds += ep->OpenFdCount();
+    if (ep->pid > 0) task_fds += ep->OpenFdCount();
   }
-  TPE_LOG_INFO("opened {} perf events ({} tracepoints x {} CPUs), {} rings of {} pages", nfds, plan_->events.size(),
-               cpus.size(), rings_.size(), plan_->settings.ring_buffer_pages);
+  TPE_LOG_INFO("opened {} perf events ({} tracepoints x {} CPUs{}), {} rings of {} pages", nfds, plan_->events.size(),
+               cpus.size(),
+               task_fds > 0 ? ", " + std::to_string(task_fds) + " of them per thread of \"pid\" processes" : "",
+               rings_.size(), plan_->settings.ring_buffer_pages);
+  LogPidEvents();
   return Status::Ok();
 }
 
@@ -322,14 +472,23 @@ void Pipeline::CheckCpus() {
 
 Status Pipeline::ReopenCpu(int cpu) {
   const size_t slot = static_cast<size_t>(cpu);
-  for (auto& ep : plan_->events) {
-    if (slot >= ep->fds.size() || !ep->fds[slot].valid()) continue;
-    auto c = ReadEventCount(ep->fds[slot].get());
+  auto retire = [](EventPlan* ep, ScopedFd* fd) {
+    auto c = ReadEventCount(fd->get());
     if (c.ok()) {
       ep->retired.count += c->count;
       ep->retired.lost += c->lost;
     }
-    ep->fds[slot].Reset();
+    fd->Reset();
+  };
+  for (auto& ep : plan_->events) {
+    if (ep->pid > 0 && ep->sampled && slot < ep->task_fds.size()) {
+      // Per-thread events on this CPU write into its ring, which is replaced: reopened with it.
+      for (auto& t : ep->task_fds[slot]) retire(ep.get(), &t.fd);
+      ep->task_fds[slot].clear();
+      ep->CollectIds();
+    }
+    if (slot >= ep->fds.size() || !ep->fds[slot].valid()) continue;
+    retire(ep.get(), &ep->fds[slot]);
     ep->ids[slot] = 0;
   }
   for (auto it = rings_.begin(); it != rings_.end(); ++it) {
@@ -346,7 +505,7 @@ Status Pipeline::ReopenCpu(int cpu) {
   for (auto& r : rings_) {
     if (r.cpu == cpu && !r.ring) TPE_RETURN_IF_ERROR(MapRing(&r));
   }
-  return OpenCpu(cpu);
+  return OpenCpu(cpu, /*reopen=*/true);
 }
 
 void Pipeline::StopThread() {
@@ -360,7 +519,31 @@ void Pipeline::StopThread() {
   }
 }
 
+void Pipeline::LogPidEvents() const {
+  for (const auto& ep : plan_->events) {
+    if (ep->pid <= 0) continue;
+    size_t threads = 0;
+    for (const auto& slot : ep->task_fds) threads = std::max(threads, slot.size());
+    TPE_LOG_INFO("{}: {} threads, {} perf events ({}; threads created later inherit them)", ep->display, threads,
+                 ep->OpenFdCount(), ep->sampled ? "one per thread and CPU" : "one per thread");
+  }
+}
+
 namespace {
+// Adds the final counts of `d` (an event a reload closed) to the self-metric base of the event of
+// `plan` that the self-metrics show under the same name (display, filter, pid and mode).
+void FoldIntoGroup(const EventPlan& d, Plan* plan) {
+  for (auto& ep : plan->events) {
+    if (ep->display != d.display || ep->filter != d.filter || ep->pid != d.pid || ep->sampled != d.sampled) continue;
+    const EventCount c = d.ReadCounts();
+    ep->base.count += c.count;
+    ep->base.lost += c.lost;
+    ep->samples.Add(d.samples.Get());
+    ep->unaccounted.Add(d.unaccounted.Get());
+    return;
+  }
+}
+
 // Whether metric `j` of the running plan and metric `i` of the next one are the same metric, so
 // that the next plan adopts the running collector (and its bpf programs or perf consumers): the
 // same identity *and* the same engine. A metric that fell back to perf (e.g. its map creation
@@ -400,8 +583,13 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     }
     for (size_t i = 0; i < plan_->events.size() && result.ok(); ++i) {
       if (kept[i] != nullptr) continue;
+      EventPlan* ep = plan_->events[i].get();
+      if (ep->pid > 0 && !ep->sampled) {  // a perf event per thread, on every CPU
+        result = OpenTaskEvents(ep, -1, /*must_exist=*/true);
+        continue;
+      }
       for (int cpu : cpus) {
-        result = OpenEvent(plan_->events[i].get(), cpu);
+        result = OpenEvent(ep, cpu);
         if (!result.ok()) break;
       }
     }
@@ -423,13 +611,22 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
         detached.push_back(b);
       }
     }
-    // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps).
+    // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps). A
+    //     kept metric on probe events gets programs on the events it did not have (a binary
+    //     replaced since), beside its running ones.
     for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
       Collector* b = next->collectors[i].get();
       if (b == nullptr) continue;
-      bool kept_metric = false;
-      for (size_t j = 0; j < plan_->collectors.size(); ++j) kept_metric |= SameMetric(*plan_, j, *next, i);
-      if (!kept_metric) result = b->Attach();  // on error `next` is destroyed: its programs detach
+      const Collector* running = nullptr;
+      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+        if (SameMetric(*plan_, j, *next, i)) running = plan_->collectors[j].get();
+      }
+      if (running == nullptr) {
+        result = b->Attach();  // on error `next` is destroyed: its programs detach
+      } else if (auto* parts = dynamic_cast<BpfPartsMetric*>(b)) {
+        if (auto* running_parts = dynamic_cast<const BpfPartsMetric*>(running))
+          result = parts->AttachNew(*running_parts);
+      }
     }
     if (!result.ok()) {
       for (auto& c : next->collectors) {  // free their tracepoints' program slots first
@@ -448,6 +645,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
         EventPlan* ne = next->events[i].get();
         if (EventPlan* oe = kept[i]) {
           ne->fds = std::move(oe->fds);
+          ne->task_fds = std::move(oe->task_fds);
           ne->ids = std::move(oe->ids);
           ne->retired = oe->retired;
           ne->base = oe->base;
@@ -458,41 +656,49 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
         // A new perf event for an (event, filter) that existed in the other mode: its
         // self-metrics continue from the old one's.
         for (auto& oep : plan_->events) {
-          if (oep->event == ne->event && oep->filter == ne->filter && oep->pid == ne->pid && !oep->fds.empty()) {
+          if (oep->event == ne->event && oep->filter == ne->filter && oep->pid == ne->pid && oep->OpenFdCount() > 0) {
             ne->base = oep->ReadCounts();
             ne->samples.Add(oep->samples.Get());
             break;
           }
         }
       }
+      // Events the previous reload closed: their samples were dispatched long ago; their final
+      // counts go on in the self-metrics of the event that has their name now.
+      for (auto& d : plan_->draining) FoldIntoGroup(*d, next.get());
       // Metrics this reload adds count from now on, even on kept perf events with samples of
       // the past still in their rings.
       const uint64_t swap_ns = MonotonicNs();
-      std::vector<std::pair<CounterCollector*, EventPlan*>> rebased;
+      struct Rebase {
+        CounterCollector* counter;
+        size_t next_index, running_index;
+      };
+      std::vector<Rebase> rebased;
+      std::vector<Collector*> adopted_collectors;
       for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
       for (size_t i = 0; i < next->collectors.size(); ++i) {
         for (size_t j = 0; j < plan_->collectors.size(); ++j) {
           if (!SameMetric(*plan_, j, *next, i)) continue;
           Collector* fresh = next->collectors[i].get();
           std::unique_ptr<Collector> adopted = std::move(plan_->collectors[j]);
+          adopted_collectors.push_back(adopted.get());
+          if (auto* parts = dynamic_cast<BpfPartsMetric*>(fresh); parts != nullptr && adopted != nullptr) {
+            // The running programs and maps go on in the next plan's metric, with the programs
+            // AttachNew added; those on events it no longer has are detached (counts kept).
+            if (auto* running_parts = dynamic_cast<BpfPartsMetric*>(adopted.get())) {
+              adopted.release();
+              parts->TakeOver(std::unique_ptr<BpfPartsMetric>(running_parts));
+              adopted_collectors.back() = fresh;
+              break;
+            }
+          }
           for (auto& ep : next->events) {
             for (auto& consumer : ep->consumers) {
               if (consumer.first == fresh) consumer.first = adopted.get();
             }
           }
-          if (EventPlan* ep = next->counting_events[i]) {
-            auto* counter = static_cast<CounterCollector*>(adopted.get());
-            const bool same_events = std::any_of(next->events.begin(), next->events.end(), [&](const auto& e) {
-              return e.get() == ep && kept[static_cast<size_t>(&e - next->events.data())] != nullptr;
-            });
-            if (same_events) {
-              counter->RebindKernelCount([ep] { return ep->ReadKernelCounts().count; });
-            } else {
-              // The same metric on other perf events (a probe event redefined because its binary
-              // was replaced): it goes on from the old events' final count, read once they are
-              // disabled below.
-              rebased.push_back({counter, ep});
-            }
+          if (!next->counting_events[i].empty()) {
+            rebased.push_back({static_cast<CounterCollector*>(adopted.get()), i, j});
           }
           next->collectors[i] = std::move(adopted);
           break;
@@ -500,20 +706,42 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       }
       // New events start counting; events no metric uses any more stop (closed with `old`).
       for (size_t i = 0; i < next->events.size(); ++i) {
-        if (kept[i] != nullptr) continue;
-        for (auto& fd : next->events[i]->fds) {
-          if (fd.valid()) (void)EnableEvent(fd.get());
-        }
+        if (kept[i] == nullptr) (void)EnableAll(next->events[i].get(), -1);
       }
-      for (auto& oep : plan_->events) {
-        for (auto& fd : oep->fds) {
-          if (fd.valid()) (void)DisableEvent(fd.get());
+      for (auto& oep : plan_->events) DisableAll(oep.get());
+      // A counting-mode metric kept on other perf events (a probe's event on a replaced binary
+      // that no process maps any more is closed): it goes on from their final counts, read now
+      // that they are disabled, plus what its remaining and new events count.
+      for (const Rebase& r : rebased) {
+        uint64_t carried = plan_->counting_carried[r.running_index];
+        for (EventPlan* oep : plan_->counting_events[r.running_index]) {
+          const bool moved = std::any_of(kept.begin(), kept.end(), [&](const EventPlan* k) { return k == oep; });
+          if (!moved) carried += oep->ReadKernelCounts().count;
         }
+        next->counting_carried[r.next_index] = carried;
+        std::vector<EventPlan*> eps = next->counting_events[r.next_index];
+        r.counter->RebindKernelCount([eps, carried] { return KernelCount(eps, carried); });
       }
-      for (const auto& rebase : rebased) {
-        EventPlan* ep = rebase.second;  // a plain variable: clang 14 cannot capture a structured binding
-        const uint64_t carried = rebase.first->KernelCount();  // the old events', now final
-        rebase.first->RebindKernelCount([ep, carried] { return carried + ep->ReadKernelCounts().count; });
+      // Sampled events closed here whose samples a kept metric still needs (an event of a
+      // replaced binary whose last process just exited may have samples in the rings): their ids
+      // keep dispatching to those metrics until the next reload.
+      for (size_t j = 0; j < plan_->events.size(); ++j) {
+        if (taken[j] || !plan_->events[j]->sampled) continue;
+        EventPlan* oep = plan_->events[j].get();
+        std::vector<std::pair<Collector*, size_t>> consumers;
+        for (const auto& c : oep->consumers) {
+          if (std::find(adopted_collectors.begin(), adopted_collectors.end(), c.first) != adopted_collectors.end()) {
+            consumers.push_back(c);
+          }
+        }
+        if (consumers.empty()) continue;
+        // Consumers that the next plan's BpfPartsMetric took over are bpf: no samples. A perf
+        // collector adopted keeps its address.
+        oep->retired = oep->ReadKernelCounts();
+        oep->fds.clear();
+        oep->task_fds.clear();
+        oep->consumers = std::move(consumers);
+        next->draining.push_back(std::move(plan_->events[j]));
       }
       old = std::move(plan_);
       plan_ = std::move(next);
@@ -538,11 +766,7 @@ void Pipeline::Stop() {
     for (auto& c : plan_->collectors) {
       if (c) c->Detach();  // bpf: counts freeze; maps stay readable
     }
-    for (auto& ep : plan_->events) {
-      for (auto& fd : ep->fds) {
-        if (fd.valid()) (void)DisableEvent(fd.get());
-      }
-    }
+    for (auto& ep : plan_->events) DisableAll(ep.get());
   }
   StopThread();
   if (reader_) {

@@ -10,6 +10,12 @@
 //    count it) and none is missed (there is no gap between a disable and an enable). New events
 //    are opened before anything changes (a failure leaves the old plan running untouched);
 //    events no metric uses any more are closed. Latency starts in flight survive.
+//  * Probe events of a replaced binary (Plan::probe_replaced): a kept metric keeps the perf
+//    events (and bpf programs) of the events it still has, gets new ones on the events it did
+//    not have, and the counts of events it no longer has (no process maps their file) carry on
+//    (counting mode: Plan::counting_carried; samples still in the rings: Plan::draining).
+//  * "pid" events: a perf event per thread of the process (EventPlan::task_fds), inherited by
+//    the threads it creates later; see OpenTaskEvents in pipeline.cc.
 //  * CPU hotplug: a per-CPU perf event dies when its CPU goes offline and stays dead when the
 //    CPU returns (the kernel detaches it; PERF_EVENT_IOC_ENABLE does not revive it). The reader
 //    thread checks each CPU's events (their time_enabled stops advancing) every second and at
@@ -35,6 +41,7 @@
 #include "collectors/snapshot.h"
 #include "collectors/sweeper.h"
 #include "common/scoped_fd.h"
+#include "daemon/bpf_parts.h"
 #include "daemon/plan.h"
 #include "daemon/reader.h"
 #include "perf/cpu_hotplug.h"
@@ -87,15 +94,35 @@ class Pipeline {
   void AppendEngineMetrics(std::vector<MetricSnapshot>* out) const;
   void StopThread();
   Status StartThread();
-  // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring).
+  // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring); for a
+  // sampled "pid" event, one per thread of the process (OpenTaskEvents); a counting "pid" event
+  // is opened by OpenTaskEvents(ep, -1) instead.
   Status OpenEvent(EventPlan* ep, int cpu);
+  // One perf event of `ep` on `cpu` for task `tid` (-1: every task; > 0: that thread, with
+  // attr.inherit); *id is its PERF_EVENT_IOC_ID.
+  StatusOr<ScopedFd> OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* id);
+  // A "pid" event's perf events on `cpu` (-1: every CPU, counting mode), one per thread of the
+  // process, into ep->task_fds (disabled). Errors: the process does not exist (when
+  // `must_exist`; else nothing is opened), more events than settings.max_pid_perf_events, a
+  // process that kept creating threads while they were opened; each names the config file and
+  // the metric's JSON path.
+  Status OpenTaskEvents(EventPlan* ep, int cpu, bool must_exist);
+  // The error for a "pid" whose process is gone: the config file, the JSON path, the pid, what to do.
+  Status VanishedProcess(const EventPlan& ep) const;
+  // PERF_EVENT_IOC_ENABLE on `ep`'s perf events on `cpu` (-1: all of them).
+  Status EnableAll(EventPlan* ep, int cpu);
+  // PERF_EVENT_IOC_DISABLE on all of `ep`'s perf events.
+  static void DisableAll(EventPlan* ep);
+  // One log line per "pid" event: its threads and perf events.
+  void LogPidEvents() const;
   // Opens r->cpu's ring-owner event, maps its ring and adds it to epoll (when running).
   Status MapRing(CpuRing* r);
   // The ring of `cpu`, opening its ring-owner event and mapping it when there is none.
   StatusOr<CpuRing*> EnsureRing(int cpu);
   CpuRing* FindRing(int cpu);
   // Opens `cpu`'s ring and every event of the plan on it, and enables them. Under mu_.
-  Status OpenCpu(int cpu);
+  // `reopen`: after the CPU came back (a "pid" process that exited meanwhile is no error).
+  Status OpenCpu(int cpu, bool reopen);
   // Closes `cpu`'s dead events (keeping their final counts) and ring, then OpenCpu. Under mu_.
   Status ReopenCpu(int cpu);
   // The fd whose time_enabled tells whether `cpu`'s events are alive, or -1.

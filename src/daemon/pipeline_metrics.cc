@@ -3,9 +3,11 @@
 #include <sys/utsname.h>
 
 #include <algorithm>
+#include <map>
 
 #include "bpf/bpf_metric.h"
 #include "collectors/latency.h"
+#include "common/file_util.h"
 #include "daemon/pipeline.h"
 
 #ifndef TPE_VERSION
@@ -51,8 +53,32 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   auto lost = Family("tracepoint_exporter_samples_lost_total",
                      "Samples the kernel dropped because the ring buffer was full, per event (PERF_FORMAT_LOST).",
                      MetricKind::kCounter);
-  // One series per (event, filter): a counting-mode and a sampled perf event of the same pair
-  // count the same hits; samples and lost come from the sampled one.
+  // One series per (event as the config names it, filter, pid): a counting-mode and a sampled
+  // perf event of the same tracepoint and filter count the same hits, so one of them counts
+  // (samples and lost come from the sampled one); the events of a probe on replaced binaries,
+  // and those a reload closed (Plan::draining), add theirs to their probe's series.
+  struct Group {
+    LabelPairs labels;
+    uint64_t hits = 0, samples = 0, lost = 0, unaccounted = 0;
+    bool sampled = false, lost_known = true;
+  };
+  std::vector<Group> groups;
+  auto add_event = [&](const EventPlan& ep, const EventPlan& counted) {
+    LabelPairs l = {{"event", ep.display}, {"filter", ep.filter}};
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.labels == l; });
+    if (g == groups.end()) {
+      groups.push_back(Group{l});
+      g = groups.end() - 1;
+    }
+    const EventCount c = counted.ReadCounts();
+    g->hits += c.count;
+    if (!counted.sampled) return;
+    g->sampled = true;
+    g->samples += counted.samples.Get();
+    g->lost += c.lost;
+    g->lost_known &= c.lost_known;
+    g->unaccounted += counted.unaccounted.Get();
+  };
   for (size_t i = 0; i < plan_->events.size(); ++i) {
     const EventPlan& ep = *plan_->events[i];
     const EventPlan* sampled = ep.sampled ? &ep : nullptr;
@@ -63,20 +89,61 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       if (j < i) seen = true;
       if (o.sampled) sampled = &o;
     }
-    if (seen) continue;
-    LabelPairs l = {{"event", ep.display}, {"filter", ep.filter}};
-    Add(&hits, l, static_cast<double>((sampled ? sampled : &ep)->ReadCounts().count));
-    if (sampled == nullptr) continue;
-    Add(&samples, l, static_cast<double>(sampled->samples.Get()));
+    if (!seen) add_event(ep, sampled ? *sampled : ep);
+  }
+  for (const auto& d : plan_->draining) add_event(*d, *d);
+  for (Group& g : groups) {
+    Add(&hits, g.labels, static_cast<double>(g.hits));
+    if (!g.sampled) continue;
+    Add(&samples, g.labels, static_cast<double>(g.samples));
     // Without PERF_FORMAT_LOST (before Linux 6.0) the kernel gives no per-event count: no series
     // rather than a false 0 (the rings' PERF_RECORD_LOST still count per CPU).
-    if (const EventCount c = sampled->ReadCounts(); c.lost_known) Add(&lost, l, static_cast<double>(c.lost));
-    Add(&unaccounted, l, static_cast<double>(sampled->unaccounted.Get()));
+    if (g.lost_known) Add(&lost, g.labels, static_cast<double>(g.lost));
+    Add(&unaccounted, g.labels, static_cast<double>(g.unaccounted));
   }
   out.push_back(std::move(hits));
   out.push_back(std::move(samples));
   out.push_back(std::move(lost));
   out.push_back(std::move(unaccounted));
+
+  auto pid_events = Family("tracepoint_exporter_pid_perf_events",
+                           "Perf events (file descriptors) a \"pid\" event holds: one per thread the process had when "
+                           "they were opened, on every CPU for a sampled metric (threads it creates later inherit "
+                           "them in the kernel). At most settings.max_pid_perf_events.",
+                           MetricKind::kGauge);
+  for (const auto& ep : plan_->events) {
+    if (ep->pid > 0)
+      Add(&pid_events, {{"event", ep->display}, {"filter", ep->filter}}, static_cast<double>(ep->OpenFdCount()));
+  }
+  if (!pid_events.series.empty()) out.push_back(std::move(pid_events));
+
+  // Kprobe and kretprobe misses: hits the kernel skipped (recursion) and, for a kretprobe,
+  // returns it could not catch because every MAXACTIVE instance was taken by a call in flight
+  // (a latency ending there then misses those observations).
+  auto probe_misses = Family("tracepoint_exporter_probe_misses_total",
+                             "Hits of a kprobe or kretprobe event the kernel missed (<tracefs>/kprobe_profile, third "
+                             "column): for a kretprobe mostly returns of calls beyond its maxactive calls in flight, "
+                             "which its metrics never see. Raise the event's \"maxactive\" (at most 4096).",
+                             MetricKind::kCounter);
+  std::map<std::string, std::string> kprobes;  // event name (without group) -> as the config names it
+  for (const auto& h : plan_->probes) {
+    const ProbeKind k = h->spec().kind;
+    if (k != ProbeKind::kKprobe && k != ProbeKind::kKretprobe) continue;
+    auto name = plan_->probe_names.find(h->event().ToString());
+    kprobes[h->event().name] = name != plan_->probe_names.end() ? name->second : h->event().ToString();
+  }
+  if (!kprobes.empty() && tracefs_ != nullptr) {
+    auto text = ReadFileToString(tracefs_->root() + "/kprobe_profile");
+    std::map<std::string, uint64_t> misses;  // as the config names it -> misses
+    if (text.ok()) {
+      for (const KprobeProfileRow& row : ParseKprobeProfile(*text)) {
+        auto it = kprobes.find(row.event);
+        if (it != kprobes.end()) misses[it->second] += row.misses;
+      }
+    }
+    for (const auto& [event, n] : misses) Add(&probe_misses, {{"event", event}}, static_cast<double>(n));
+    if (!probe_misses.series.empty()) out.push_back(std::move(probe_misses));
+  }
 
   auto decode = Family("tracepoint_exporter_decode_errors_total",
                        "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);

@@ -12,6 +12,12 @@ namespace tpe {
 
 using namespace plan_internal;  // NOLINT(build/namespaces): this file defines them
 
+uint64_t KernelCount(const std::vector<EventPlan*>& events, uint64_t carried) {
+  uint64_t n = carried;
+  for (const EventPlan* ep : events) n += ep->ReadKernelCounts().count;
+  return n;
+}
+
 EventCount EventPlan::ReadCounts() const {
   EventCount total = ReadKernelCounts();
   total.count += base.count;
@@ -21,16 +27,41 @@ EventCount EventPlan::ReadCounts() const {
 
 EventCount EventPlan::ReadKernelCounts() const {
   EventCount total = retired;
-  for (const auto& fd : fds) {
-    if (!fd.valid()) continue;
+  auto add = [&](const ScopedFd& fd) {
+    if (!fd.valid()) return;
     auto c = ReadEventCount(fd.get());
     if (c.ok()) {
       total.count += c->count;
       total.lost += c->lost;
       total.lost_known &= c->lost_known;
     }
+  };
+  for (const auto& fd : fds) add(fd);
+  for (const auto& slot : task_fds) {
+    for (const auto& t : slot) add(t.fd);
   }
   return total;
+}
+
+size_t EventPlan::OpenFdCount() const {
+  size_t n = 0;
+  for (const auto& fd : fds) n += fd.valid();
+  for (const auto& slot : task_fds) {
+    for (const auto& t : slot) n += t.fd.valid();
+  }
+  return n;
+}
+
+void EventPlan::CollectIds() {
+  ids.resize(fds.size());
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!fds[i].valid()) ids[i] = 0;
+  }
+  for (const auto& slot : task_fds) {
+    for (const auto& t : slot) {
+      if (t.fd.valid()) ids.push_back(t.id);
+    }
+  }
 }
 
 namespace {
@@ -84,9 +115,33 @@ StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::str
 
 namespace {
 
-// Creates (or shares) the probe event of `event` with `args` and names it in `event`.
+// Whether two probe events' records have the same layout (fields, offsets, sizes, signs): the
+// collectors of a probe decode the records of its events on replaced binaries with the current
+// event's extractors.
+bool SameLayout(const EventFormat& a, const EventFormat& b) {
+  if (a.fields.size() != b.fields.size()) return false;
+  for (size_t i = 0; i < a.fields.size(); ++i) {
+    const FieldFormat& x = a.fields[i];
+    const FieldFormat& y = b.fields[i];
+    if (x.name != y.name || x.type != y.type || x.offset != y.offset || x.size != y.size ||
+        x.is_signed != y.is_signed) {
+      return false;
+    }
+  }
+  return true;
+}
+
+StatusOr<EventFormat> ReadProbeFormat(const Tracefs& tracefs, const EventName& name) {
+  TPE_ASSIGN_OR_RETURN(std::string text, tracefs.ReadFormat(name));
+  return ParseFormat(text, tracefs.root() + "/events/" + name.system + "/" + name.name + "/format");
+}
+
+// Creates (or shares) the probe event of `event` with `args` and names it in `event`; the events
+// of the same probe on binaries replaced since that processes still run are recorded in
+// plan->probe_replaced. `maxactive`: the config's (kretprobes; 0 = kDefaultMaxactive).
 Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, const std::string& json_path,
-                         const std::vector<std::pair<std::string, std::string>>& args, std::string* event) {
+                         const std::vector<std::pair<std::string, std::string>>& args, uint32_t maxactive,
+                         std::string* event) {
   if (!IsProbeEvent(*event)) return Status::Ok();
   const std::string where = cfg.path + ": " + json_path + ".event";
   auto ref = ParseProbeRef(*event);
@@ -97,13 +152,41 @@ Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, 
     if (!a.ok()) return a.status().WithContext(cfg.path + ": " + json_path);
     parsed.push_back(*a);
   }
+  // The file's identity before its ELF is read: Acquire checks the event went on that file.
+  const std::string identity = ref->path.empty() ? "" : FileIdentity(ref->path);
   auto spec = ResolveProbe(*ref, parsed);
   if (!spec.ok()) return spec.status().WithContext(where);
-  auto handle = ProbeRegistry::Get(tracefs).Acquire(*spec, *ref);
-  if (!handle.ok()) return handle.status().WithContext(where + " \"" + *event + "\"");
-  plan->probe_names[(*handle)->event().ToString()] = *event;
-  *event = (*handle)->event().ToString();
-  plan->probes.push_back(*handle);
+  if (spec->kind == ProbeKind::kKretprobe) spec->maxactive = maxactive != 0 ? maxactive : kDefaultMaxactive;
+  // The probe as the config names it: the same key on a replaced binary is the same probe.
+  std::string key = *event;
+  for (const auto& [field, a] : args) key += "\n" + field + "=" + a;
+  key += "\nmaxactive=" + std::to_string(spec->maxactive);
+  auto variants = ProbeRegistry::Get(tracefs).Acquire(key, *spec, *ref, identity);
+  if (!variants.ok()) return variants.status().WithContext(where + " \"" + *event + "\"");
+  const std::string current = variants->current->event().ToString();
+  plan->probe_names[current] = *event;
+  plan->probe_identity[current] = variants->current->file_identity();
+  plan->probes.push_back(variants->current);
+  if (!variants->replaced.empty() && plan->probe_replaced.count(current) == 0) {
+    auto format = ReadProbeFormat(tracefs, variants->current->event());
+    if (!format.ok()) return format.status().WithContext(where);
+    std::vector<std::string>& replaced = plan->probe_replaced[current];
+    for (const auto& old : variants->replaced) {
+      auto old_format = ReadProbeFormat(tracefs, old->event());
+      if (!old_format.ok() || !SameLayout(*format, *old_format)) {
+        plan->warnings.push_back(where + " \"" + *event + "\": the processes still running the replaced " + ref->path +
+                                 " (" + old->file_identity() + ") are not counted: its probe event " +
+                                 old->event().ToString() + " has another record layout than the new file's");
+        continue;
+      }
+      const std::string name = old->event().ToString();
+      plan->probe_names[name] = *event;
+      plan->probe_identity[name] = old->file_identity();
+      plan->probes.push_back(old);
+      replaced.push_back(name);
+    }
+  }
+  *event = current;
   return Status::Ok();
 }
 
@@ -122,11 +205,13 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
       std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
   if (!probe) return Status::Ok();
   m->probe = true;
-  if (m->type != "latency") return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, &m->event);
-  for (EndpointConfig& e : m->starts) {
-    TPE_RETURN_IF_ERROR(ResolveProbeEvent(plan, cfg, tracefs, e.json_path, e.args, &e.event));
+  if (m->type != "latency") {
+    return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
   }
-  return ResolveProbeEvent(plan, cfg, tracefs, m->end.json_path, m->end.args, &m->end.event);
+  for (EndpointConfig& e : m->starts) {
+    TPE_RETURN_IF_ERROR(ResolveProbeEvent(plan, cfg, tracefs, e.json_path, e.args, e.maxactive, &e.event));
+  }
+  return ResolveProbeEvent(plan, cfg, tracefs, m->end.json_path, m->end.args, m->end.maxactive, &m->end.event);
 }
 
 }  // namespace plan_internal
@@ -144,9 +229,41 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
   NameAsConfigured(*plan, ep.get());
   ep->pid = pid;
-  if (pid > 0) ep->display += " pid " + std::to_string(pid);
+  if (pid > 0) {
+    ep->display += " pid " + std::to_string(pid);
+    ep->pid_json_path = json_path;
+  }
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
+}
+
+// GetEvent for `event` and, for a probe event, for the events of the same probe on replaced
+// binaries (Plan::probe_replaced): the current one first. They share the current one's format.
+StatusOr<std::vector<EventPlan*>> GetEvents(Plan* plan, const Config& cfg, const std::string& event,
+                                            const std::string& filter, bool sampled, int pid,
+                                            const std::string& json_path, const Tracefs& tracefs,
+                                            const KernelEnums& enums, bool check_filters) {
+  std::vector<EventPlan*> out;
+  TPE_ASSIGN_OR_RETURN(EventPlan * ep,
+                       GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums, check_filters));
+  out.push_back(ep);
+  auto it = plan->probe_replaced.find(event);
+  if (it == plan->probe_replaced.end()) return out;
+  for (const std::string& old : it->second) {
+    TPE_ASSIGN_OR_RETURN(EventPlan * oep,
+                         GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums, check_filters));
+    out.push_back(oep);
+  }
+  return out;
+}
+
+// After labels were built against eps[0]: the events of replaced binaries sample what it does.
+void ShareSampling(const std::vector<EventPlan*>& eps) {
+  for (EventPlan* ep : eps) ep->cgroup |= eps[0]->cgroup;
+}
+
+void AddConsumer(const std::vector<EventPlan*>& eps, Collector* c, size_t index) {
+  for (EventPlan* ep : eps) ep->consumers.emplace_back(c, index);
 }
 
 }  // namespace
@@ -261,16 +378,19 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
 Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-  TPE_ASSIGN_OR_RETURN(EventPlan * end_ep, GetEvent(plan, cfg, m.end.event, m.end.filter, true, m.end.pid,
-                                                    m.end.json_path, tracefs, enums, check_filters));
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps, GetEvents(plan, cfg, m.end.event, m.end.filter, true, m.end.pid,
+                                                                  m.end.json_path, tracefs, enums, check_filters));
+  EventPlan* end_ep = end_eps[0];
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
   TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", end_ep, plan));
+  ShareSampling(end_eps);
   std::vector<LatencyEndpoint> starts;
-  std::vector<EventPlan*> start_eps;
+  std::vector<std::vector<EventPlan*>> start_eps;
   for (const auto& sc : m.starts) {
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, sc.event, sc.filter, true, sc.pid, sc.json_path, tracefs,
-                                                  enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
+                                                                sc.json_path, tracefs, enums, check_filters));
+    EventPlan* ep = eps[0];
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
     for (size_t i = 0; i < s.key.size(); ++i) {
@@ -284,21 +404,21 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
       }
     }
     TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", ep, plan));
+    ShareSampling(eps);
     starts.push_back(std::move(s));
-    start_eps.push_back(ep);
+    start_eps.push_back(std::move(eps));
   }
   auto c = std::make_unique<LatencyCollector>(m.name, m.help, std::move(starts), std::move(end), std::move(buckets),
                                               cfg.settings.max_series_per_metric, m.max_inflight,
                                               static_cast<uint64_t>(m.timeout_seconds * 1e9));
-  for (size_t i = 0; i < start_eps.size(); ++i) {
-    start_eps[i]->consumers.emplace_back(c.get(), i);
-  }
-  end_ep->consumers.emplace_back(c.get(), start_eps.size());
+  for (size_t i = 0; i < start_eps.size(); ++i) AddConsumer(start_eps[i], c.get(), i);
+  AddConsumer(end_eps, c.get(), start_eps.size());
   plan->needs_comm |= c->NeedsComm();
   plan->needs_ordering = true;
   plan->collectors.push_back(std::move(c));
   plan->identities.push_back(m.canonical);
-  plan->counting_events.push_back(nullptr);
+  plan->counting_events.emplace_back();
+  plan->counting_carried.push_back(0);
   return Status::Ok();
 }
 
@@ -322,13 +442,14 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   // Probe events become dynamic trace events of this process's group; from here on the metric
   // names them as "group:event" like any tracepoint.
   Config resolved = cfg;
+  if (ProbeRegistry* probes = ProbeRegistry::IfCreated()) probes->ForgetMappedFiles();
   for (MetricConfig& m : resolved.metrics) {
     TPE_RETURN_IF_ERROR(ResolveProbeEvents(plan.get(), cfg, tracefs, &m));
   }
   for (const auto& m : resolved.metrics) {
     std::string why;
-    TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf,
-                                                    running_bpf.count(m.canonical) > 0, &why));
+    TPE_ASSIGN_OR_RETURN(bool on_bpf,
+                         PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, running_bpf, &why));
     if (on_bpf) continue;
     plan->engines.push_back("perf");
     plan->engine_reasons.push_back(why);
@@ -338,8 +459,9 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     // A counter that adds a field's value needs every sample, labels or not.
     const bool counting = m.type == "counter" && m.labels.empty() && m.value.field.empty();
-    TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan.get(), cfg, m.event, m.filter, !counting, m.pid, m.json_path,
-                                                  tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan.get(), cfg, m.event, m.filter, !counting, m.pid,
+                                                                m.json_path, tracefs, enums, check_filters));
+    EventPlan* ep = eps[0];
     std::unique_ptr<Collector> c;
     if (m.type == "histogram") {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
@@ -371,20 +493,23 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     } else if (m.labels.empty()) {
       // Counting mode: the kernel counts (after the filter); read() at scrape.
       plan->collectors.push_back(
-          std::make_unique<CounterCollector>(m.name, m.help, [ep] { return ep->ReadKernelCounts().count; }));
+          std::make_unique<CounterCollector>(m.name, m.help, [eps] { return KernelCount(eps, 0); }));
       plan->identities.push_back(m.canonical);
-      plan->counting_events.push_back(ep);
+      plan->counting_events.push_back(eps);
+      plan->counting_carried.push_back(0);
       continue;
     } else {
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
-    ep->consumers.emplace_back(c.get(), 0);
+    ShareSampling(eps);
+    AddConsumer(eps, c.get(), 0);
     plan->needs_comm |= c->NeedsComm();
     plan->needs_ordering |= c->NeedsOrdering();
     plan->collectors.push_back(std::move(c));
     plan->identities.push_back(m.canonical);
-    plan->counting_events.push_back(nullptr);
+    plan->counting_events.emplace_back();
+    plan->counting_carried.push_back(0);
   }
   return plan;
 }

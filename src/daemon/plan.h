@@ -41,9 +41,14 @@ struct EventPlan {
   // probe event its probe name ("uprobe:/usr/bin/x:main"), which stays the same across restarts
   // while its group:event names the process.
   std::string display;
-  // A uprobe's or USDT probe's one process ("pid" in the config), 0 for all: the perf events are
-  // opened for that process on each CPU, and the kernel installs the uprobe in it alone.
+  // A uprobe's or USDT probe's one process ("pid" in the config), 0 for all. A perf event with a
+  // pid follows one thread (and, with attr.inherit, the threads it creates later), and a uprobe
+  // perf event fires only while its thread runs: so a "pid" event has a perf event per thread
+  // of the process (task_fds), and the kernel installs the uprobe in that process alone.
   int pid = 0;
+  // Where "pid" comes from, for messages: the config's JSON path of the first metric or endpoint
+  // that set it ("metrics[2]", "metrics[3].start").
+  std::string pid_json_path;
   uint64_t tracepoint_id = 0;
   std::string filter;
   EventFormat format;
@@ -61,10 +66,21 @@ struct EventPlan {
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
   std::vector<ScopedFd> fds;  // by CPU number; invalid where the CPU is not traced
-  std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd (0 where none)
-  EventCount retired;         // final counts of fds closed after their CPU went offline
-  RelaxedCounter samples;     // samples decoded
-  EventCount base;            // self-metric counts carried over from a replaced event
+  std::vector<uint64_t> ids;  // PERF_EVENT_IOC_ID per fd (0 where none), then those of task_fds
+  // A "pid" event's perf events (pid > 0; `fds` is then empty): one per thread of the process
+  // that existed when they were opened, with attr.inherit (threads created later get an
+  // inherited copy in the kernel, which counts into its parent's read() and samples into its
+  // parent's ring with its parent's id). Sampled: by CPU number, each thread's event on that CPU
+  // (threads x CPUs). Counting mode: slot 0 only, each thread's event on every CPU (cpu -1).
+  struct TaskFd {
+    int tid = 0;
+    ScopedFd fd;
+    uint64_t id = 0;
+  };
+  std::vector<std::vector<TaskFd>> task_fds;
+  EventCount retired;      // final counts of fds closed after their CPU went offline
+  RelaxedCounter samples;  // samples decoded
+  EventCount base;         // self-metric counts carried over from a replaced event
   // Hits the kernel counted that became neither a sample nor a lost sample (see Reader): the
   // largest lower bound measured so far.
   RelaxedCounter unaccounted;
@@ -77,12 +93,20 @@ struct EventPlan {
   EventCount ReadKernelCounts() const;
   // The same plus `base`: what the self-metrics report.
   EventCount ReadCounts() const;
-  // True when `other` would open the same perf events: same (event, filter, sampled, cgroup).
+  // Perf events open (fds and task_fds).
+  size_t OpenFdCount() const;
+  // Re-reads `ids` from fds and task_fds (after either changed).
+  void CollectIds();
+  // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
            pid == other.pid;
   }
 };
+
+// The kernel's count of counting-mode `events` (ReadKernelCounts) plus `carried`: a counting-mode
+// metric's value (Plan::counting_events, counting_carried).
+uint64_t KernelCount(const std::vector<EventPlan*>& events, uint64_t carried);
 
 struct Plan {
   // The probe events (uprobes, USDT, kprobes) this plan opens. First, so destroyed last: after the
@@ -90,12 +114,28 @@ struct Plan {
   std::vector<std::shared_ptr<const ProbeHandle>> probes;
   // Each probe event's "group:event" -> its name in the config (EventPlan::display).
   std::map<std::string, std::string> probe_names;
+  // A probe event on a binary that has been replaced since (a package upgrade): the current
+  // event's "group:event" -> the events of the same probe on the files its path named before
+  // that some process still maps (ProbeVariants::replaced), oldest first. Their formats are the
+  // current event's: every metric on the probe is fed by all of them, on both engines.
+  std::map<std::string, std::vector<std::string>> probe_replaced;
+  // Each uprobe event's "group:event" -> FileIdentity of the binary it was defined on.
+  std::map<std::string, std::string> probe_identity;
   std::string config_path;
   Settings settings;
   std::vector<std::unique_ptr<EventPlan>> events;
   std::vector<std::unique_ptr<Collector>> collectors;  // one per metric, config order
   std::vector<std::string> identities;                 // MetricConfig::canonical, per collector
-  std::vector<EventPlan*> counting_events;             // per collector: its event if counting mode
+  // Per collector: its events if counting mode (the current probe event first, then those of
+  // replaced binaries), else empty. Their counts add up to the metric's.
+  std::vector<std::vector<EventPlan*>> counting_events;
+  // Per collector (counting mode): counts of its perf events that a reload closed (an event of a
+  // replaced binary no process maps any more), read once they were disabled; added to its events'.
+  std::vector<uint64_t> counting_carried;
+  // Events an earlier plan had, closed by the reload that made this plan, whose samples may still
+  // be in the rings: their ids still dispatch to their consumers (metrics this plan kept), so no
+  // sample is lost. Counts final (`retired`). Dropped at the next reload.
+  std::vector<std::unique_ptr<EventPlan>> draining;
   // Per collector: the engine that runs it ("bpf" or "perf") and why (for --config.check,
   // --print and tracepoint_exporter_metric_info), e.g. "perf: counting mode (a label-less
   // counter)" or "perf: the filter's glob pattern cannot be compiled (bpf)".
@@ -136,6 +176,11 @@ struct Plan {
 // reload, `running_bpf` holds the identities (MetricConfig::canonical) of the running pipeline's
 // bpf metrics: those are planned without loading anything (Pipeline::Reload keeps the running
 // ones), so an unchanged config reloads even after capabilities were dropped.
+//
+// A probe whose binary was replaced under its path while processes still run the old file has an
+// event per file (Plan::probe_replaced): on perf each gets its EventPlans with the same consumers
+// (a counting-mode counter adds their counts), on bpf the metric is a BpfPartsMetric with a part
+// per file.
 //
 // `features` (ProbeKernelFeatures; the default is a current kernel) decides the fallbacks: the
 // loader's options (bpf::SetLoadOptions: preallocated maps, probe_read helpers), perf events

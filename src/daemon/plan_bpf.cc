@@ -7,6 +7,7 @@
 #include "bpf/bpf_metric.h"
 #include "bpf/filter_compiler.h"
 #include "common/utf8.h"
+#include "daemon/bpf_parts.h"
 #include "daemon/plan_internal.h"
 #include "filter/filter.h"
 #include "perf/perf_event.h"
@@ -61,8 +62,9 @@ Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& 
 }  // namespace
 
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
-                             std::string* why) {
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             const std::set<std::string>& running_bpf, std::string* why) {
+  const bool running = running_bpf.count(m.canonical) > 0;
   using bpf::BpfEndpoint;
   using bpf::BpfMetricSpec;
   const bool forced = m.engine == "bpf";
@@ -100,14 +102,20 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return false;
   };
 
-  BpfMetricSpec spec;
-  spec.name = m.name;
-  spec.help = m.help;
-  spec.max_series = cfg.settings.max_series_per_metric;
-  spec.preallocate_max_bytes = cfg.settings.bpf_preallocate_max_bytes;
-  spec.max_inflight = m.max_inflight;
-  spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
-  spec.scale = m.value.scale;
+  auto base_spec = [&] {
+    BpfMetricSpec spec;
+    spec.name = m.name;
+    spec.help = m.help;
+    spec.max_series = cfg.settings.max_series_per_metric;
+    spec.preallocate_max_bytes = cfg.settings.bpf_preallocate_max_bytes;
+    spec.max_inflight = m.max_inflight;
+    spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
+    spec.scale = m.value.scale;
+    spec.kind = m.type == "latency"     ? BpfMetricSpec::Kind::kLatency
+                : m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram
+                                        : BpfMetricSpec::Kind::kCounter;
+    return spec;
+  };
   // One side: its event (format), filter (parsed and compilable), labels and key fields.
   auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
                   const std::string& json_path, const std::string& from, BpfEndpoint* out,
@@ -150,59 +158,129 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return Status::Ok();
   };
 
+  // The events of an endpoint: its event and, for a probe, the same probe's events on replaced
+  // binaries that processes still run (Plan::probe_replaced).
+  auto variants = [&](const std::string& event) {
+    std::vector<std::string> out{event};
+    auto it = plan->probe_replaced.find(event);
+    if (it != plan->probe_replaced.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+    return out;
+  };
+  auto identity_of = [&](const std::string& event) {
+    auto it = plan->probe_identity.find(event);
+    return it == plan->probe_identity.end() ? std::string() : it->second;
+  };
+  // The parts (bpf_parts.h): one spec per combination of events. A counter or histogram: one per
+  // event of its probe. A latency metric whose end has one event: one part, each start's events
+  // as starts of it. One whose end has several (a replaced binary): one part per end event, whose
+  // starts on the same binaries take that file's event (a process runs one file: its start and
+  // end pair within the part) and whose other starts are in every part.
+  struct PartPlan {
+    std::string key;
+    BpfMetricSpec spec;
+  };
+  std::vector<PartPlan> parts;
   std::unique_ptr<EventPlan> end_ep;
   if (m.type == "latency") {
-    spec.kind = BpfMetricSpec::Kind::kLatency;
-    for (const auto& sc : m.starts) {
-      BpfEndpoint s;
-      std::unique_ptr<EventPlan> ep;
-      if (Status st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep); !st.ok()) return not_bpf(st);
-      spec.starts.push_back(std::move(s));
-    }
-    if (Status st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, "end", &spec.end, &end_ep); !st.ok()) {
-      return not_bpf(st);
-    }
-    for (const auto& s : spec.starts) {
-      for (size_t i = 0; i < s.match.size() && i < spec.end.match.size(); ++i) {
-        if (s.match.size() != spec.end.match.size() || s.match[i].size != spec.end.match[i].size) {
-          return not_bpf(InvalidArgument("latency key fields differ"));  // the perf planning says how
+    const std::vector<std::string> ends = variants(m.end.event);
+    std::vector<std::string> end_identities;
+    for (const auto& e : ends) end_identities.push_back(identity_of(e));
+    bool shared = false;
+    for (size_t k = 0; k < ends.size(); ++k) {
+      PartPlan part;
+      part.spec = base_spec();
+      std::string starts_key;
+      for (const auto& sc : m.starts) {
+        const std::vector<std::string> evs = variants(sc.event);
+        const bool follows =
+            ends.size() > 1 && std::any_of(evs.begin(), evs.end(), [&](const std::string& e) {
+              const std::string id = identity_of(e);
+              return !id.empty() && std::find(end_identities.begin(), end_identities.end(), id) != end_identities.end();
+            });
+        shared |= ends.size() > 1 && !follows;
+        for (const auto& ev : evs) {
+          if (follows && identity_of(ev) != end_identities[k]) continue;
+          BpfEndpoint s;
+          std::unique_ptr<EventPlan> ep;
+          if (Status st = side(ev, sc.filter, sc.key, sc.json_path, "start", &s, &ep); !st.ok()) return not_bpf(st);
+          part.spec.starts.push_back(std::move(s));
+          starts_key += (starts_key.empty() ? "" : ",") + ev;
         }
       }
+      if (part.spec.starts.empty()) continue;  // no start of this file: its processes pair nothing
+      if (Status st = side(ends[k], m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep);
+          !st.ok()) {
+        return not_bpf(st);
+      }
+      for (const auto& s : part.spec.starts) {
+        for (size_t i = 0; i < s.match.size() && i < part.spec.end.match.size(); ++i) {
+          if (s.match.size() != part.spec.end.match.size() || s.match[i].size != part.spec.end.match[i].size) {
+            return not_bpf(InvalidArgument("latency key fields differ"));  // the perf planning says how
+          }
+        }
+      }
+      part.key = "start:" + starts_key + ";end:" + ends[k];
+      parts.push_back(std::move(part));
+    }
+    if (shared && parts.size() > 1) {
+      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: its end " +
+                               m.end.event + " runs in a replaced binary too, and a start of another event is in " +
+                               "each of its " + std::to_string(parts.size()) +
+                               " parts: pairs whose start and end are in different parts show as unmatched");
     }
   } else {
-    spec.kind = m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram : BpfMetricSpec::Kind::kCounter;
-    if (Status st = side(m.event, m.filter, {}, m.json_path, "", &spec.end, &end_ep); !st.ok()) return not_bpf(st);
-    if (!m.value.field.empty()) {
-      auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
-      if (!f.ok()) return not_bpf(f.status());
-      if (!(*f)->IsNumeric() || (m.type == "counter" && (*f)->kind != FieldKind::kInteger)) {
-        return not_bpf(InvalidArgument("value field"));  // the perf planning says why
+    for (const std::string& ev : variants(m.event)) {
+      PartPlan part;
+      part.spec = base_spec();
+      part.key = "end:" + ev;
+      if (Status st = side(ev, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep); !st.ok()) return not_bpf(st);
+      if (!m.value.field.empty()) {
+        auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
+        if (!f.ok()) return not_bpf(f.status());
+        if (!(*f)->IsNumeric() || (m.type == "counter" && (*f)->kind != FieldKind::kInteger)) {
+          return not_bpf(InvalidArgument("value field"));  // the perf planning says why
+        }
+        auto ref = bpf::IntegerField(**f);
+        if (!ref.ok()) return not_bpf(ref.status().WithContext("value"));
+        part.spec.value = *ref;
       }
-      auto ref = bpf::IntegerField(**f);
-      if (!ref.ok()) return not_bpf(ref.status().WithContext("value"));
-      spec.value = *ref;
+      parts.push_back(std::move(part));
     }
   }
+  if (parts.empty()) return not_bpf(InvalidArgument("no events"));
   if (m.type != "counter") {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
-    spec.buckets = std::move(*b);
+    for (PartPlan& p : parts) p.spec.buckets = *b;
   }
   // The kernel runs at most BPF_TRACE_MAX_PROGS (64) programs per tracepoint
   // (kernel/trace/bpf_trace.c, perf_event_attach_bpf_prog: E2BIG), other tools' included. One
   // program per endpoint; a metric that would exceed it runs on perf under "auto".
-  std::map<std::string, std::pair<int, uint64_t>> programs;  // event -> (programs, tracepoint id)
-  for (const auto& s : spec.starts) programs[s.event] = {programs[s.event].first + 1, s.tracepoint_id};
-  programs[spec.end.event] = {programs[spec.end.event].first + 1, spec.end.tracepoint_id};
-  for (const auto& [event, need] : programs) {
-    auto foreign = plan->foreign_bpf_programs.find(event);
+  struct Need {
+    int programs = 0;
+    uint64_t tracepoint_id = 0;
+    std::string event;  // as the config names it
+  };
+  std::map<std::string, Need> programs;  // tracepoint id -> its programs
+  auto need = [&](const BpfEndpoint& e) {
+    Need& n = programs[std::to_string(e.tracepoint_id)];
+    ++n.programs;
+    n.tracepoint_id = e.tracepoint_id;
+    n.event = e.event;
+  };
+  for (const PartPlan& p : parts) {
+    for (const auto& s : p.spec.starts) need(s);
+    need(p.spec.end);
+  }
+  for (const auto& [id, n] : programs) {
+    auto foreign = plan->foreign_bpf_programs.find(id);
     if (foreign == plan->foreign_bpf_programs.end()) {
-      auto n = bpf::ForeignPrograms(need.second);  // once per tracepoint and plan
-      foreign = plan->foreign_bpf_programs.emplace(event, n.ok() ? *n : 0).first;
+      auto f = bpf::ForeignPrograms(n.tracepoint_id);  // once per tracepoint and plan
+      foreign = plan->foreign_bpf_programs.emplace(id, f.ok() ? *f : 0).first;
     }
-    const int ours = plan->bpf_programs[event];
-    if (ours + foreign->second + need.first <= bpf::kMaxProgramsPerTracepoint) continue;
-    std::string full = event + " already has " + std::to_string(ours) + " BPF programs from this config";
+    const int ours = plan->bpf_programs[id];
+    if (ours + foreign->second + n.programs <= bpf::kMaxProgramsPerTracepoint) continue;
+    std::string full = n.event + " already has " + std::to_string(ours) + " BPF programs from this config";
     if (foreign->second > 0) full += " and " + std::to_string(foreign->second) + " from other tools (bpftrace, BCC)";
     full += ", the kernel's limit is " + std::to_string(bpf::kMaxProgramsPerTracepoint) +
             " per tracepoint (BPF_TRACE_MAX_PROGS)";
@@ -210,22 +288,34 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = full;
     return false;
   }
-  auto metric = running ? bpf::BpfMetric::CreateUnloaded(std::move(spec)) : bpf::BpfMetric::Create(std::move(spec));
-  if (!metric.ok()) {
-    const Status& st = metric.status();
-    if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);  // checked before any map exists
-    if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
-    // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
-    const std::string first_line = st.message().substr(0, st.message().find('\n'));
-    plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
-                             " runs on the perf engine: " + st.message());
-    *why = "loading its BPF programs failed: " + first_line;
-    return false;
+  std::vector<BpfPartsMetric::Part> loaded;
+  for (PartPlan& p : parts) {
+    // A part the running pipeline has keeps its programs and maps (Pipeline::Reload): nothing to load.
+    const bool part_running = m.probe ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
+    auto metric =
+        part_running ? bpf::BpfMetric::CreateUnloaded(std::move(p.spec)) : bpf::BpfMetric::Create(std::move(p.spec));
+    if (!metric.ok()) {
+      const Status& st = metric.status();
+      if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);  // checked before any map exists
+      if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
+      // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
+      const std::string first_line = st.message().substr(0, st.message().find('\n'));
+      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
+                               " runs on the perf engine: " + st.message());
+      *why = "loading its BPF programs failed: " + first_line;
+      return false;
+    }
+    loaded.push_back(BpfPartsMetric::Part{p.key, std::move(*metric)});
   }
-  for (const auto& [event, need] : programs) plan->bpf_programs[event] += need.first;
-  plan->collectors.push_back(std::move(*metric));
+  for (const auto& [id, n] : programs) plan->bpf_programs[id] += n.programs;
+  if (m.probe) {
+    plan->collectors.push_back(std::make_unique<BpfPartsMetric>(m.name, std::move(loaded)));
+  } else {
+    plan->collectors.push_back(std::move(loaded.front().metric));
+  }
   plan->identities.push_back(m.canonical);
-  plan->counting_events.push_back(nullptr);
+  plan->counting_events.emplace_back();
+  plan->counting_carried.push_back(0);
   plan->engines.push_back("bpf");
   plan->engine_reasons.push_back(forced ? "\"engine\": \"bpf\" in the config"
                                         : "in-kernel aggregation: exact at any event rate, no samples");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,14 @@ StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b);
 // (the collector, identity and engine are appended to `plan`), false when the metric should go
 // to the perf engine (plan->engines' reason is then set by the caller from *why). Errors: a
 // metric with "engine": "bpf" that cannot run on it (PermissionDenied naming CAP_BPF, or
-// InvalidArgument with what cannot be expressed), and the verifier's rejection. `running`: the
-// running pipeline has this very metric on bpf and keeps it; nothing is loaded for it.
+// InvalidArgument with what cannot be expressed), and the verifier's rejection. `running_bpf`:
+// the running pipeline's bpf metrics (BuildPlan's): one it has (by identity, and for a metric on
+// probe events by identity and part, BpfPartsMetric::keys) is kept by the reload; nothing is
+// loaded for it. A metric on probe events becomes a BpfPartsMetric (one part per combination of
+// its probes' events on replaced binaries).
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf, bool running,
-                             std::string* why);
+                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+                             const std::set<std::string>& running_bpf, std::string* why);
 
 // Probe events (daemon/probes.h) of `m` created or shared through ProbeRegistry and renamed in
 // `m` to their "group:event"; sets m->probe. Errors name the file, the JSON path and the probe.

@@ -128,8 +128,8 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
         if (st.family == "tracepoint_exporter_bpf_program_run_seconds_total") ns += st.value * 1e9;
       }
       if (stats_on) c.kernel_ns = ns;
-    } else if (i < plan.counting_events.size() && plan.counting_events[i] != nullptr) {
-      c.events = plan.counting_events[i]->ReadCounts().count;
+    } else if (i < plan.counting_events.size() && !plan.counting_events[i].empty()) {
+      for (const EventPlan* ep : plan.counting_events[i]) c.events += ep->ReadCounts().count;
     } else {
       for (const auto& ep : plan.events) {
         for (const auto& consumer : ep->consumers) {

@@ -1,5 +1,8 @@
 #include "daemon/probes.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,10 +10,12 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "elf/elf_file.h"
 
@@ -250,8 +255,83 @@ StatusOr<ProbeEventSpec> ResolveProbe(const ProbeRef& probe, const std::vector<P
 std::string FileIdentity(const std::string& path) {
   struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
-  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
-         std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
+std::vector<std::string> ParseMapsIdentities(std::string_view maps) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < maps.size()) {
+    size_t nl = maps.find('\n', pos);
+    if (nl == std::string_view::npos) nl = maps.size();
+    const std::string line(maps.substr(pos, nl - pos));
+    pos = nl + 1;
+    unsigned major = 0, minor = 0;
+    unsigned long long ino = 0;
+    // "start-end perms offset MAJOR:MINOR inode [path]" (fs/proc/task_mmu.c show_map_vma).
+    if (std::sscanf(line.c_str(), "%*s %*s %*s %x:%x %llu", &major, &minor, &ino) != 3 || ino == 0) continue;
+    out.push_back(std::to_string(major) + ":" + std::to_string(minor) + ":" + std::to_string(ino));
+  }
+  return out;
+}
+
+std::string MappedIdentity(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  void* addr = ::mmap(nullptr, static_cast<size_t>(::sysconf(_SC_PAGESIZE)), PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (addr == MAP_FAILED) return "";
+  std::string identity;
+  auto maps = ReadFileToString("/proc/self/maps");
+  if (maps.ok()) {
+    char start[32];
+    std::snprintf(start, sizeof(start), "%" PRIxPTR "-", reinterpret_cast<uintptr_t>(addr));
+    size_t pos = 0;
+    while (pos < maps->size()) {
+      size_t nl = maps->find('\n', pos);
+      if (nl == std::string::npos) nl = maps->size();
+      std::string_view line(maps->data() + pos, nl - pos);
+      pos = nl + 1;
+      if (!line.starts_with(start)) continue;
+      auto ids = ParseMapsIdentities(line);
+      if (!ids.empty()) identity = ids[0];
+      break;
+    }
+  }
+  ::munmap(addr, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
+  return identity;
+}
+
+std::set<std::string> MappedFilesNow() {
+  std::set<std::string> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* d = ::readdir(proc)) {
+    if (d->d_name[0] < '1' || d->d_name[0] > '9') continue;
+    auto maps = ReadFileToString(std::string("/proc/") + d->d_name + "/maps");
+    if (!maps.ok()) continue;  // exited, or a kernel thread's empty maps
+    for (auto& id : ParseMapsIdentities(*maps)) out.insert(std::move(id));
+  }
+  ::closedir(proc);
+  return out;
+}
+
+std::vector<KprobeProfileRow> ParseKprobeProfile(std::string_view text) {
+  std::vector<KprobeProfileRow> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    const std::string line(text.substr(pos, nl - pos));
+    pos = nl + 1;
+    char name[256];
+    unsigned long long hits = 0, misses = 0;
+    char extra = 0;
+    // "  %-44s %15lu %15lu" (kernel/trace/trace_kprobe.c probes_profile_seq_show).
+    if (std::sscanf(line.c_str(), " %255s %llu %llu %c", name, &hits, &misses, &extra) != 3) continue;
+    out.push_back(KprobeProfileRow{name, hits, misses});
+  }
+  return out;
 }
 
 std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec, const std::string& file_identity) {
@@ -278,6 +358,7 @@ std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec, co
   // FNV-1a over the definition (every field that reaches the kernel).
   std::string def = std::to_string(static_cast<int>(spec.kind)) + "\n" + spec.path + "\n" + spec.symbol + "\n" +
                     std::to_string(spec.offset) + "\n" + std::to_string(spec.ref_ctr_offset);
+  if (spec.maxactive != 0) def += "\nmaxactive=" + std::to_string(spec.maxactive);
   for (const auto& [n, f] : spec.args) def += "\n" + n + "=" + f;
   def += "\n" + file_identity;
   uint32_t h = 2166136261u;
@@ -287,8 +368,8 @@ std::string ProbeEventName(const ProbeRef& probe, const ProbeEventSpec& spec, co
   return prefix + what + "_" + hex;
 }
 
-ProbeRegistry::ProbeRegistry(const Tracefs& tracefs)
-    : tracefs_(tracefs), events_(tracefs_, ProbeGroupForPid(::getpid())) {
+ProbeRegistry::ProbeRegistry(const Tracefs& tracefs, std::function<std::set<std::string>()> mapped)
+    : tracefs_(tracefs), events_(tracefs_, ProbeGroupForPid(::getpid())), mapped_fn_(std::move(mapped)) {
   // A process with this pid (in this pid namespace) that died left these: none can be ours yet.
   auto leftovers = RemoveProbeGroup(tracefs_, events_.group());
   if (!leftovers.ok()) {
@@ -316,24 +397,90 @@ ProbeRegistry& ProbeRegistry::Get(const Tracefs& tracefs) {
 
 ProbeRegistry* ProbeRegistry::IfCreated() { return g_registry.load(); }
 
-StatusOr<std::shared_ptr<const ProbeHandle>> ProbeRegistry::Acquire(ProbeEventSpec spec, const ProbeRef& probe) {
+const std::set<std::string>& ProbeRegistry::Mapped() {
+  if (!mapped_read_) {
+    mapped_ = mapped_fn_();
+    mapped_read_ = true;
+  }
+  return mapped_;
+}
+
+void ProbeRegistry::ForgetMappedFiles() {
+  std::lock_guard<std::mutex> lock(mu_);
+  mapped_read_ = false;
+}
+
+StatusOr<ProbeVariants> ProbeRegistry::Acquire(const std::string& key, ProbeEventSpec spec, const ProbeRef& probe,
+                                               const std::string& identity) {
   spec.group = events_.group();
-  const std::string identity = FileIdentity(spec.path);
   spec.event = ProbeEventName(probe, spec, identity);
   TPE_ASSIGN_OR_RETURN(std::string line, ProbeEventLine(spec));
   line += "\n" + identity;  // the same line on a replaced file is another event
   std::lock_guard<std::mutex> lock(mu_);
+  ProbeVariants out;
   auto it = by_line_.find(line);
   if (it != by_line_.end()) {
-    if (auto live = it->second.handle.lock()) return live;
-    auto handle = std::make_shared<const ProbeHandle>(it->second.event, spec);  // not removed yet: reuse it
-    it->second.handle = handle;
-    return handle;
+    out.current = it->second.handle.lock();
+    if (!out.current) {  // not removed yet: reuse it
+      out.current = std::make_shared<const ProbeHandle>(it->second.event, spec, identity);
+      it->second.handle = out.current;
+    }
+    it->second.key = key;
+  } else {
+    TPE_ASSIGN_OR_RETURN(EventName name, events_.Create(spec));
+    // The kernel resolved the path when the definition was written: it must still be the file
+    // whose ELF gave the offset.
+    if (!identity.empty() && FileIdentity(spec.path) != identity) {
+      (void)events_.Remove(name);
+      return Unavailable(spec.path +
+                         " was replaced while it was being probed (its symbols were read from the "
+                         "earlier file); reload again");
+    }
+    out.current = std::make_shared<const ProbeHandle>(name, spec, identity);
+    Entry e;
+    e.event = name;
+    e.handle = out.current;
+    e.key = key;
+    e.path = spec.path;
+    e.identity = identity;
+    e.mapped_identity = identity.empty() ? "" : MappedIdentity(spec.path);
+    e.spec = spec;
+    by_line_[line] = std::move(e);
   }
-  TPE_ASSIGN_OR_RETURN(EventName name, events_.Create(spec));
-  auto handle = std::make_shared<const ProbeHandle>(name, spec);
-  by_line_[line] = Entry{name, handle};
-  return handle;
+  current_identity_[key] = identity;
+  if (identity.empty()) return out;  // a kprobe, or a file that cannot be stat'ed
+  // Events of this probe on the files its path named before, while a process maps them.
+  for (auto& [other_line, e] : by_line_) {
+    if (e.key != key || e.identity.empty() || e.identity == identity) continue;
+    if (e.mapped_identity.empty() || Mapped().count(e.mapped_identity) == 0) continue;
+    auto held = e.handle.lock();
+    if (!held) {
+      held = std::make_shared<const ProbeHandle>(e.event, e.spec, e.identity);
+      e.handle = held;
+    }
+    out.replaced.push_back(std::move(held));
+  }
+  return out;
+}
+
+std::string ProbeRegistry::RefreshReason() {
+  std::lock_guard<std::mutex> lock(mu_);
+  mapped_read_ = false;
+  for (auto& [line, e] : by_line_) {
+    if (e.identity.empty() || e.handle.expired()) continue;
+    auto cur = current_identity_.find(e.key);
+    if (cur == current_identity_.end()) continue;
+    if (e.identity != cur->second) {
+      // An event of a replaced file: needed while a process maps that file.
+      if (e.mapped_identity.empty() || Mapped().count(e.mapped_identity) == 0) {
+        return "no process runs the replaced " + e.path + " (" + e.identity + ") any more";
+      }
+      continue;
+    }
+    const std::string now = FileIdentity(e.path);
+    if (!now.empty() && now != e.identity) return e.path + " was replaced (" + e.identity + " -> " + now + ")";
+  }
+  return "";
 }
 
 int ProbeRegistry::RemoveUnreferenced() {

@@ -19,22 +19,22 @@ void Reader::SetPlan(Plan* plan) {
   ordered_ = plan->needs_ordering || plan->needs_comm;
   by_id_.clear();
   last_hit_ = 0;
-  for (auto& e : plan_->events) {
-    for (uint64_t id : e->ids) {
-      if (id != 0) by_id_.emplace_back(id, e.get());
+  for (const auto* events : {&plan_->events, &plan_->draining}) {
+    for (auto& e : *events) {
+      for (uint64_t id : e->ids) {
+        if (id != 0) by_id_.emplace_back(id, e.get());
+      }
     }
   }
+  std::sort(by_id_.begin(), by_id_.end());
 }
 
 EventPlan* Reader::FindEvent(uint64_t id) {
   if (last_hit_ < by_id_.size() && by_id_[last_hit_].first == id) return by_id_[last_hit_].second;
-  for (size_t i = 0; i < by_id_.size(); ++i) {
-    if (by_id_[i].first == id) {
-      last_hit_ = i;
-      return by_id_[i].second;
-    }
-  }
-  return nullptr;
+  auto it = std::lower_bound(by_id_.begin(), by_id_.end(), std::make_pair(id, static_cast<EventPlan*>(nullptr)));
+  if (it == by_id_.end() || it->first != id) return nullptr;
+  last_hit_ = static_cast<size_t>(it - by_id_.begin());
+  return it->second;
 }
 
 void Reader::Index(CpuRing* r) {

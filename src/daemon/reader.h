@@ -94,8 +94,8 @@ class Reader {
 
   Plan* plan_;                  // not owned; outlives the reader
   std::deque<CpuRing>* rings_;  // not owned
-  // PERF_SAMPLE_IDENTIFIER → event: events × CPUs entries, few, so a linear scan (with the last
-  // hit first) beats hashing.
+  // PERF_SAMPLE_IDENTIFIER → event (Plan::events and Plan::draining), sorted by id: events × CPUs
+  // entries, and for "pid" events one per thread and CPU; the last hit is tried first.
   EventPlan* FindEvent(uint64_t id);
   std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
   size_t last_hit_ = 0;

@@ -69,6 +69,11 @@ PerfFeatures ProbePerfFeatures() {
   attr.sample_period = 1;
   attr.sample_type = kSampleTypeCgroup;
   out.sample_cgroup = Accepts(attr, "PERF_SAMPLE_CGROUP probe", &out.probe_error);
+  attr.sample_period = 0;
+  attr.sample_type = 0;
+  attr.inherit = 1;
+  attr.inherit_thread = 1;
+  out.inherit_thread = Accepts(attr, "inherit_thread probe", &out.probe_error);
   return out;
 }
 
@@ -82,6 +87,8 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   attr.read_format = ReadFormat(opts.format_lost);
   attr.use_clockid = 1;
   attr.clockid = CLOCK_MONOTONIC;
+  attr.inherit = opts.inherit;
+  attr.inherit_thread = opts.inherit && opts.inherit_thread;
   if (opts.sampled) {
     attr.sample_period = 1;
     attr.sample_type = opts.cgroup ? kSampleTypeCgroup : kSampleType;

@@ -37,6 +37,14 @@ struct TracepointEventOptions {
   // read_format carries PERF_FORMAT_LOST (Linux >= 6.0; PerfFeatures::format_lost). Without it
   // read() returns {value, time_enabled} and EventCount::lost_known is false.
   bool format_lost = true;
+  // attr.inherit: a per-task event (pid > 0) is copied into every task its task creates from
+  // then on (perf_event_init_task, kernel/events/core.c). The copies count into the original's
+  // read() (perf_event_read_value sums the children), sample into its ring and carry its id
+  // (primary_event_id), and go when their task exits (their counts folded into the original).
+  bool inherit = false;
+  // With `inherit`: copied into new threads only, not into child processes (attr.inherit_thread,
+  // Linux 5.13; PerfFeatures::inherit_thread).
+  bool inherit_thread = false;
 };
 
 // What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).
@@ -44,13 +52,14 @@ struct TracepointEventOptions {
 // EINVAL whatever the event type, so a per-task PERF_COUNT_SW_DUMMY event (pid 0, cpu -1: no
 // privilege beyond the caller's own task, no tracefs) decides both.
 struct PerfFeatures {
-  bool format_lost = true;    // PERF_FORMAT_LOST (Linux 6.0): per-event lost-sample counts
-  bool sample_cgroup = true;  // PERF_SAMPLE_CGROUP (Linux 5.7): the cgroup id in each sample
+  bool format_lost = true;     // PERF_FORMAT_LOST (Linux 6.0): per-event lost-sample counts
+  bool sample_cgroup = true;   // PERF_SAMPLE_CGROUP (Linux 5.7): the cgroup id in each sample
+  bool inherit_thread = true;  // attr.inherit_thread (Linux 5.13): inherit into threads only
   // Non-empty when a probe failed for another reason than EINVAL (e.g. EACCES): the feature is
   // then assumed present and the real perf_event_open reports the error.
   std::string probe_error;
 };
-// Two perf_event_open calls (through the fault seam below). Never fails.
+// Three perf_event_open calls (through the fault seam below). Never fails.
 PerfFeatures ProbePerfFeatures();
 
 // The fault seam for kernels we cannot boot: while set, every perf_event_open this folder makes
@@ -79,10 +88,12 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts);
 perf_event_attr MakeRingOwnerAttr(bool track_tasks, uint32_t wakeup_watermark_bytes, bool format_lost = true);
 
 // perf_event_open(attr, pid, cpu, group=-1, PERF_FLAG_FD_CLOEXEC): all tasks on one CPU
-// (pid -1), or one process's tasks on one CPU (pid > 0: for a uprobe the kernel then installs the
-// breakpoint in that process only, uprobe_perf_filter). Errors: PermissionDenied that says what
-// is missing (CAP_PERFMON/CAP_SYS_ADMIN, or kernel.perf_event_paranoid), NotFound for a bad id or
-// a process that does not exist (ESRCH), InvalidArgument otherwise.
+// (pid -1), or one task (pid > 0, a thread id: the event counts only while that thread runs, on
+// `cpu` or on any CPU with cpu -1; with attr.inherit also in the tasks it creates later; for a
+// uprobe the kernel installs the breakpoint in that task's process only, uprobe_perf_filter).
+// Errors: PermissionDenied that says what is missing (CAP_PERFMON/CAP_SYS_ADMIN, or
+// kernel.perf_event_paranoid), NotFound for a bad id or a task that does not exist (ESRCH),
+// InvalidArgument otherwise.
 StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu, int pid = -1);
 
 // PERF_EVENT_IOC_SET_FILTER: the kernel's event filter syntax (Documentation/trace/events.rst

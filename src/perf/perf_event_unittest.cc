@@ -10,15 +10,17 @@
 namespace tpe {
 namespace {
 
-// Fails every perf_event_open whose attr has `read_format_bits` or `sample_type_bits` with
-// EINVAL, as perf_copy_attr() does for bits the kernel does not know; EACCES for the rest (the
-// answer of a kernel with perf_event_paranoid 3), so that no call reaches this kernel.
+// Fails every perf_event_open whose attr has `read_format_bits` or `sample_type_bits` (or, with
+// `no_inherit_thread`, attr.inherit_thread: before Linux 5.13 a reserved bit) with EINVAL, as
+// perf_copy_attr() does for bits the kernel does not know; EACCES for the rest (the answer of a
+// kernel with perf_event_paranoid 3), so that no call reaches this kernel.
 class InjectedKernel {
  public:
-  InjectedKernel(uint64_t read_format_bits, uint64_t sample_type_bits) {
+  InjectedKernel(uint64_t read_format_bits, uint64_t sample_type_bits, bool no_inherit_thread = true) {
     SetPerfOpenFaultForTesting([=, this](const perf_event_attr& attr, int, int) {
       ++calls_;
       if ((attr.read_format & read_format_bits) || (attr.sample_type & sample_type_bits)) return EINVAL;
+      if (no_inherit_thread && attr.inherit_thread) return EINVAL;
       return EACCES;
     });
   }
@@ -34,7 +36,8 @@ TEST(PerfFeaturesTest, Linux5_4HasNeitherFormatLostNorSampleCgroup) {  // 4.18 a
   PerfFeatures f = ProbePerfFeatures();
   EXPECT_FALSE(f.format_lost);
   EXPECT_FALSE(f.sample_cgroup);
-  EXPECT_EQ(k.calls(), 2);
+  EXPECT_FALSE(f.inherit_thread);
+  EXPECT_EQ(k.calls(), 3);
 }
 
 TEST(PerfFeaturesTest, Linux5_10HasSampleCgroupButNotFormatLost) {  // 5.7 .. 5.19
@@ -43,6 +46,23 @@ TEST(PerfFeaturesTest, Linux5_10HasSampleCgroupButNotFormatLost) {  // 5.7 .. 5.
   EXPECT_FALSE(f.format_lost);
   EXPECT_TRUE(f.sample_cgroup);  // EACCES: undecided, assumed present, and said so
   EXPECT_NE(f.probe_error.find("PERF_SAMPLE_CGROUP probe: Permission denied"), std::string::npos) << f.probe_error;
+  EXPECT_FALSE(f.inherit_thread);
+}
+
+TEST(PerfFeaturesTest, Linux5_13HasInheritThread) {
+  InjectedKernel k(PERF_FORMAT_LOST, 0, /*no_inherit_thread=*/false);
+  EXPECT_TRUE(ProbePerfFeatures().inherit_thread);  // EACCES: assumed present
+}
+
+TEST(PerfFeaturesTest, InheritAttrs) {
+  TracepointEventOptions o;
+  o.tracepoint_id = 7;
+  EXPECT_EQ(MakeTracepointAttr(o).inherit, 0u);
+  o.inherit_thread = true;  // only with inherit
+  EXPECT_EQ(MakeTracepointAttr(o).inherit_thread, 0u);
+  o.inherit = true;
+  EXPECT_EQ(MakeTracepointAttr(o).inherit, 1u);
+  EXPECT_EQ(MakeTracepointAttr(o).inherit_thread, 1u);
 }
 
 TEST(PerfFeaturesTest, WithoutFormatLostTheAttrsDropTheBit) {

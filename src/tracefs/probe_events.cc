@@ -219,7 +219,13 @@ StatusOr<std::string> ProbeEventLine(const ProbeEventSpec& spec) {
   const std::string kind = ProbeKindName(spec.kind);
   TPE_RETURN_IF_ERROR(CheckName(kind + " group", spec.group, kMaxEventNameLen));
   TPE_RETURN_IF_ERROR(CheckName(kind + " event", spec.event, kMaxEventNameLen));
-  std::string line = std::string(IsReturn(spec.kind) ? "r:" : "p:") + spec.group + "/" + spec.event + " ";
+  if (spec.maxactive != 0 && (spec.kind != ProbeKind::kKretprobe || spec.maxactive > kMaxActiveLimit)) {
+    return InvalidArgument(kind + " " + spec.event + " has maxactive " + std::to_string(spec.maxactive) +
+                           ": only a kretprobe takes one, from 1 to " + std::to_string(kMaxActiveLimit));
+  }
+  std::string line = std::string(IsReturn(spec.kind) ? "r" : "p") +
+                     (spec.maxactive != 0 ? std::to_string(spec.maxactive) : "") + ":" + spec.group + "/" + spec.event +
+                     " ";
   if (IsUprobe(spec.kind)) {
     if (!spec.symbol.empty()) {
       return InvalidArgument(kind + " " + spec.event + " has symbol " + Quote(spec.symbol) +

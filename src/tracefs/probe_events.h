@@ -69,18 +69,26 @@ struct ProbeEventSpec {
   // uprobetracer.rst), e.g. {"a0", "%di:u64"}, {"s", "+0(%si):ustring"}, {"rv", "$retval:s32"}.
   // Each becomes a field of the event's format, in this order.
   std::vector<std::pair<std::string, std::string>> args;
+  // Kretprobes: MAXACTIVE, the return instances the kernel preallocates ("r<MAXACTIVE>:", at most
+  // kMaxActiveLimit); 0 = the kernel's default (num_possible_cpus(), kernel/kprobes.c). Calls in
+  // flight beyond it are missed returns (<tracefs>/kprobe_profile, third column).
+  uint32_t maxactive = 0;
 };
+// KRETPROBE_MAXACTIVE_MAX (kernel/trace/trace_kprobe.c).
+inline constexpr uint32_t kMaxActiveLimit = 4096;
 
 // The definition line for `spec` (without the trailing newline), e.g.
 //   "p:tpe_1234/m3_entry /bin/x:0x1139 a0=%di:u64"       (uprobe)
 //   "r:tpe_1234/m3_ret /bin/x:0x1139(0x4010) rv=$retval:s64" (uretprobe with a USDT semaphore)
 //   "p:tpe_1234/sleep do_nanosleep+16 a=%di"              (kprobe)
+//   "r64:tpe_1234/sleep_ret do_nanosleep rv=$retval"       (kretprobe with maxactive 64)
 // Pure; thread-safe.
 // Errors: InvalidArgument naming the bad piece and what is valid: names ([A-Za-z_][A-Za-z0-9_]*,
 // lengths above), a path that is not absolute or holds whitespace, control characters, '#',
 // quotes or backslashes, a fetch arg outside [A-Za-z0-9_%$@+-().:[]/] (so `\imm` and `\"str"`
 // are not expressible), duplicate or reserved argument names (common_*, __probe_*), more than
-// 128 arguments, $retval on an entry probe, a kretprobe offset, a path/symbol on the wrong kind.
+// 128 arguments, $retval on an entry probe, a kretprobe offset, a path/symbol on the wrong kind,
+// a maxactive on another kind than a kretprobe or above kMaxActiveLimit.
 // Nothing written can start a second definition (no newline, no space inside a piece).
 StatusOr<std::string> ProbeEventLine(const ProbeEventSpec& spec);
 
