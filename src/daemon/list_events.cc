@@ -50,8 +50,8 @@ Status ListProbes(const std::string& glob, std::ostream& out) {
   } else {
     for (const elf::Symbol& sym : file.Symbols(pattern)) {
       ++matched;
-      out << kind << ":" << path << ":" << sym.QualifiedName() << "  offset=0x" << std::hex << sym.file_offset << std::dec
-          << "  size=" << sym.size << (sym.is_ifunc ? "  (ifunc: probes hit its resolver)" : "") << "\n";
+      out << kind << ":" << path << ":" << sym.QualifiedName() << "  offset=0x" << std::hex << sym.file_offset
+          << std::dec << "  size=" << sym.size << (sym.is_ifunc ? "  (ifunc: probes hit its resolver)" : "") << "\n";
     }
   }
   if (matched == 0) return NotFound("--list-events=" + glob + ": nothing in " + path + " matches \"" + pattern + "\"");

@@ -163,7 +163,7 @@ TEST_F(FilterKernelTest, DataLocStringDecisionsMatchTheKernel) {
   const std::string dir = tmpl;
   std::mt19937 rng(20251);
   int kept_somewhere = 0;
-  for (int round = 0; round < 80; ++round) {
+  for (int round = 0; round < testing::ScaledForGuest(80); ++round) {
     std::vector<std::string> paths;
     for (int i = 0; i < 6; ++i) {
       std::string p = dir + "/x" + RandomText(&rng, 0, 6);
@@ -224,7 +224,7 @@ TEST_F(FilterKernelTest, CharArrayDecisionsMatchTheKernel) {
   ASSERT_TRUE(inst.ok());
   std::mt19937 rng(1709);
   int kept_somewhere = 0;
-  for (int round = 0; round < 80; ++round) {
+  for (int round = 0; round < testing::ScaledForGuest(80); ++round) {
     std::vector<std::string> names;
     for (int i = 0; i < 6; ++i) names.push_back("q" + RandomText(&rng, 0, 14));  // up to 15 characters
     const std::string op = Op(&rng);

@@ -185,13 +185,15 @@ TEST(KernelTest, FilterTheKernelRejectsShowsTheKernelsReason) {
   auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter",
       "event": "syscalls:sys_enter_getppid", "filter": "no_such_field == 3"}]})",
                          "t.json");
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, bpf::BpfSupport{false, "not probed"}, {},
+                        testing::Probed());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().message(),
             "t.json: metrics[0].filter: the kernel rejects filter \"no_such_field == 3\" for "
             "syscalls:sys_enter_getppid: Field not found (at column 14)");
   // The same filter applied with PERF_EVENT_IOC_SET_FILTER at open time.
-  auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+  auto unchecked = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false,
+                             bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
   ASSERT_TRUE(unchecked.ok());
   Pipeline pipeline(&*tracefs);
   Status st = pipeline.Open(std::move(*unchecked));

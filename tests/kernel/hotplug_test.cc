@@ -102,7 +102,8 @@ TEST(HotplugTest, OfflineAndBackBetweenChecksIsNoticed) {
       "event": "syscalls:sys_enter_getppid", "filter": "comm == \"tpe_hotplug2\""}]})",
                          "t.json");
   ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{false, "not probed"},
+                        {}, testing::Probed());
   ASSERT_TRUE(plan.ok());
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());  // not started: checks run when the test says

@@ -50,11 +50,11 @@ TEST_P(LatencySweepTest, EveryStartIsCountedExactlyOnceUnderASweep) {
   ASSERT_NE(metric, nullptr);
   ASSERT_TRUE(metric->Attach().ok());
 
-  constexpr int kThreads = 8, kRounds = 1500;
+  const int kThreads = 8, kRounds = testing::ScaledForGuest(1500);
   std::atomic<bool> done{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([t] {
+    threads.emplace_back([t, kRounds] {
       const std::string name = "tpe_swp" + std::to_string(t);
       prctl(PR_SET_NAME, name.c_str());
       uint32_t rng = 7919u * (t + 1);

@@ -211,7 +211,8 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
   if (access((tracefs->root() + "/kprobe_events").c_str(), F_OK) != 0) {
     auto cfg = ParseConfig(config, "k.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+    auto plan =
+        BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
     ASSERT_FALSE(plan.ok());
     EXPECT_EQ(plan.status().code(), StatusCode::kUnavailable) << plan.status().ToString();
     EXPECT_NE(plan.status().message().find("k.json: metrics[0].event \"kprobe:do_nanosleep\": kprobes are not "
@@ -356,7 +357,8 @@ TEST(ProbesKernelTest, IfuncsAndOffsetsIntoFunctionsAreRefused) {
     auto cfg =
         ParseConfig(R"({"metrics": [{"name": "a_total", "type": "counter", "event": ")" + event + R"("}]})", "p.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+    auto plan =
+        BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
     return plan.ok() ? std::string("planned") : plan.status().message();
   };
   const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -397,7 +399,8 @@ TEST(ProbesKernelTest, MissingBinaryAndStrippedNamesAreClearErrors) {
   auto cfg = ParseConfig(
       R"({"metrics": [{"name": "a_total", "type": "counter", "event": "uprobe:/nonexistent/tpe:main"}]})", "p.json");
   ASSERT_TRUE(cfg.ok());
-  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+  auto plan =
+      BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kNotFound) << plan.status().ToString();
   EXPECT_NE(plan.status().message().find("p.json: metrics[0].event"), std::string::npos) << plan.status().ToString();

@@ -70,7 +70,7 @@ TEST(ReloadTest, KeepsUnchangedMetricsDropsRemovedStartsNew) {
   EXPECT_EQ(testing::Value(after, "x_total", {{"comm", "tpe_reload"}}), 3000);  // not reset
   ASSERT_NE(FindSeries(after, "z_total", {{"comm", "tpe_reload"}}), nullptr);
   EXPECT_EQ(testing::Value(after, "z_total", {{"comm", "tpe_reload"}}), 2000);  // new: from the reload on
-  EXPECT_EQ(FindMetric(after, "y_total"), nullptr);                                // removed
+  EXPECT_EQ(FindMetric(after, "y_total"), nullptr);                             // removed
   EXPECT_GE(testing::Value(after, "w_total"), w_before + 2000);                 // counting mode continues
   EXPECT_EQ(testing::Value(after, "tracepoint_exporter_config_last_reload_successful"), 1);
   EXPECT_EQ(testing::Value(after, "tracepoint_exporter_config_reloads_total", {{"result", "success"}}), 1);
@@ -118,7 +118,8 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   testing::WriteFile(path, std::string(R"({"metrics": [)") + kByComm + "]}");
   auto config = LoadConfig(path);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"}, {}, testing::Probed());
+  auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"}, {},
+                         testing::Probed());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ((*first)->engines[0], "perf");
   Pipeline pipeline(&*tracefs);

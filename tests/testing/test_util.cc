@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +18,12 @@ std::string DataDir() { return TPE_TEST_DATA; }
 bool KernelRequired() {
   const char* v = std::getenv("TPE_REQUIRE_KERNEL");
   return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+int ScaledForGuest(int n) {
+  const char* v = std::getenv("TPE_IN_VM_GUEST");
+  const bool guest = v != nullptr && std::strcmp(v, "1") == 0;
+  return guest ? std::max(1, n / 4) : n;
 }
 
 bool KernelAvailable(std::string* why) {

@@ -3,7 +3,7 @@
 # /tpe-results: verdicts ("PASS name" / "FAIL name" per check), logs, and "done" at the end; then
 # powers off. The host reads these files, never qemu's exit code.
 source "$(dirname "$0")/guest_setup.sh"
-export TPE_REQUIRE_KERNEL=1
+export TPE_REQUIRE_KERNEL=1 TPE_IN_VM_GUEST=1  # testing::ScaledForGuest
 verdict() { if [[ $2 == 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; fi >>$R/verdicts; }
 {
   echo "kernel: $(uname -a)"
@@ -14,7 +14,7 @@ verdict() { if [[ $2 == 0 ]]; then echo "PASS $1"; else echo "FAIL $1"; fi >>$R/
 # Kernel tier: every kernel-label test binary (parameterized over the perf and bpf engines),
 # hotplug tests included (cpu1 of the guest can go offline without harming anyone).
 start=$(date +%s)
-(cd "$TPE_BUILD" && ctest -L kernel --output-on-failure --timeout 1200) >$R/kernel-tier.log 2>&1
+(cd "$TPE_BUILD" && ctest -L kernel -V --timeout 1200) >$R/kernel-tier.log 2>&1
 verdict "kernel-tier(ctest -L kernel)" $?
 # One verdict per test binary too, so the summary names what failed.
 sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\(Passed\|Failed\|Timeout\|Not Run\).*/\1 \2/p' \
