@@ -166,6 +166,10 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
     return f.major == 0 || f.major > major || (f.major == major && f.minor >= minor);  // unknown: assume new
   };
   f.preempt_rt = version.find("PREEMPT_RT") != std::string::npos || realtime.starts_with("1");
+  // "#1 SMP PREEMPT Debian ..." is a fully preemptible kernel; PREEMPT_DYNAMIC says nothing of the
+  // mode it runs in (ProbeBpfFeatures reads it).
+  const bool full_preempt = (" " + version + " ").find(" PREEMPT ") != std::string::npos;
+  f.preemptible_syscalls = f.preempt_rt || full_preempt;
   f.probe_read_kernel_str = at_least(5, 5);
   f.tracepoint_misses = at_least(6, 7);
   f.runtime_alloc_safe = at_least(6, 1) && !f.preempt_rt;
@@ -197,7 +201,23 @@ BpfFeatures ProbeBpfFeatures() {
   std::string realtime;
   std::ifstream rt("/sys/kernel/realtime");
   std::getline(rt, realtime);
-  return ProbeBpfFeatures(u.release, u.version, realtime);
+  BpfFeatures f = ProbeBpfFeatures(u.release, u.version, realtime);
+  // PREEMPT_DYNAMIC: the mode it was booted in or switched to, as debugfs shows it ("none
+  // voluntary (full)"), else the command line's preempt=; Debian's and Ubuntu's default is
+  // voluntary.
+  if (!f.preemptible_syscalls && std::string(u.version).find("PREEMPT_DYNAMIC") != std::string::npos) {
+    std::string mode;
+    std::ifstream dyn("/sys/kernel/debug/sched/preempt");
+    if (std::getline(dyn, mode)) {
+      f.preemptible_syscalls = mode.find("(full)") != std::string::npos;
+    } else {
+      std::string cmdline;
+      std::ifstream cl("/proc/cmdline");
+      std::getline(cl, cmdline);
+      f.preemptible_syscalls = (" " + cmdline + " ").find(" preempt=full ") != std::string::npos;
+    }
+  }
+  return f;
 }
 
 namespace {

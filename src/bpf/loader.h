@@ -38,9 +38,15 @@ BpfSupport ProbeBpf();
 
 // Kernel version facts the bpf engine depends on, probed once at startup (ProbeBpfFeatures).
 struct BpfFeatures {
-  std::string release;                // uname -r
-  int major = 0, minor = 0;           // parsed from `release` (0.0 when unparsable)
-  bool preempt_rt = false;            // uname -v has PREEMPT_RT, or /sys/kernel/realtime is 1
+  std::string release;       // uname -r
+  int major = 0, minor = 0;  // parsed from `release` (0.0 when unparsable)
+  bool preempt_rt = false;   // uname -v has PREEMPT_RT, or /sys/kernel/realtime is 1
+  // Kernel code can be preempted where the exporter's map syscalls run (PREEMPT_RT; CONFIG_PREEMPT,
+  // "SMP PREEMPT" in uname -v; PREEMPT_DYNAMIC booted or switched to "full"). A map syscall holds
+  // bpf_prog_active on its CPU under migrate_disable (bpf_disable_instrumentation), which is
+  // preemptible there: a task that then hits a tracepoint on that CPU has its programs skipped
+  // (trace_call_bpf), counted as misses only from Linux 6.7 (tracepoint_misses).
+  bool preemptible_syscalls = false;
   bool probe_read_kernel_str = true;  // BPF_FUNC_probe_read_kernel(_str) (Linux 5.5)
   // bpf_prog_info.recursion_misses counts tracepoint programs (Linux 6.7, commit "bpf: Add
   // missed stats for tracepoint programs"; earlier kernels only count them for kprobe/trampoline

@@ -78,6 +78,11 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
       {"bpf_tracepoint_misses", "6.7", f.bpf.tracepoint_misses,
        "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
        "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
+      {"bpf_skipped_runs_counted", "6.7 (or kernel code not preemptible)",
+       f.bpf.tracepoint_misses || !f.bpf.preemptible_syscalls,
+       "the kernel skips bpf programs on a CPU, uncounted, while one of the exporter's map syscalls (a scrape's "
+       "read, a sweep) is preempted there (bpf_prog_active under a preemptible migrate_disable): \"auto\" puts "
+       "metrics on the perf engine, which accounts every sample; \"engine\": \"bpf\" runs with that loss"},
       {"bpf_atomic_xchg", "5.12", f.bpf.atomic_xchg,
        "probe programs (uprobes, USDT, kprobes) take their record's guard with a plain load and store, which is "
        "enough where their runs cannot nest (before 5.12 the kernel ran them under bpf_prog_active)"},

@@ -114,8 +114,8 @@ TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
       // format_lost, inherit_thread, alloc, misses, xchg, lookup_and_delete, memlock
       {"5.10.0-28-amd64", false, true, false, 7},
       {"5.15.0-91-generic", false, true, false, 3},
-      {"6.1.0-18-amd64", false, false, false, 1},  // misses
-      {"6.1.0-18-rt-amd64", true, true, false, 2},
+      {"6.1.0-18-amd64", false, false, false, 1},   // misses
+      {"6.1.0-18-rt-amd64", true, true, false, 3},  // misses, alloc, skipped runs
       {"6.12.9-amd64", false, false, false, 0},
   };
   for (const auto& r : rows) {
@@ -216,6 +216,51 @@ TEST(KernelFeaturesPlanTest, SmallMapsArePreallocated) {
   plan(R"("max_series_per_metric": 1000000)");
   EXPECT_NE(flags["tpe_c_total"] & BPF_F_NO_PREALLOC, 0u);
   EXPECT_EQ(flags["tpe_starts"] & BPF_F_NO_PREALLOC, 0u);  // 100,000 starts of 48 + 8 + 16 bytes: 7 MB
+  bpf::SetBpfFaultForTesting(nullptr);
+  bpf::SetLoadOptions(bpf::LoadOptions{});
+}
+
+// Issue 22, seen on 6.1-rt in the kernel matrix: the sweep test's starts went missing (4,451 of
+// 4,526 accounted). A map syscall holds bpf_prog_active under a migrate_disable that PREEMPT_RT
+// (or full preemption) can preempt, and the kernel skips every program on that CPU meanwhile,
+// counting it nowhere before 6.7. There "auto" runs metrics on perf and says why, "bpf" runs with
+// a warning; from 6.7 (misses counted) and on kernels that do not preempt kernel code, bpf.
+TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
+  bpf::SetBpfFaultForTesting([](const bpf::BpfCall&) { return bpf::kInjectSuccess; });
+  constexpr char kComm[] =
+      R"({"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "%s",
+          "labels": [{"name": "comm", "source": "comm"}]})";
+  auto plan = [&](const char* engine, const KernelFeatures& f) {
+    char metric[512];
+    std::snprintf(metric, sizeof(metric), kComm, engine);
+    auto cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
+    EXPECT_TRUE(cfg.ok());
+    return BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, f);
+  };
+  KernelFeatures full = On("6.1.0-18-amd64");
+  full.bpf = bpf::BpfFeaturesFromUname("6.1.0-18-amd64", "#1 SMP PREEMPT Debian 6.1.76-1", "");
+  EXPECT_TRUE(full.bpf.preemptible_syscalls);
+  EXPECT_FALSE(bpf::BpfFeaturesFromUname("6.1.0-18-amd64", "#1 SMP PREEMPT_DYNAMIC Debian", "").preemptible_syscalls);
+  for (const KernelFeatures& f : {On("6.1.0-18-rt-amd64", true), On("5.10.0-32-rt-amd64", true), full}) {
+    auto p = plan("auto", f);
+    ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "perf") << f.bpf.release;
+    EXPECT_NE((*p)->engine_reasons[0].find("skips a bpf program, uncounted, while one of the exporter's map "
+                                           "syscalls is preempted on its CPU"),
+              std::string::npos)
+        << (*p)->engine_reasons[0];
+    p = plan("bpf", f);
+    ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "bpf");
+    ASSERT_EQ((*p)->warnings.size(), 1u) << f.bpf.release;
+    EXPECT_NE((*p)->warnings[0].find("its counts may fall short"), std::string::npos) << (*p)->warnings[0];
+  }
+  for (const KernelFeatures& f : {On("6.8.0-rt-amd64", true), On("6.1.0-18-amd64")}) {
+    auto p = plan("auto", f);
+    ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_TRUE((*p)->warnings.empty());
+  }
   bpf::SetBpfFaultForTesting(nullptr);
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }

@@ -77,6 +77,19 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;
   }
+  // Programs skipped while a map syscall of ours is preempted on their CPU (PREEMPT_RT, full
+  // preemption), and counted nowhere before Linux 6.7: perf, which accounts every sample.
+  const bpf::BpfFeatures& kf = plan->features.bpf;
+  if (!kf.tracepoint_misses && kf.preemptible_syscalls) {
+    const std::string skips = "on " + kf.release +
+                              " (kernel code preemptible, before Linux 6.7) the kernel skips a bpf program, "
+                              "uncounted, while one of the exporter's map syscalls is preempted on its CPU";
+    if (!forced) {
+      *why = skips + "; the perf engine accounts every sample";
+      return false;
+    }
+    plan->warnings.push_back(where + ": \"bpf\" for " + m.name + ": " + skips + ": its counts may fall short");
+  }
   const bool one_process = m.pid > 0 || m.end.pid > 0 ||
                            std::any_of(m.starts.begin(), m.starts.end(), [](const auto& e) { return e.pid > 0; });
   if (one_process) {

@@ -50,6 +50,16 @@ inline const KernelFeatures& Probed() {
   return features;
 }
 
+// Probed() as if the kernel counted the bpf programs it skips while a map syscall is preempted
+// (BpfFeatures::preemptible_syscalls false): for tests of what "auto" chooses for other reasons,
+// or of reload mechanics, that must run the bpf engine on PREEMPT_RT kernels before 6.7 too (where
+// "auto" would otherwise put every metric on perf).
+inline KernelFeatures ProbedWithBpfUnderAuto() {
+  KernelFeatures f = Probed();
+  f.bpf.preemptible_syscalls = false;
+  return f;
+}
+
 // The loader options the daemon would choose on this kernel (preallocated maps below 6.1 or on
 // PREEMPT_RT, no BPF_XCHG below 5.12, ...): set before any test runs, and restored by
 // RunPipeline, so that tests creating BpfMetrics directly load what this kernel takes.
