@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "kernel/kernel_util.h"
 #include "testing/test_util.h"
@@ -166,6 +167,31 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
   EXPECT_EQ(s->value, kCalls);
   EXPECT_NE(FindSeries(snap, "tracepoint_exporter_metric_info", {{"metric", "big_total"}, {"engine", "perf"}}),
             nullptr);
+}
+
+// On this kernel as it is: "auto" runs a {comm} counter on bpf unless the kernel preempts map
+// syscalls and does not count the programs it skips meanwhile (PREEMPT_RT before 6.7: the 5.10-rt
+// and 6.1-rt guests), where it runs on perf and says why.
+TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  auto cfg = ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
+      "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "t.json");
+  ASSERT_TRUE(cfg.ok());
+  const KernelFeatures& f = testing::ProbedAsIs();
+  auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, f);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const bool uncounted_skips = f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses;
+  std::printf("%s: preemptible map syscalls %d, misses counted %d: auto runs on %s\n", f.bpf.release.c_str(),
+              f.bpf.preemptible_syscalls, f.bpf.tracepoint_misses, (*plan)->engines[0].c_str());
+  EXPECT_EQ((*plan)->engines[0], uncounted_skips ? "perf" : "bpf") << (*plan)->engine_reasons[0];
+  if (uncounted_skips) {
+    EXPECT_NE((*plan)->engine_reasons[0].find("skips a bpf program, uncounted"), std::string::npos)
+        << (*plan)->engine_reasons[0];
+  }
+  testing::ResetLoadOptions();
 }
 
 }  // namespace

@@ -40,9 +40,8 @@ inline const bpf::BpfSupport& Bpf() {
   return support;
 }
 
-// The running kernel's features (ProbeKernelFeatures, probed once): what the daemon would plan
-// for. A test that wants an older kernel starts from these and changes what it injects.
-inline const KernelFeatures& Probed() {
+// The running kernel's features (ProbeKernelFeatures, probed once): what the daemon plans for.
+inline const KernelFeatures& ProbedAsIs() {
   static const KernelFeatures features = [] {
     auto tracefs = Tracefs::Discover("auto");
     return ProbeKernelFeatures(tracefs.ok() ? tracefs->root() : "");
@@ -50,14 +49,20 @@ inline const KernelFeatures& Probed() {
   return features;
 }
 
-// Probed() as if the kernel counted the bpf programs it skips while a map syscall is preempted
-// (BpfFeatures::preemptible_syscalls false): for tests of what "auto" chooses for other reasons,
-// or of reload mechanics, that must run the bpf engine on PREEMPT_RT kernels before 6.7 too (where
-// "auto" would otherwise put every metric on perf).
-inline KernelFeatures ProbedWithBpfUnderAuto() {
-  KernelFeatures f = Probed();
-  f.bpf.preemptible_syscalls = false;
-  return f;
+// What the kernel tests plan for: ProbedAsIs() except that bpf programs skipped during a
+// preempted map syscall count as counted (BpfFeatures::preemptible_syscalls false), so that on
+// PREEMPT_RT kernels before 6.7 — where the daemon's "auto" puts every metric on perf — the tests
+// of auto's other choices and of the bpf engine under auto run the bpf engine too. The RT choice
+// itself: KernelFeaturesTest.AutoFollowsWhetherSkippedRunsAreCounted (kernel tier) and
+// KernelFeaturesPlanTest.PreemptibleMapSyscallsBeforeMissesCountMeanPerf (unit). A test that
+// wants an older kernel starts from these and changes what it injects.
+inline const KernelFeatures& Probed() {
+  static const KernelFeatures features = [] {
+    KernelFeatures f = ProbedAsIs();
+    f.bpf.preemptible_syscalls = false;
+    return f;
+  }();
+  return features;
 }
 
 // The loader options the daemon would choose on this kernel (preallocated maps below 6.1 or on

@@ -146,7 +146,7 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
   {
     auto cfg = ParseConfig(config("auto"), "auto.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
-    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf(), {}, testing::ProbedWithBpfUnderAuto());
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf(), {}, testing::Probed());
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     const auto& engines = (*plan)->engines;
     const auto& why = (*plan)->engine_reasons;

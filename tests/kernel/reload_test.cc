@@ -127,7 +127,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   ASSERT_TRUE(pipeline.Start().ok());
   ChildCalls(500);
   // Memory is available again: the same config now plans x_total on bpf.
-  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf(), {}, testing::ProbedWithBpfUnderAuto());
+  auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   ASSERT_EQ((*second)->engines[0], "bpf");
   Status st = pipeline.Reload(std::move(*second));
