@@ -49,6 +49,14 @@ inline const KernelFeatures& ProbedAsIs() {
   return features;
 }
 
+// Whether the daemon's "auto" avoids the bpf engine on this kernel (it preempts map syscalls and
+// does not count the programs it skips meanwhile: PREEMPT_RT before 6.7). Tests that run a real
+// Daemon (which plans with ProbedAsIs) expect perf there.
+inline bool AutoAvoidsBpf() {
+  const KernelFeatures& f = ProbedAsIs();
+  return f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses;
+}
+
 // What the kernel tests plan for: ProbedAsIs() except that bpf programs skipped during a
 // preempted map syscall count as counted (BpfFeatures::preemptible_syscalls false), so that on
 // PREEMPT_RT kernels before 6.7 — where the daemon's "auto" puts every metric on perf — the tests
