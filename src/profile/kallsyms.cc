@@ -1,0 +1,66 @@
+#include "profile/kallsyms.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/file_util.h"
+
+namespace tpe {
+
+StatusOr<Kallsyms> Kallsyms::Parse(std::string_view text) {
+  Kallsyms table;
+  size_t line_no = 0, listed = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    if (line.empty()) continue;
+    // "<hex address> <type> <name>[\t[<module>]]"
+    const size_t sp1 = line.find(' ');
+    const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+    uint64_t address = 0;
+    auto [end, ec] = std::from_chars(line.data(), line.data() + (sp1 == std::string_view::npos ? 0 : sp1), address, 16);
+    if (sp2 == std::string_view::npos || sp2 != sp1 + 2 || ec != std::errc() || end != line.data() + sp1) {
+      return InvalidArgument("kallsyms line " + std::to_string(line_no) +
+                             " is not \"<hex address> <type> <name>\": \"" + std::string(line.substr(0, 120)) + "\"");
+    }
+    ++listed;
+    const char type = line[sp1 + 1];
+    if (type != 't' && type != 'T' && type != 'w' && type != 'W') continue;
+    std::string_view rest = line.substr(sp2 + 1);
+    Symbol s;
+    s.address = address;
+    const size_t tab = rest.find('\t');
+    s.name = std::string(rest.substr(0, tab));
+    if (tab != std::string_view::npos) {
+      std::string_view mod = rest.substr(tab + 1);
+      if (mod.size() >= 2 && mod.front() == '[' && mod.back() == ']') mod = mod.substr(1, mod.size() - 2);
+      s.module = std::string(mod);
+    }
+    if (s.address != 0) table.symbols_.push_back(std::move(s));
+  }
+  table.hidden_ = listed > 0 && table.symbols_.empty();
+  std::stable_sort(table.symbols_.begin(), table.symbols_.end(),
+                   [](const Symbol& a, const Symbol& b) { return a.address < b.address; });
+  return table;
+}
+
+StatusOr<Kallsyms> Kallsyms::Read(const std::string& path) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  auto table = Parse(*text);
+  if (!table.ok()) return table.status().WithContext(path);
+  return table;
+}
+
+Kallsyms::Hit Kallsyms::Lookup(uint64_t address) const {
+  if (address == 0 || symbols_.empty()) return {};
+  auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,
+                             [](uint64_t a, const Symbol& s) { return a < s.address; });
+  if (it == symbols_.begin() || it == symbols_.end()) return {};  // below the first, or past the last start
+  const Symbol& s = *(it - 1);
+  return {&s, address - s.address};
+}
+
+}  // namespace tpe

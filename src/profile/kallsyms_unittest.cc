@@ -1,0 +1,57 @@
+#include "profile/kallsyms.h"
+
+#include <gtest/gtest.h>
+
+namespace tpe {
+namespace {
+
+// Lines as /proc/kallsyms prints them (a 6.x kernel: data symbols, a module's tab-separated
+// name), out of order on purpose.
+constexpr char kListing[] =
+    "ffffffff81000000 T _stext\n"
+    "ffffffff810a1c40 T __x64_sys_getppid\n"
+    "ffffffff810a1c80 t do_getppid_helper\n"
+    "ffffffff82a00000 D some_data\n"
+    "ffffffffc0a01000 t xfs_file_read_iter\t[xfs]\n"
+    "ffffffff810a1cc0 W weak_fn\n"
+    "ffffffffc0a02000 t xfs_end\t[xfs]\n";
+
+TEST(KallsymsTest, NamesTheSymbolHoldingAnAddress) {
+  auto t = Kallsyms::Parse(kListing);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->hidden());
+  EXPECT_EQ(t->size(), 6u);  // the data symbol is not a frame
+  auto hit = t->Lookup(0xffffffff810a1c4b);
+  ASSERT_NE(hit.symbol, nullptr);
+  EXPECT_EQ(hit.symbol->name, "__x64_sys_getppid");
+  EXPECT_EQ(hit.offset, 0xbu);
+  EXPECT_EQ(hit.symbol->module, "");
+  hit = t->Lookup(0xffffffffc0a01010);
+  ASSERT_NE(hit.symbol, nullptr);
+  EXPECT_EQ(hit.symbol->name, "xfs_file_read_iter");
+  EXPECT_EQ(hit.symbol->module, "xfs");
+}
+
+TEST(KallsymsTest, OutsideTheTableIsUnnamed) {
+  auto t = Kallsyms::Parse(kListing);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->Lookup(0x1000).symbol, nullptr);              // below the first symbol
+  EXPECT_EQ(t->Lookup(0xffffffffc0a02010).symbol, nullptr);  // past the last start: no end known
+  EXPECT_EQ(t->Lookup(0).symbol, nullptr);
+}
+
+TEST(KallsymsTest, AllZeroAddressesMeanHidden) {
+  auto t = Kallsyms::Parse("0000000000000000 T _stext\n0000000000000000 t foo\t[xfs]\n");
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->hidden());
+  EXPECT_EQ(t->Lookup(0xffffffff81000010).symbol, nullptr);
+}
+
+TEST(KallsymsTest, AMalformedLineIsNamed) {
+  auto t = Kallsyms::Parse("ffffffff81000000 T _stext\nnot a kallsyms line\n");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace tpe

@@ -1,0 +1,160 @@
+#include "profile/pprof_builder.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <tuple>
+
+namespace tpe {
+
+PprofBuilder::PprofBuilder(const std::string& value_type, const std::string& value_unit) {
+  Str("");  // string_table[0] must be ""
+  auto* st = profile_.add_sample_type();
+  st->set_type(Str(value_type));
+  st->set_unit(Str(value_unit));
+}
+
+int64_t PprofBuilder::Str(const std::string& s) {
+  auto [it, inserted] = strings_.emplace(s, static_cast<int64_t>(profile_.string_table_size()));
+  if (inserted) profile_.add_string_table(s);
+  return it->second;
+}
+
+uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
+  auto key = std::make_tuple(m.start, m.limit, m.file_offset, m.file, m.build_id);
+  auto it = mappings_.find(key);
+  if (it != mappings_.end()) return it->second;
+  auto* pm = profile_.add_mapping();
+  const uint64_t id = static_cast<uint64_t>(profile_.mapping_size());
+  pm->set_id(id);
+  pm->set_memory_start(m.start);
+  pm->set_memory_limit(m.limit);
+  pm->set_file_offset(m.file_offset);
+  pm->set_filename(Str(m.file));
+  pm->set_build_id(Str(m.build_id));
+  mappings_.emplace(std::move(key), id);
+  return id;
+}
+
+uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
+  auto [it, inserted] = locations_.emplace(std::make_pair(f.mapping_id, f.address), 0);
+  if (!inserted) return it->second;
+  auto* loc = profile_.add_location();
+  it->second = static_cast<uint64_t>(profile_.location_size());
+  loc->set_id(it->second);
+  loc->set_mapping_id(f.mapping_id);
+  loc->set_address(f.address);
+  if (!f.function.empty()) {
+    auto [fit, fnew] = functions_.emplace(f.function, 0);
+    if (fnew) {
+      auto* fn = profile_.add_function();
+      fit->second = static_cast<uint64_t>(profile_.function_size());
+      fn->set_id(fit->second);
+      fn->set_name(Str(f.function));
+      fn->set_system_name(Str(f.function));
+      if (f.mapping_id != 0) profile_.mutable_mapping(static_cast<int>(f.mapping_id - 1))->set_has_functions(true);
+    }
+    loc->add_line()->set_function_id(fit->second);
+  }
+  return it->second;
+}
+
+void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
+                             std::span<const std::pair<std::string, std::string>> labels, int64_t value) {
+  auto* s = profile_.add_sample();
+  for (const ProfileFrame& f : leaf_first) s->add_location_id(LocationOf(f));
+  s->add_value(value);
+  for (const auto& [k, v] : labels) {
+    auto* l = s->add_label();
+    l->set_key(Str(k));
+    l->set_str(Str(v));
+  }
+}
+
+void PprofBuilder::SetTime(int64_t time_ns, int64_t duration_ns) {
+  profile_.set_time_nanos(time_ns);
+  profile_.set_duration_nanos(duration_ns);
+}
+
+StatusOr<std::string> PprofBuilder::Gzipped() const {
+  std::string raw;
+  if (!profile_.SerializeToString(&raw)) return Internal("pprof: the profile did not serialize");
+  z_stream z{};
+  // windowBits 15 + 16: a gzip header and trailer instead of zlib's.
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return Internal("pprof: zlib deflateInit2 failed");
+  }
+  std::string out(deflateBound(&z, raw.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(raw.data());
+  z.avail_in = static_cast<uInt>(raw.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  const size_t written = z.total_out;
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) return Internal("pprof: zlib deflate did not finish (" + std::to_string(rc) + ")");
+  out.resize(written);
+  return out;
+}
+
+namespace {
+
+std::string Sanitized(const std::string& name) {
+  std::string s = name;
+  for (char& c : s) {
+    if (c == ';' || c == ' ' || c == '\n') c = '_';
+  }
+  return s;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::string FoldedStacks(const perftools::profiles::Profile& p) {
+  auto str = [&](int64_t i) -> std::string {
+    return i >= 0 && i < p.string_table_size() ? p.string_table(static_cast<int>(i)) : std::string();
+  };
+  std::map<uint64_t, std::string> frame_names;  // location id -> folded name
+  std::map<uint64_t, const perftools::profiles::Function*> functions;
+  for (const auto& f : p.function()) functions[f.id()] = &f;
+  std::map<uint64_t, const perftools::profiles::Mapping*> mappings;
+  for (const auto& m : p.mapping()) mappings[m.id()] = &m;
+  for (const auto& loc : p.location()) {
+    std::string name;
+    if (loc.line_size() > 0) {
+      auto fit = functions.find(loc.line(0).function_id());
+      if (fit != functions.end()) name = str(fit->second->name());
+    }
+    if (name.empty()) {
+      auto mit = mappings.find(loc.mapping_id());
+      if (mit != mappings.end()) {
+        const auto& m = *mit->second;
+        name = str(m.filename()) + "+" + Hex(loc.address() - m.memory_start() + m.file_offset());
+      } else {
+        name = Hex(loc.address());
+      }
+    }
+    frame_names[loc.id()] = Sanitized(name);
+  }
+  std::map<std::string, int64_t> folded;
+  for (const auto& s : p.sample()) {
+    std::string line;
+    for (int i = s.location_id_size() - 1; i >= 0; --i) {  // root first
+      auto it = frame_names.find(s.location_id(i));
+      if (!line.empty()) line += ';';
+      line += it != frame_names.end() ? it->second : Hex(s.location_id(i));
+    }
+    if (line.empty()) line = "[no frames]";
+    folded[line] += s.value_size() > 0 ? s.value(0) : 0;
+  }
+  std::string out;
+  for (const auto& [stack, v] : folded) out += stack + " " + std::to_string(v) + "\n";
+  return out;
+}
+
+}  // namespace tpe

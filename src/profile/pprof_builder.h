@@ -1,0 +1,78 @@
+// Builds a pprof profile (perftools.profiles.Profile, the schema Debian ships with
+// golang-github-google-pprof-dev: github.com/google/pprof/proto/profile.proto) from symbolized
+// stacks, and writes it gzip-compressed as `go tool pprof` and Go's /debug/pprof endpoints serve it.
+// Also writes the folded-stack text of flamegraph.pl and speedscope.
+//
+// Thread-safety: a builder is used by one thread; the finished Profile is a value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "pprof/profile.pb.h"
+
+namespace tpe {
+
+// One frame of a stack, as the symbolizer left it.
+struct ProfileFrame {
+  uint64_t address = 0;     // instruction address: in the process (user) or kernel virtual
+  uint64_t mapping_id = 0;  // PprofBuilder::AddMapping's id; 0 when no mapping holds it
+  std::string function;     // symbol name; "" when unsymbolized (the address and mapping remain)
+};
+
+// A mapping of an executable file (or the kernel) in the address space the frames come from.
+struct ProfileMapping {
+  uint64_t start = 0;        // first address, inclusive
+  uint64_t limit = 0;        // end address, exclusive
+  uint64_t file_offset = 0;  // offset in `file` that `start` maps, bytes
+  std::string file;          // path as the process saw it, or "[kernel.kallsyms]", "[unknown]"
+  std::string build_id;      // GNU build id as lowercase hex; "" when unknown
+};
+
+class PprofBuilder {
+ public:
+  // `value_type`/`value_unit`: the one sample value, e.g. ("samples", "count") or ("bytes",
+  // "bytes"). `period_type`/`period` name what one sample stands for (pprof's period_type).
+  PprofBuilder(const std::string& value_type, const std::string& value_unit);
+
+  // Adds a mapping and returns its id (1, 2, ...); an identical mapping returns the earlier id.
+  uint64_t AddMapping(const ProfileMapping& mapping);
+
+  // Adds a sample: `leaf_first` frames (the innermost first, as pprof orders location_id),
+  // string labels (key, value), and its value. Frames with the same (mapping, address) share one
+  // Location; functions with the same name share one Function.
+  void AddSample(std::span<const ProfileFrame> leaf_first, std::span<const std::pair<std::string, std::string>> labels,
+                 int64_t value);
+
+  // When the samples were taken: start (CLOCK_REALTIME, ns since the epoch) and duration (ns).
+  void SetTime(int64_t time_ns, int64_t duration_ns);
+
+  const perftools::profiles::Profile& profile() const { return profile_; }
+
+  // The profile serialized and gzip-compressed (RFC 1952), as pprof reads it. Internal on a
+  // compression failure.
+  StatusOr<std::string> Gzipped() const;
+
+ private:
+  int64_t Str(const std::string& s);
+  uint64_t LocationOf(const ProfileFrame& frame);
+
+  perftools::profiles::Profile profile_;
+  std::map<std::string, int64_t> strings_;
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> locations_;  // (mapping id, address) -> id
+  std::map<std::string, uint64_t> functions_;                    // name -> id
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string>, uint64_t> mappings_;
+};
+
+// Folded stacks ("root;caller;leaf <value>\n" per distinct stack, sorted) of a profile's first
+// value, as flamegraph.pl and speedscope read them. An unsymbolized frame is written as
+// "<file>+0x<offset>" when its mapping is known, else "0x<address>"; ';' and spaces in names are
+// replaced by '_' so the format stays parseable.
+std::string FoldedStacks(const perftools::profiles::Profile& profile);
+
+}  // namespace tpe
