@@ -24,4 +24,14 @@ StatusOr<uint64_t> FileOffsetForAddress(const std::vector<LoadSegment>& segments
   return address - s->vaddr + s->offset;
 }
 
+StatusOr<uint64_t> AddressForFileOffset(const std::vector<LoadSegment>& segments, uint64_t offset) {
+  for (const LoadSegment& s : segments) {
+    if (offset >= s.offset && offset - s.offset < s.filesz) return offset - s.offset + s.vaddr;
+  }
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(offset));
+  return NotFound(std::string("file offset ") + hex + " is in no file-backed PT_LOAD segment (" +
+                  std::to_string(segments.size()) + " segments)");
+}
+
 }  // namespace tpe::elf

@@ -37,4 +37,10 @@ StatusOr<uint64_t> FileOffsetForAddress(const std::vector<LoadSegment>& segments
 // Returns the segment whose file-backed bytes contain `address`, or nullptr.
 const LoadSegment* SegmentForAddress(const std::vector<LoadSegment>& segments, uint64_t address);
 
+// The inverse: the link-time virtual address of file offset `offset` (`offset - p_offset +
+// p_vaddr` of the segment whose file bytes [p_offset, p_offset + p_filesz) hold it), for naming a
+// sampled instruction from the mapping it ran in (/proc/PID/maps or PERF_RECORD_MMAP2 give the
+// mapping's file offset). Errors: NotFound naming the offset (hex) when no segment holds it.
+StatusOr<uint64_t> AddressForFileOffset(const std::vector<LoadSegment>& segments, uint64_t offset);
+
 }  // namespace tpe::elf

@@ -129,6 +129,28 @@ StatusOr<std::map<uint16_t, std::string>> ReadVersionDefinitions(Elf* e, Elf_Scn
   return names;
 }
 
+// The GNU build id in a .note.gnu.build-id section's data, as lowercase hex; "" when there is no
+// NT_GNU_BUILD_ID note of owner "GNU".
+std::string BuildIdOf(Elf_Data* data) {
+  GElf_Nhdr note;
+  size_t offset = 0, name_offset = 0, desc_offset = 0, next = 0;
+  while ((next = gelf_getnote(data, offset, &note, &name_offset, &desc_offset)) > 0) {
+    const char* bytes = static_cast<const char*>(data->d_buf);
+    if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(bytes + name_offset, "GNU", 4) == 0) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      std::string hex;
+      for (size_t i = 0; i < note.n_descsz; ++i) {
+        const auto b = static_cast<unsigned char>(bytes[desc_offset + i]);
+        hex += kHex[b >> 4];
+        hex += kHex[b & 15];
+      }
+      return hex;
+    }
+    offset = next;
+  }
+  return "";
+}
+
 // The version data of .dynsym: its .gnu.version entries (one per symbol) and the names they index.
 struct DynsymVersions {
   Elf_Data* versym = nullptr;  // null: the file has no .gnu.version (no symbol is versioned)
@@ -275,6 +297,10 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
       TPE_ASSIGN_OR_RETURN(versions.names, ReadVersionDefinitions(e, scn, sh, path));
     } else if (section == ".stapsdt.base") {
       stapsdt_base = sh.sh_addr;
+    } else if (section == ".note.gnu.build-id" && sh.sh_type == SHT_NOTE) {
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr) return Corrupt(path, "cannot read .note.gnu.build-id");
+      file.build_id_ = BuildIdOf(data);
     } else if (section == ".note.stapsdt" && sh.sh_type == SHT_NOTE) {
       Elf_Data* data = elf_rawdata(scn, nullptr);
       if (data == nullptr) return Corrupt(path, "cannot read .note.stapsdt");
@@ -309,6 +335,13 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
     }
   }
   syms = std::move(kept);
+  file.by_address_.resize(syms.size());
+  for (uint32_t i = 0; i < syms.size(); ++i) file.by_address_[i] = i;
+  std::stable_sort(file.by_address_.begin(), file.by_address_.end(), [&](uint32_t a, uint32_t b) {
+    // At one address: the default version first, then by name (already the order of symbols_).
+    return std::make_tuple(syms[a].address, !syms[a].default_version) <
+           std::make_tuple(syms[b].address, !syms[b].default_version);
+  });
 
   auto parsed = ParseStapsdtNotes(notes);
   if (!parsed.ok()) return parsed.status().WithContext(path);
@@ -319,6 +352,25 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
     file.probes_.push_back(std::move(probe).value());
   }
   return file;
+}
+
+const Symbol* ElfFile::SymbolAt(uint64_t address) const {
+  // The last symbol starting at or below `address`; among aliases, by_address_ puts the
+  // preferred one first, so step back to the first of that address.
+  auto it = std::upper_bound(by_address_.begin(), by_address_.end(), address,
+                             [&](uint64_t a, uint32_t i) { return a < symbols_[i].address; });
+  if (it == by_address_.begin()) return nullptr;
+  const uint64_t start = symbols_[*(it - 1)].address;
+  auto first = it - 1;
+  while (first != by_address_.begin() && symbols_[*(first - 1)].address == start) --first;
+  // Of the aliases, one with a size that covers `address` (sizes may differ: a zero-sized alias).
+  for (auto k = first; k != it; ++k) {
+    const Symbol& s = symbols_[*k];
+    if (s.size != 0 && address - s.address < s.size) return &s;
+  }
+  const Symbol& s = symbols_[*first];
+  if (s.size == 0) return &s;  // no size: up to the next symbol, which starts above `address`
+  return nullptr;              // past the end of the function: padding or code with no symbol
 }
 
 std::string Symbol::QualifiedName() const {

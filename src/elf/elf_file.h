@@ -92,6 +92,16 @@ class ElfFile {
   // same address, e.g. from a pre-2.35 linker's .symtab, is dropped).
   std::vector<Symbol> Symbols(const std::string& glob = "*") const;
 
+  // The function whose bytes [address, address + size) hold link-time virtual `address`, for
+  // naming a sampled instruction; a symbol of size 0 holds addresses up to the next symbol's.
+  // Of aliases at one address, the default version's (then the first by name). nullptr when no
+  // function holds it (stripped file, PLT stubs, padding). O(log n).
+  const Symbol* SymbolAt(uint64_t address) const;
+
+  // The GNU build id (.note.gnu.build-id, NT_GNU_BUILD_ID) as lowercase hex, e.g. 40 characters
+  // for a SHA-1 id; "" when the file has none. Debuginfod and pprof servers find debug info by it.
+  const std::string& build_id() const { return build_id_; }
+
   // Every USDT probe site in .note.stapsdt, in note order (empty when the section is absent).
   // A probe appears once per site: a probe macro inlined in N places is N entries.
   const std::vector<UsdtProbe>& UsdtProbes() const { return probes_; }
@@ -111,7 +121,9 @@ class ElfFile {
   bool has_symtab_ = false;  // a .symtab section exists (the file is not stripped)
   bool has_stapsdt_ = false;
   std::vector<LoadSegment> segments_;
-  std::vector<Symbol> symbols_;  // sorted by name, address, version; deduplicated
+  std::vector<Symbol> symbols_;       // sorted by name, address, version; deduplicated
+  std::vector<uint32_t> by_address_;  // indices into symbols_, by address, the preferred alias first
+  std::string build_id_;
   std::vector<UsdtProbe> probes_;
 };
 

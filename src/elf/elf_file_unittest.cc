@@ -120,6 +120,61 @@ TEST_P(TargetTest, OffsetsMatchTheRunningProgram) {
   EXPECT_TRUE((*guarded)[0].args[0].is_signed);
 }
 
+// Symbolization's path: the file offset the kernel mapped the running function at (from the
+// target's /proc/self/maps) leads back through the PT_LOAD segments to the function, at its first
+// byte and inside it; past its end is not it.
+TEST_P(TargetTest, SymbolAtNamesTheFunctionOfAMappedOffset) {
+  auto maps = RunTarget(GetParam());
+  ASSERT_TRUE(maps.count("function")) << GetParam();
+  auto f = ElfFile::Open(GetParam());
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  auto address = AddressForFileOffset(f->segments(), maps["function"].file_offset);
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  const Symbol* s = f->SymbolAt(*address);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->name, "tpe_elf_target_function");
+  ASSERT_GT(s->size, 4u);
+  const Symbol* inside = f->SymbolAt(*address + s->size - 1);
+  ASSERT_NE(inside, nullptr);
+  EXPECT_EQ(inside->name, "tpe_elf_target_function");
+  const Symbol* after = f->SymbolAt(*address + s->size);
+  EXPECT_TRUE(after == nullptr || after->name != "tpe_elf_target_function");
+  EXPECT_EQ(f->SymbolAt(0), nullptr);
+  EXPECT_FALSE(AddressForFileOffset(f->segments(), uint64_t{1} << 40).ok());
+}
+
+// The build id is the one binutils reads (readelf -n: "Build ID: <hex>").
+TEST_P(TargetTest, BuildIdIsTheNotes) {
+  auto f = ElfFile::Open(GetParam());
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  FILE* p = popen(("readelf -n " + GetParam()).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string want;
+  char line[512];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    std::string l = line;
+    auto at = l.find("Build ID: ");
+    if (at != std::string::npos) want = l.substr(at + 10, l.find_last_not_of("\n ") - at - 9);
+  }
+  pclose(p);
+  ASSERT_FALSE(want.empty()) << "readelf -n found no build id in " << GetParam();
+  EXPECT_EQ(f->build_id(), want);
+}
+
+// Aliases at one address (a function exported under two versions): the default version names it.
+TEST(ElfFileTest, SymbolAtPrefersTheDefaultVersion) {
+  auto f = ElfFile::Open(TPE_ELF_TARGET_VERSIONED);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  for (const Symbol& s : f->Symbols()) {
+    const Symbol* at = f->SymbolAt(s.address);
+    ASSERT_NE(at, nullptr) << s.QualifiedName();
+    EXPECT_EQ(at->address, s.address) << s.QualifiedName();
+    if (!s.default_version) {
+      EXPECT_TRUE(at->default_version) << s.QualifiedName();
+    }
+  }
+}
+
 // Argument sizes and signs follow the C types (int, long, const char*; unsigned char, short, 42);
 // where each lives depends on the compiler, except the literal.
 TEST_P(TargetTest, UsdtProbesAndArguments) {
