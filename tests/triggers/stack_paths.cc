@@ -1,0 +1,54 @@
+// Calls getppid() through two known call paths, for the profile tests' exact stacks:
+//   main -> tpe_path_a -> tpe_leaf   N1 times
+//   main -> tpe_path_b -> tpe_leaf   N2 times
+// Usage: stack_paths N1 N2 [comm]   (comm: the thread's name while it calls, default tpe_stacks)
+//
+// Built with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (tests/triggers/CMakeLists.txt)
+// so a frame-pointer unwind (the kernel's for PERF_SAMPLE_CALLCHAIN and bpf_get_stackid's
+// BPF_F_USER_STACK) sees every frame: tpe_leaf issues the syscall instruction itself (libc's
+// syscall() wrapper keeps no frame, so an unwind from inside it would skip its caller) and keeps
+// its own frame although it calls nothing. The functions are noinline and have external linkage,
+// so .symtab names them.
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+extern "C" {
+
+__attribute__((noinline)) long tpe_leaf() {
+  // GCC sets up no frame in a function that uses no stack, whatever the flags: one volatile
+  // local on the stack keeps "push %rbp; mov %rsp,%rbp".
+  volatile long frame_kept = 0;
+  long ret;
+  asm volatile("syscall" : "=a"(ret) : "0"(static_cast<long>(SYS_getppid)) : "rcx", "r11", "memory");
+  return ret + frame_kept;
+}
+
+__attribute__((noinline)) long tpe_path_a(int n) {
+  long sum = 0;
+  for (int i = 0; i < n; ++i) sum += tpe_leaf();
+  asm volatile("" ::: "memory");  // no tail call: this frame stays below tpe_leaf's
+  return sum;
+}
+
+__attribute__((noinline)) long tpe_path_b(int n) {
+  long sum = 0;
+  for (int i = 0; i < n; ++i) sum += tpe_leaf();
+  asm volatile("" ::: "memory");
+  return sum;
+}
+
+}  // extern "C"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s N1 N2 [comm]\n", argv[0]);
+    return 2;
+  }
+  prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
+  const long a = tpe_path_a(std::atoi(argv[1]));
+  const long b = tpe_path_b(std::atoi(argv[2]));
+  return a + b > 0 ? 0 : 1;  // getppid() is positive: the result is used, the calls stay
+}
