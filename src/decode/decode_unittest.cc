@@ -413,5 +413,40 @@ TEST(DecodeTest, SampleWithCgroupIdByteExact) {
   }
 }
 
+// PERF_SAMPLE_CALLCHAIN sits between TIME and RAW: { header; id; pid, tid; time; u64 nr;
+// u64 ips[nr]; u32 size; raw }.
+TEST(DecodeTest, SampleWithCallchainByteExact) {
+  const std::vector<uint8_t> rec = testing::ParseHex(
+      "09000000 0000 4800"  // header: PERF_RECORD_SAMPLE, misc 0, size 72
+      "2a00000000000000"    // id 42
+      "39300000 3a300000"   // pid 12345, tid 12346
+      "0010000000000000"    // time 4096
+      "0300000000000000"    // nr 3
+      "00feffffffffffff"    // PERF_CONTEXT_USER (-512)
+      "3611400000000000"    // 0x401136
+      "8011400000000000"    // 0x401180
+      "04000000"            // raw size 4
+      "01020304");          // raw
+  ASSERT_EQ(rec.size(), 72u);
+  Sample s;
+  ASSERT_TRUE(ParseSample(Bytes(rec), &s, /*with_cgroup=*/false, /*with_callchain=*/true));
+  EXPECT_EQ(s.time_ns, 4096u);
+  ASSERT_EQ(s.callchain.size(), 24u);
+  uint64_t ip = 0;
+  std::memcpy(&ip, s.callchain.data() + 8, 8);
+  EXPECT_EQ(ip, 0x401136u);
+  ASSERT_EQ(s.raw.size(), 4u);
+  EXPECT_EQ(s.raw[3], 4);
+  // Cut anywhere, or an nr larger than the record, is rejected (never read past the record).
+  for (size_t n = 32; n < 72; ++n) {
+    Sample t;
+    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, false, true)) << n;
+  }
+  std::vector<uint8_t> huge = rec;
+  huge[32] = 0xff, huge[33] = 0xff, huge[38] = 0xff;  // nr = 0x00ff00000000ffff
+  Sample t;
+  EXPECT_FALSE(ParseSample(Bytes(huge), &t, false, true));
+}
+
 }  // namespace
 }  // namespace tpe

@@ -9,7 +9,11 @@
 // An event whose metrics need a cgroup label also sets PERF_SAMPLE_CGROUP (Linux >= 5.7), which
 // in the sample layout follows RAW (include/uapi/linux/perf_event.h):
 //   { ...; u32 size; u8 raw[size]; u64 cgroup; }
-// Only those events pay the 8 bytes. The reader knows which event a sample is from by its
+// Only those events pay the 8 bytes. An event of a profile also sets PERF_SAMPLE_CALLCHAIN,
+// which sits between TIME and RAW:
+//   { header; u64 id; u32 pid, tid; u64 time; u64 nr; u64 ips[nr]; u32 size; u8 raw[size]; ... }
+// (ips: instruction pointers and PERF_CONTEXT_* markers, profile/callchain.h splits them).
+// The reader knows which event a sample is from by its
 // first field (PERF_SAMPLE_IDENTIFIER, perf/records.h SampleId) and so which layout to parse.
 //
 // Pure and static; thread-safe.
@@ -29,10 +33,12 @@ struct Sample {
   uint32_t cpu = 0;        // the CPU whose ring carried it (not in the record; set by the reader)
   Bytes raw;               // tracepoint payload; points into the record
   uint64_t cgroup_id = 0;  // PERF_SAMPLE_CGROUP: the task's cgroup v2 id (0 when not sampled)
+  Bytes callchain;         // PERF_SAMPLE_CALLCHAIN: ips[nr] as 8 * nr bytes (empty when not sampled)
 };
 
-// Decodes `record` (header included); `with_cgroup`: the event's sample_type has
-// PERF_SAMPLE_CGROUP. False if it is truncated or its raw size overruns it.
-bool ParseSample(Bytes record, Sample* out, bool with_cgroup = false);
+// Decodes `record` (header included); `with_cgroup` / `with_callchain`: the event's sample_type
+// has PERF_SAMPLE_CGROUP / PERF_SAMPLE_CALLCHAIN. False if it is truncated or its callchain's nr
+// or raw size overruns it.
+bool ParseSample(Bytes record, Sample* out, bool with_cgroup = false, bool with_callchain = false);
 
 }  // namespace tpe
