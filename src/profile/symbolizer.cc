@@ -1,0 +1,122 @@
+#include "profile/symbolizer.h"
+
+#include <algorithm>
+
+#include "common/file_util.h"
+
+namespace tpe {
+namespace {
+
+// A mapping that is no file: "[unknown]", "[kernel.kallsyms]"; it spans every address.
+ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, ~0ull, 0, name, ""}; }
+
+}  // namespace
+
+Symbolizer::Symbolizer(std::string proc_root, Kallsyms kallsyms)
+    : proc_root_(std::move(proc_root)), kallsyms_(std::move(kallsyms)) {}
+
+bool Symbolizer::LoadProcessMaps(uint32_t pid) {
+  auto text = ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/maps");
+  if (!text.ok()) return Knows(pid);
+  auto maps = ParseProcMaps(*text);
+  if (!maps.ok()) return Knows(pid);
+  processes_[pid].mappings = std::move(maps).value();
+  return true;
+}
+
+void Symbolizer::AddMapping(uint32_t pid, const ProcMapping& m) {
+  auto& maps = processes_[pid].mappings;
+  // Drop what the new mapping overlaps (mmap over an old range replaces it), then insert.
+  std::erase_if(maps, [&](const ProcMapping& old) { return old.start < m.end && m.start < old.end; });
+  maps.insert(
+      std::upper_bound(maps.begin(), maps.end(), m.start, [](uint64_t a, const ProcMapping& x) { return a < x.start; }),
+      m);
+}
+
+void Symbolizer::ForgetProcess(uint32_t pid) { processes_.erase(pid); }
+
+const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
+  if (m.inode == 0 || m.path.empty() || m.path[0] != '/') return nullptr;
+  const std::string identity = m.Identity();
+  auto it = elf_by_identity_.find(identity);
+  if (it == elf_by_identity_.end()) {
+    // Through the process's root: a container's /usr/bin/app is not the host's. A file deleted
+    // or replaced since ("PATH (deleted)") is still reachable as long as the process maps it,
+    // through /proc/PID/map_files/START-END.
+    std::shared_ptr<const elf::ElfFile> file;
+    char range[64];
+    std::snprintf(range, sizeof(range), "%lx-%lx", static_cast<unsigned long>(m.start),
+                  static_cast<unsigned long>(m.end));
+    const std::string base = proc_root_ + "/" + std::to_string(pid);
+    for (const std::string& path : {base + "/map_files/" + range, base + "/root" + m.path}) {
+      auto opened = elf::ElfFile::Open(path);
+      if (opened.ok()) {
+        file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
+        break;
+      }
+    }
+    it = elf_by_identity_.emplace(identity, std::move(file)).first;
+  }
+  return it->second.get();
+}
+
+uint64_t Symbolizer::MappingId(const ProcMapping& m, const elf::ElfFile* elf, PprofBuilder* builder) {
+  return builder->AddMapping(ProfileMapping{m.start, m.end, m.offset, m.path, elf != nullptr ? elf->build_id() : ""});
+}
+
+void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBuilder* builder,
+                            std::vector<ProfileFrame>* out) {
+  if (!Knows(pid)) LoadProcessMaps(pid);
+  auto proc = processes_.find(pid);
+  for (size_t i = 0; i < ips.size(); ++i) {
+    const uint64_t ip = ips[i];
+    const uint64_t lookup = i == 0 ? ip : ip - 1;  // a return address: name the call before it
+    ++stats_.frames;
+    const ProcMapping* m = proc != processes_.end() ? MappingAt(proc->second.mappings, lookup) : nullptr;
+    if (m == nullptr) {
+      ++stats_.unknown_mapping;
+      out->push_back(ProfileFrame{ip, builder->AddMapping(Pseudo("[unknown]")), ""});
+      continue;
+    }
+    ProfileFrame frame{ip, 0, ""};
+    if (m->inode == 0) {  // anonymous executable memory: JIT code, named by the perf map if any
+      Process& p = proc->second;
+      if (!p.perf_map) {
+        auto text =
+            ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/root/tmp/perf-" + std::to_string(pid) + ".map");
+        p.perf_map = PerfMap::Parse(text.ok() ? *text : "");
+      }
+      if (const PerfMap::Entry* e = p.perf_map->Lookup(lookup)) frame.function = e->name;
+      frame.mapping_id = MappingId(*m, nullptr, builder);
+    } else {
+      const elf::ElfFile* elf = ElfFor(pid, *m);
+      frame.mapping_id = MappingId(*m, elf, builder);
+      if (elf != nullptr) {
+        auto address = elf::AddressForFileOffset(elf->segments(), m->FileOffset(lookup));
+        if (address.ok()) {
+          if (const elf::Symbol* s = elf->SymbolAt(*address)) frame.function = s->name;
+        }
+      }
+    }
+    if (frame.function.empty()) ++stats_.unsymbolized;
+    out->push_back(std::move(frame));
+  }
+}
+
+void Symbolizer::AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
+  const uint64_t kernel = builder->AddMapping(Pseudo("[kernel.kallsyms]"));
+  for (size_t i = 0; i < ips.size(); ++i) {
+    ++stats_.frames;
+    const Kallsyms::Hit hit = kallsyms_.Lookup(i == 0 ? ips[i] : ips[i] - 1);
+    ProfileFrame frame{ips[i], kernel, ""};
+    if (hit.symbol != nullptr) {
+      frame.function =
+          hit.symbol->module.empty() ? hit.symbol->name : hit.symbol->name + " [" + hit.symbol->module + "]";
+    } else {
+      ++stats_.unsymbolized;
+    }
+    out->push_back(std::move(frame));
+  }
+}
+
+}  // namespace tpe

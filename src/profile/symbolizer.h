@@ -1,0 +1,73 @@
+// Names the frames of stacks: kernel frames through /proc/kallsyms, user frames through the
+// process's mappings (ProcMapping: from /proc/PID/maps when a process is first seen, or from
+// PERF_RECORD_MMAP2 records as it maps more), the ELF symbols of the mapped files (src/elf,
+// opened as /proc/PID/root/PATH so a container's files are its own), and perf map files
+// (/tmp/perf-PID.map in the process's root) for JIT code. A frame that cannot be named keeps its
+// address and mapping (file, offset, build id), so a pprof server with the debug info can finish;
+// one that is in no known mapping goes to the "[unknown]" mapping. Both are counted.
+//
+// Thread-safety: not thread-safe; one renderer uses a Symbolizer at a time (the caches are its
+// state). Files are read lazily and cached by identity ("MAJOR:MINOR:INODE") and build id.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "elf/elf_file.h"
+#include "profile/kallsyms.h"
+#include "profile/perf_map.h"
+#include "profile/pprof_builder.h"
+#include "profile/process_maps.h"
+
+namespace tpe {
+
+class Symbolizer {
+ public:
+  struct Stats {
+    uint64_t frames = 0;           // frames named or not
+    uint64_t unsymbolized = 0;     // in a known mapping, but no symbol holds the address
+    uint64_t unknown_mapping = 0;  // user frames in no mapping known for their process
+  };
+
+  // `proc_root`: where /proc is (tests use a fake tree); `kallsyms`: the kernel's symbols (an
+  // empty or hidden table names no kernel frame).
+  Symbolizer(std::string proc_root, Kallsyms kallsyms);
+
+  // Sets what `pid` maps (replacing what was known). Returns false when /proc/PID/maps cannot be
+  // read (the process exited) and nothing was known; mappings learnt before stay.
+  bool LoadProcessMaps(uint32_t pid);
+  // Adds one mapping of `pid` (a PERF_RECORD_MMAP2), replacing what it overlaps.
+  void AddMapping(uint32_t pid, const ProcMapping& mapping);
+  // Forgets `pid`'s mappings (after its last stack was rendered, when it exited).
+  void ForgetProcess(uint32_t pid);
+  bool Knows(uint32_t pid) const { return processes_.count(pid) != 0; }
+
+  // Appends `ips` (leaf first) as frames to `out`, registering their mappings with `builder`.
+  // User frames other than the leaf are return addresses: they are named by the call before them
+  // (ip - 1), the frame keeps ip.
+  void AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out);
+  void AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out);
+
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Process {
+    std::vector<ProcMapping> mappings;  // sorted by start
+    std::optional<PerfMap> perf_map;    // read once, when a frame is in an anonymous executable mapping
+  };
+  const elf::ElfFile* ElfFor(uint32_t pid, const ProcMapping& m);
+  uint64_t MappingId(const ProcMapping& m, const elf::ElfFile* elf, PprofBuilder* builder);
+
+  std::string proc_root_;
+  Kallsyms kallsyms_;
+  std::map<uint32_t, Process> processes_;
+  std::map<std::string, std::shared_ptr<const elf::ElfFile>> elf_by_identity_;  // null: unreadable
+  Stats stats_;
+};
+
+}  // namespace tpe
