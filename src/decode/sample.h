@@ -12,7 +12,7 @@
 // Only those events pay the 8 bytes. An event of a profile also sets PERF_SAMPLE_CALLCHAIN,
 // which sits between TIME and RAW:
 //   { header; u64 id; u32 pid, tid; u64 time; u64 nr; u64 ips[nr]; u32 size; u8 raw[size]; ... }
-// (ips: instruction pointers and PERF_CONTEXT_* markers, profile/callchain.h splits them).
+// (ips: instruction pointers and PERF_CONTEXT_* markers, decode/callchain.h splits them).
 // The reader knows which event a sample is from by its
 // first field (PERF_SAMPLE_IDENTIFIER, perf/records.h SampleId) and so which layout to parse.
 //

@@ -1,4 +1,4 @@
-#include "profile/callchain.h"
+#include "decode/callchain.h"
 
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>

@@ -1,0 +1,68 @@
+// A profile: how often each stack was seen at an event, per label set (issue 23; DESIGN.md
+// "A profile is a metric whose series key includes stacks").
+//
+// OnSample splits the sample's PERF_SAMPLE_CALLCHAIN (decode/callchain.h) and keys the series
+// by the labels' key, the task's pid (user frames are named through its mappings at render
+// time) and the raw instruction pointers: stacks stay raw until a scrape renders them
+// (profile/symbolizer.h), so the hot path does no symbol lookups. With a `value` field the
+// series sums the field instead of counting samples, as CounterCollector does.
+//
+// A profile's stacks are kept for its whole life ("since start": /debug/pprof/<name>), so its
+// series are never swept; at max_stacks distinct (labels, stack) series a new one is dropped and
+// counted (series_dropped()). A callchain the kernel wrote badly is a decode error.
+//
+// Thread-safety: OnSample from the reader thread only; Stacks and Snapshot from any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectors/collector.h"
+#include "collectors/label_set.h"
+#include "collectors/series_table.h"
+#include "decode/callchain.h"
+
+namespace tpe {
+
+// One series of a profile, as Stacks() reads it.
+struct StackCount {
+  LabelPairs labels;
+  uint32_t pid = 0;              // the sampled task's process (thread group) id
+  std::vector<uint64_t> kernel;  // kernel instruction pointers, leaf first
+  std::vector<uint64_t> user;    // user instruction pointers, leaf first
+  uint64_t value = 0;            // samples, or the sum of the value field's raw integers
+};
+
+class ProfileCollector : public Collector {
+ public:
+  // `max_stacks`: distinct (label set, stack) series kept. `value`/`scale`: see CounterCollector.
+  ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
+                   std::optional<FieldExtractor> value = std::nullopt, double scale = 1);
+
+  const std::string& name() const override { return name_; }
+  const std::string& help() const { return help_; }
+  void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
+  // A profile is no Prometheus family: its self-metrics come through EngineStats (samples,
+  // stacks, frames of hypervisor or guest context that were left out).
+  MetricSnapshot Snapshot() const override;
+  std::vector<EngineStat> EngineStats() const override;
+  bool NeedsComm() const override { return labels_.needs_comm(); }
+
+  // Every series so far. `scale`: what Snapshot of a value profile would multiply by.
+  std::vector<StackCount> Stacks() const;
+  double scale() const { return scale_; }
+
+ private:
+  std::string name_, help_;
+  LabelSet labels_;
+  std::optional<FieldExtractor> value_;
+  double scale_ = 1;
+  SeriesTable<RelaxedCounter> series_;
+  RelaxedCounter samples_, other_frames_;
+  std::string key_;            // reused scratch
+  std::vector<uint64_t> ips_;  // reused scratch: the callchain copied out of the ring
+  Callchain chain_;            // reused scratch
+};
+
+}  // namespace tpe

@@ -1,0 +1,93 @@
+#include "collectors/profile.h"
+
+#include <gtest/gtest.h>
+#include <linux/perf_event.h>
+
+#include <cstring>
+#include <map>
+
+namespace tpe {
+namespace {
+
+int NoProc(uint32_t, char*, size_t) { return -1; }
+
+// A sample's callchain as the kernel writes it: kernel frames after PERF_CONTEXT_KERNEL, user
+// frames after PERF_CONTEXT_USER.
+std::vector<uint8_t> Chain(const std::vector<uint64_t>& kernel, const std::vector<uint64_t>& user) {
+  std::vector<uint64_t> ips;
+  if (!kernel.empty()) ips.push_back(static_cast<uint64_t>(PERF_CONTEXT_KERNEL));
+  ips.insert(ips.end(), kernel.begin(), kernel.end());
+  if (!user.empty()) ips.push_back(static_cast<uint64_t>(PERF_CONTEXT_USER));
+  ips.insert(ips.end(), user.begin(), user.end());
+  std::vector<uint8_t> bytes(ips.size() * 8 + 1);  // +1: parsed from an odd address below
+  std::memcpy(bytes.data() + 1, ips.data(), ips.size() * 8);
+  return bytes;
+}
+
+void Feed(ProfileCollector* p, CommTable* comms, uint32_t pid, const std::vector<uint8_t>& chain, int times) {
+  Sample s;
+  s.pid = s.tid = pid;
+  s.callchain = Bytes(chain.data() + 1, chain.size() - 1);  // not 8-byte aligned, as in a ring
+  for (int i = 0; i < times; ++i) p->OnSample(0, s, comms);
+}
+
+TEST(ProfileCollectorTest, CountsEachStackExactlyPerProcess) {
+  LabelSpec comm;
+  comm.name = "comm";
+  comm.source = LabelSource::kComm;
+  std::vector<LabelSpec> specs;
+  specs.push_back(std::move(comm));
+  ProfileCollector p("getppid_stacks", "h", LabelSet(std::move(specs)), 100);
+  CommTable comms(NoProc);
+  comms.OnComm(10, "tpe_stacks");
+  const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180, 0x4011c0});
+  const auto b = Chain({0xffffffff810a1c4b}, {0x401136, 0x4011a0, 0x4011d0});
+  Feed(&p, &comms, 10, a, 3000);
+  Feed(&p, &comms, 10, b, 1000);
+  Feed(&p, &comms, 11, a, 5);                             // another process: its own series (its own mappings)
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> got;  // (pid, user[1]) -> count
+  for (const StackCount& sc : p.Stacks()) {
+    ASSERT_EQ(sc.kernel, (std::vector<uint64_t>{0xffffffff810a1c4b}));
+    ASSERT_EQ(sc.user.size(), 3u);
+    EXPECT_EQ(sc.user[0], 0x401136u);
+    if (sc.pid == 10) {
+      ASSERT_EQ(sc.labels.size(), 1u);
+      EXPECT_EQ(sc.labels[0].second, "tpe_stacks");
+    }
+    got[{sc.pid, sc.user[1]}] = sc.value;
+  }
+  EXPECT_EQ(got, (std::map<std::pair<uint32_t, uint64_t>, uint64_t>{
+                     {{10, 0x401180}, 3000}, {{10, 0x4011a0}, 1000}, {{11, 0x401180}, 5}}));
+  EXPECT_EQ(p.EngineStats()[0].value, 4005);
+}
+
+TEST(ProfileCollectorTest, FullTableDropsAndCountsBadChainsAreDecodeErrors) {
+  ProfileCollector p("s", "h", LabelSet(), 2);
+  CommTable comms(NoProc);
+  for (uint64_t i = 0; i < 5; ++i) Feed(&p, &comms, 1, Chain({}, {0x1000 + i}), 2);
+  EXPECT_EQ(p.Stacks().size(), 2u);
+  EXPECT_EQ(p.series_dropped(), 6u);
+  std::vector<uint8_t> bad(9);  // one frame before any context marker
+  const uint64_t ip = 0x401136;
+  std::memcpy(bad.data() + 1, &ip, 8);
+  Feed(&p, &comms, 1, bad, 1);
+  EXPECT_EQ(p.decode_errors(), 1u);
+}
+
+TEST(ProfileCollectorTest, KernelOnlyAndEmptyChainsAreStacksToo) {
+  ProfileCollector p("s", "h", LabelSet(), 10);
+  CommTable comms(NoProc);
+  Feed(&p, &comms, 1, Chain({0xffffffff81000010, 0xffffffff81000020}, {}), 4);
+  Feed(&p, &comms, 1, Chain({}, {}), 2);
+  auto stacks = p.Stacks();
+  ASSERT_EQ(stacks.size(), 2u);
+  uint64_t total = 0;
+  for (const auto& sc : stacks) {
+    EXPECT_TRUE(sc.user.empty());
+    total += sc.value;
+  }
+  EXPECT_EQ(total, 6u);
+}
+
+}  // namespace
+}  // namespace tpe
