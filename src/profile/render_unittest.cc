@@ -1,0 +1,50 @@
+#include "profile/render.h"
+
+#include <gtest/gtest.h>
+#include <linux/perf_event.h>
+#include <unistd.h>
+
+#include <cstring>
+
+extern "C" __attribute__((noinline)) int tpe_render_test_leaf(int x) {
+  asm volatile("" ::: "memory");
+  return x + 1;
+}
+extern "C" __attribute__((noinline)) int tpe_render_test_caller(int x) {
+  asm volatile("" ::: "memory");
+  return tpe_render_test_leaf(x) * 2;
+}
+
+namespace tpe {
+namespace {
+
+int NoProc(uint32_t, char*, size_t) { return -1; }
+
+// From samples to folded stacks: a collector fed callchains of this process's own functions
+// renders them named, kernel frames below, with exact counts.
+TEST(RenderTest, CollectorStacksToNamedFoldedStacks) {
+  ProfileCollector p("stacks", "h", LabelSet(), 10);
+  CommTable comms(NoProc);
+  const uint64_t leaf = reinterpret_cast<uint64_t>(&tpe_render_test_leaf);
+  const uint64_t caller = reinterpret_cast<uint64_t>(&tpe_render_test_caller) + 4;  // a return address inside it
+  const std::vector<uint64_t> ips = {static_cast<uint64_t>(PERF_CONTEXT_KERNEL), 0xffffffff810a1c4b,
+                                     static_cast<uint64_t>(PERF_CONTEXT_USER), leaf, caller};
+  Sample s;
+  s.pid = s.tid = static_cast<uint32_t>(getpid());
+  s.callchain = Bytes(reinterpret_cast<const uint8_t*>(ips.data()), ips.size() * 8);
+  for (int i = 0; i < 7; ++i) p.OnSample(0, s, &comms);
+
+  auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
+  ASSERT_TRUE(k.ok());
+  Symbolizer sym("/proc", std::move(k).value());
+  PprofBuilder b("samples", "count");
+  AddStacks(p.Stacks(), &sym, &b);
+  EXPECT_EQ(FoldedStacks(b.profile()), "tpe_render_test_caller;tpe_render_test_leaf;__x64_sys_getppid 7\n");
+  ASSERT_EQ(b.profile().sample_size(), 1);
+  const auto& label = b.profile().sample(0).label(0);
+  EXPECT_EQ(b.profile().string_table(label.key()), "pid");
+  EXPECT_EQ(b.profile().string_table(label.str()), std::to_string(getpid()));
+}
+
+}  // namespace
+}  // namespace tpe
