@@ -92,6 +92,12 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   if (opts.sampled) {
     attr.sample_period = 1;
     attr.sample_type = opts.cgroup ? kSampleTypeCgroup : kSampleType;
+    if (opts.callchain_kernel || opts.callchain_user) {
+      attr.sample_type |= PERF_SAMPLE_CALLCHAIN;
+      attr.exclude_callchain_kernel = !opts.callchain_kernel;
+      attr.exclude_callchain_user = !opts.callchain_user;
+      attr.sample_max_stack = opts.max_stack;
+    }
     attr.sample_id_all = 1;
     if (opts.wakeup_watermark_bytes > 0) {
       attr.watermark = 1;

@@ -45,6 +45,14 @@ struct TracepointEventOptions {
   // With `inherit`: copied into new threads only, not into child processes (attr.inherit_thread,
   // Linux 5.13; PerfFeatures::inherit_thread).
   bool inherit_thread = false;
+  // Sampled: each sample carries the stack (PERF_SAMPLE_CALLCHAIN, between TIME and RAW; the
+  // kernel unwinds with frame pointers): the kernel's part, the user's part, or both
+  // (attr.exclude_callchain_user / _kernel leave the other out). At most `max_stack` frames
+  // (attr.sample_max_stack, Linux 4.8; the kernel refuses more than
+  // kernel.perf_event_max_stack, 127 by default). Source: perf_event_open(2).
+  bool callchain_kernel = false;
+  bool callchain_user = false;
+  uint16_t max_stack = 127;
 };
 
 // What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).

@@ -65,6 +65,27 @@ TEST(PerfFeaturesTest, InheritAttrs) {
   EXPECT_EQ(MakeTracepointAttr(o).inherit_thread, 1u);
 }
 
+TEST(PerfFeaturesTest, CallchainAttrs) {
+  TracepointEventOptions o;
+  o.tracepoint_id = 7;
+  o.sampled = true;
+  EXPECT_EQ(MakeTracepointAttr(o).sample_type & PERF_SAMPLE_CALLCHAIN, 0u);
+  o.callchain_user = true;
+  o.max_stack = 64;
+  perf_event_attr a = MakeTracepointAttr(o);
+  EXPECT_EQ(a.sample_type, kSampleType | PERF_SAMPLE_CALLCHAIN);
+  EXPECT_EQ(a.exclude_callchain_kernel, 1u);
+  EXPECT_EQ(a.exclude_callchain_user, 0u);
+  EXPECT_EQ(a.sample_max_stack, 64u);
+  o.callchain_kernel = true;
+  o.cgroup = true;
+  a = MakeTracepointAttr(o);
+  EXPECT_EQ(a.sample_type, kSampleTypeCgroup | PERF_SAMPLE_CALLCHAIN);
+  EXPECT_EQ(a.exclude_callchain_kernel, 0u);
+  o.sampled = false;  // counting mode has no samples, so no stacks
+  EXPECT_EQ(MakeTracepointAttr(o).sample_type, 0u);
+}
+
 TEST(PerfFeaturesTest, WithoutFormatLostTheAttrsDropTheBit) {
   TracepointEventOptions o;
   o.tracepoint_id = 7;

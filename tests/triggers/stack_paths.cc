@@ -1,7 +1,9 @@
 // Calls getppid() through two known call paths, for the profile tests' exact stacks:
 //   main -> tpe_path_a -> tpe_leaf   N1 times
 //   main -> tpe_path_b -> tpe_leaf   N2 times
-// Usage: stack_paths N1 N2 [comm]   (comm: the thread's name while it calls, default tpe_stacks)
+// Usage: stack_paths N1 N2 [comm [hold]]   (comm: the thread's name while it calls, default
+// tpe_stacks; hold: then print "done" and wait for stdin to close before exiting, so a test can
+// read the process's mappings)
 //
 // Built with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (tests/triggers/CMakeLists.txt)
 // so a frame-pointer unwind (the kernel's for PERF_SAMPLE_CALLCHAIN and bpf_get_stackid's
@@ -14,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 extern "C" {
 
@@ -50,5 +53,11 @@ int main(int argc, char** argv) {
   prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
   const long a = tpe_path_a(std::atoi(argv[1]));
   const long b = tpe_path_b(std::atoi(argv[2]));
+  if (argc > 4 && std::string_view(argv[4]) == "hold") {
+    std::printf("done\n");
+    std::fflush(stdout);
+    while (std::getchar() != EOF) {
+    }
+  }
   return a + b > 0 ? 0 : 1;  // getppid() is positive: the result is used, the calls stay
 }
