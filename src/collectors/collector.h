@@ -91,6 +91,8 @@ class Collector {
   // Self-metric inputs.
   // Latency metrics: unmatched starts/ends by reason and starts in flight.
   virtual bool is_latency() const { return false; }
+  // Profiles (collectors/profile.h): served as pprof, not on /metrics.
+  virtual bool is_profile() const { return false; }
   virtual uint64_t unmatched(LatencyUnmatched::Reason /*r*/) const { return 0; }
   virtual size_t inflight() const { return 0; }
   // Engine-specific self-metric values (the bpf engine's program runs, misses, map memory).

@@ -61,7 +61,7 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
   Append(&key_, static_cast<uint16_t>(chain_.user.size()));
   key_.append(reinterpret_cast<const char*>(chain_.kernel.data()), chain_.kernel.size() * sizeof(uint64_t));
   key_.append(reinterpret_cast<const char*>(chain_.user.data()), chain_.user.size() * sizeof(uint64_t));
-  RelaxedCounter* c = series_.FindOrInsert(key_);
+  RelaxedCounter* c = series_.FindOrInsert(key_, [this](RelaxedCounter&) { stacks_.Add(1); });
   if (c == nullptr) {
     series_dropped_.Add(1);
     return;
@@ -98,6 +98,7 @@ MetricSnapshot ProfileCollector::Snapshot() const {
 std::vector<EngineStat> ProfileCollector::EngineStats() const {
   return {
       {"tracepoint_exporter_profile_samples_total", {{"profile", name_}}, static_cast<double>(samples_.Get())},
+      {"tracepoint_exporter_profile_stacks", {{"profile", name_}}, static_cast<double>(stacks_.Get())},
       {"tracepoint_exporter_profile_other_context_frames_total",
        {{"profile", name_}},
        static_cast<double>(other_frames_.Get())},

@@ -43,15 +43,19 @@ class ProfileCollector : public Collector {
   const std::string& name() const override { return name_; }
   const std::string& help() const { return help_; }
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
-  // A profile is no Prometheus family: its self-metrics come through EngineStats (samples,
-  // stacks, frames of hypervisor or guest context that were left out).
+  // A profile is no Prometheus family (Snapshot has no series; the pipeline leaves it off
+  // /metrics): its self-metrics come through EngineStats: tracepoint_exporter_profile_samples_total,
+  // _profile_stacks (distinct series held) and _profile_other_context_frames_total, by profile.
   MetricSnapshot Snapshot() const override;
   std::vector<EngineStat> EngineStats() const override;
   bool NeedsComm() const override { return labels_.needs_comm(); }
+  bool is_profile() const override { return true; }
 
-  // Every series so far. `scale`: what Snapshot of a value profile would multiply by.
+  // Every series so far; a value profile's values are raw integers, to be multiplied by scale().
   std::vector<StackCount> Stacks() const;
   double scale() const { return scale_; }
+  // What a series' value counts: "samples", or the value field's name.
+  std::string value_type() const { return value_ ? value_->field().name : "samples"; }
 
  private:
   std::string name_, help_;
@@ -59,7 +63,7 @@ class ProfileCollector : public Collector {
   std::optional<FieldExtractor> value_;
   double scale_ = 1;
   SeriesTable<RelaxedCounter> series_;
-  RelaxedCounter samples_, other_frames_;
+  RelaxedCounter samples_, stacks_, other_frames_;
   std::string key_;            // reused scratch
   std::vector<uint64_t> ips_;  // reused scratch: the callchain copied out of the ring
   Callchain chain_;            // reused scratch

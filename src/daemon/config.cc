@@ -625,11 +625,25 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
   return Status::Ok();
 }
 
-Status ParseMetric(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
-  if (!j.is_object()) return c.Error(jp, "a metric must be an object");
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
+// A "metrics" entry, or with `profile` a "profiles" entry (no "type": it is "profile").
+Status ParseMetric(const Checker& c, const json& j, const std::string& jp, MetricConfig* m, bool profile = false) {
+  if (!j.is_object()) return c.Error(jp, profile ? "a profile must be an object" : "a metric must be an object");
+  if (profile) {
+    m->type = "profile";
+  } else {
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
+  }
   const bool latency = m->type == "latency";
-  if (m->type == "counter") {
+  if (profile) {
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(
+        j, jp, {"name", "help", "event", "filter", "stack", "labels", "value", "engine", "args", "pid", "maxactive"}));
+    m->stack = "both";
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
+    if (m->stack.empty()) m->stack = "both";
+    if (m->stack != "kernel" && m->stack != "user" && m->stack != "both") {
+      return c.Error(jp + ".stack", Quote(m->stack) + " is not one of kernel, user, both");
+    }
+  } else if (m->type == "counter") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid", "maxactive"}));
   } else if (m->type == "histogram") {
@@ -662,10 +676,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".name",
                    "\"" + m->name + "\": the prefixes tracepoint_exporter_ and process_ are reserved for self-metrics");
   }
-  if (m->type == "counter" && !m->name.ends_with("_total")) {
+  if (!profile && m->type == "counter" && !m->name.ends_with("_total")) {
     return c.Error(jp + ".name", "counter \"" + m->name + "\" must end in _total (e.g. \"" + m->name + "_total\")");
   }
-  if (m->type != "counter" && m->name.ends_with("_total")) {
+  if (!profile && m->type != "counter" && m->name.ends_with("_total")) {
     return c.Error(jp + ".name", m->type + " \"" + m->name + "\" must not end in _total (reserved for counters)");
   }
   if (latency && !m->name.ends_with("_seconds")) {
@@ -680,8 +694,8 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
   if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
-  // histogram: required; counter: optional (adds field x scale per event instead of 1).
-  if (auto v = j.find("value"); m->type == "histogram" || (m->type == "counter" && v != j.end())) {
+  // histogram: required; counter, profile: optional (adds field x scale per event instead of 1).
+  if (auto v = j.find("value"); m->type == "histogram" || (!latency && m->type != "histogram" && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
     if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
@@ -690,11 +704,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     if (!(m->value.scale != 0) || !std::isfinite(m->value.scale)) {
       return c.Error(jp + ".value.scale", "must be a finite non-zero number");
     }
-    if (m->type == "counter" && m->value.scale < 0) {
-      return c.Error(jp + ".value.scale", "must be positive: a counter never decreases");
+    if (m->type != "histogram" && m->value.scale < 0) {
+      return c.Error(jp + ".value.scale", "must be positive: a " + m->type + " never decreases");
     }
   }
-  if (m->type != "counter") TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
+  if (m->type == "histogram" || latency) TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
   auto labels = j.find("labels");
   if (labels != j.end()) {
     if (!labels->is_array()) return c.Error(jp + ".labels", "must be an array of label objects");
@@ -707,7 +721,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       // Histogram and latency series carry le="<bound>"; a second le would make
       // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
       // an ordinary label, as client_golang allows. quantile is only reserved for summaries.)
-      if (m->type != "counter" && l.name == "le") {
+      if ((m->type == "histogram" || latency) && l.name == "le") {
         return c.Error(lp + ".name",
                        "\"le\" is reserved for the bucket bound of histogram and latency series; choose another name");
       }
@@ -785,8 +799,11 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"end", endpoint(m.end)},
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
+      {"stack", m.stack},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
+        {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},
+        {"profile_max_frames", m.type == "profile" ? s.profile_max_frames : 0},
         {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
         {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };
@@ -798,7 +815,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
 // is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
 // as client_golang's registry.
 std::vector<std::string> ExportedNames(const MetricConfig& m) {
-  if (m.type == "counter") return {m.name};
+  if (m.type == "counter" || m.type == "profile") return {m.name};
   return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
 }
 
@@ -819,16 +836,17 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   const json& root = builder.root();
   if (!root.is_object())
     return c.Error("$", "the config must be a JSON object with \"metrics\" (and optional \"settings\")");
-  TPE_RETURN_IF_ERROR(c.OnlyKeys(root, "$", {"settings", "metrics"}));
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(root, "$", {"settings", "metrics", "profiles"}));
   Config cfg;
   cfg.path = path;
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(
-        *settings, "settings",
-        {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds", "bpf_cost_window_seconds",
-         "bpf_cost_period_seconds", "bpf_preallocate_max_bytes", "max_pid_perf_events", "probe_refresh_seconds"}));
+    TPE_RETURN_IF_ERROR(
+        c.OnlyKeys(*settings, "settings",
+                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
+                    "bpf_cost_window_seconds", "bpf_cost_period_seconds", "bpf_preallocate_max_bytes",
+                    "max_pid_perf_events", "probe_refresh_seconds", "max_stacks_per_profile", "profile_max_frames"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -864,6 +882,10 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     }
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_pid_perf_events", 1, kMaxPidPerfEvents,
                                    &cfg.settings.max_pid_perf_events));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "max_stacks_per_profile", 1, kMaxSeriesPerMetric,
+                                   &cfg.settings.max_stacks_per_profile));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "profile_max_frames", 1, kMaxProfileFrames,
+                                   &cfg.settings.profile_max_frames));
     double& refresh = cfg.settings.probe_refresh_seconds;
     TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "probe_refresh_seconds", false, &refresh));
     if (!(refresh == 0 || (refresh >= 1 && refresh <= kMaxCostPeriodSeconds))) {
@@ -874,18 +896,30 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     refresh = refresh == 0 ? 0 : refresh;
   }
   auto metrics = root.find("metrics");
-  if (metrics == root.end()) return c.Error("$", "missing required key \"metrics\" (an array of metric objects)");
-  if (!metrics->is_array() || metrics->empty())
-    return c.Error("metrics", "must be a non-empty array of metric objects");
+  auto profiles = root.find("profiles");
+  if (metrics == root.end() && profiles == root.end()) {
+    return c.Error("$", "missing required key \"metrics\" (an array of metric objects) or \"profiles\"");
+  }
+  static const json kNone = json::array();
+  const json& metric_list = metrics != root.end() ? *metrics : kNone;
+  const json& profile_list = profiles != root.end() ? *profiles : kNone;
+  if (!metric_list.is_array()) return c.Error("metrics", "must be an array of metric objects");
+  if (!profile_list.is_array()) return c.Error("profiles", "must be an array of profile objects");
+  if (metric_list.empty() && profile_list.empty()) {
+    return c.Error(metrics != root.end() ? "metrics" : "profiles",
+                   "must be a non-empty array (a config needs a metric or a profile)");
+  }
   struct Owner {
     size_t metric;   // index into cfg.metrics
     bool generated;  // a series of a histogram/latency metric, not a metric's own name
   };
   std::map<std::string, Owner> exported;
-  for (size_t i = 0; i < metrics->size(); ++i) {
+  const size_t n_metrics = metric_list.size();
+  for (size_t i = 0; i < n_metrics + profile_list.size(); ++i) {
     MetricConfig m;
-    std::string jp = "metrics[" + std::to_string(i) + "]";
-    TPE_RETURN_IF_ERROR(ParseMetric(c, (*metrics)[i], jp, &m));
+    const bool profile = i >= n_metrics;
+    std::string jp = profile ? "profiles[" + std::to_string(i - n_metrics) + "]" : "metrics[" + std::to_string(i) + "]";
+    TPE_RETURN_IF_ERROR(ParseMetric(c, profile ? profile_list[i - n_metrics] : metric_list[i], jp, &m, profile));
     const std::vector<std::string> names = ExportedNames(m);
     for (size_t k = 0; k < names.size(); ++k) {
       auto found = exported.find(names[k]);

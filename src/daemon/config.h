@@ -112,7 +112,10 @@ struct MetricConfig {
   EndpointConfig end;                  // latency
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
-  std::string json_path;               // "metrics[0]"
+  // profile (a "profiles" entry, type "profile"): which stacks a sample carries: "kernel",
+  // "user" or "both".
+  std::string stack;
+  std::string json_path;  // "metrics[0]"
   // Every field above that changes what the metric counts or exports (all but json_path), with
   // defaults filled in and numbers normalized, plus the settings a collector uses
   // (max_series_per_metric, series_idle_timeout_seconds), as one string: equal across a reload
@@ -148,12 +151,21 @@ struct Settings {
   // upgrade) or whether the processes of a replaced one are gone, and then re-plans the running
   // config (as a reload does, without re-reading the file). 0 = only at a reload; else 1..86400.
   double probe_refresh_seconds = 10;
+  // A profile keeps at most this many distinct (label set, stack) series; more are dropped and
+  // counted. 1..kMaxSeriesPerMetric.
+  uint64_t max_stacks_per_profile = 10000;
+  // Frames of each stack at most (attr.sample_max_stack), kernel and user parts together.
+  // 1..kMaxProfileFrames (the kernel's default kernel.perf_event_max_stack).
+  uint64_t profile_max_frames = 127;
 };
+inline constexpr uint64_t kMaxProfileFrames = 127;
 inline constexpr uint64_t kMaxBpfPreallocateBytes = 1ULL << 40;
 
 struct Config {
   std::string path;  // the file it came from ("<string>" for ParseConfig on text)
   Settings settings;
+  // "metrics" then "profiles" (type "profile", json_path "profiles[i]"): a profile is a metric
+  // whose series key includes stacks (DESIGN.md), planned the same way.
   std::vector<MetricConfig> metrics;
 };
 

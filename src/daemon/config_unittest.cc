@@ -56,10 +56,11 @@ TEST(ConfigTest, ShippedConfigsParse) {
 TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_NE(Err("{\"metrics\": [").find("cfg.json: malformed JSON"), std::string::npos);
   EXPECT_EQ(Err("[]"), "cfg.json: $: the config must be a JSON object with \"metrics\" (and optional \"settings\")");
-  EXPECT_EQ(Err("{}"), "cfg.json: $: missing required key \"metrics\" (an array of metric objects)");
+  EXPECT_EQ(Err("{}"), "cfg.json: $: missing required key \"metrics\" (an array of metric objects) or \"profiles\"");
   EXPECT_EQ(Err(R"({"metrics": [], "extra": 1})"),
-            "cfg.json: $: unknown key \"extra\" (valid keys: metrics, settings)");
-  EXPECT_EQ(Err(R"({"metrics": []})"), "cfg.json: metrics: must be a non-empty array of metric objects");
+            "cfg.json: $: unknown key \"extra\" (valid keys: metrics, profiles, settings)");
+  EXPECT_EQ(Err(R"({"metrics": []})"),
+            "cfg.json: metrics: must be a non-empty array (a config needs a metric or a profile)");
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": 3}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: 3 is not a power of two (1, 2, 4, ..., 4096)");
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": -1}, "metrics": [{}]})"),
@@ -67,7 +68,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
             "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
             "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_pid_perf_events, max_series_per_metric, "
-            "probe_refresh_seconds, ring_buffer_pages, series_idle_timeout_seconds)");
+            "max_stacks_per_profile, probe_refresh_seconds, profile_max_frames, ring_buffer_pages, "
+            "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
@@ -314,7 +316,7 @@ TEST(ConfigInputTest, ControlCharactersAreRejected) {
             "are not allowed here");
   // Unknown keys are quoted with escapes in the message, not echoed raw.
   EXPECT_EQ(Err(R"({"metrics": [], "\u0007x": 1})"),
-            "cfg.json: $: unknown key \"\\u0007x\" (valid keys: metrics, settings)");
+            "cfg.json: $: unknown key \"\\u0007x\" (valid keys: metrics, profiles, settings)");
   // Tab and newline are fine in help and filter.
   auto c = ParseConfig(
       R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "help": "a\tb\nc", "filter": "a == 1\n\t&& b == 2"}]})",
@@ -758,6 +760,48 @@ TEST(ConfigInputTest, CounterValue) {
   EXPECT_THAT(Err(R"({"field": "ret", "scale": 0})"), HasSubstr("metrics[0].value.scale: must be a finite non-zero"));
   EXPECT_THAT(Err(R"({"scale": 2})"), HasSubstr("metrics[0].value"));
   EXPECT_THAT(Err(R"("ret")"), HasSubstr("metrics[0].value: must be an object"));
+}
+
+// "profiles" beside "metrics": metrics' keys but "type" and "buckets", plus "stack".
+TEST(ConfigTest, Profiles) {
+  auto c = ParseConfig(R"({"settings": {"max_stacks_per_profile": 500, "profile_max_frames": 64},
+      "profiles": [{"name": "retransmit_stacks", "event": "tcp:tcp_retransmit_skb",
+                    "labels": [{"name": "comm", "source": "comm"}]},
+                   {"name": "read_bytes", "event": "syscalls:sys_exit_read", "stack": "user",
+                    "value": {"field": "ret"}, "filter": "ret > 0"}]})",
+                       "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->metrics.size(), 2u);
+  EXPECT_EQ(c->metrics[0].type, "profile");
+  EXPECT_EQ(c->metrics[0].stack, "both");
+  EXPECT_EQ(c->metrics[0].json_path, "profiles[0]");
+  EXPECT_EQ(c->metrics[0].help, "tcp:tcp_retransmit_skb profile");
+  EXPECT_EQ(c->metrics[1].stack, "user");
+  EXPECT_EQ(c->metrics[1].value.field, "ret");
+  EXPECT_EQ(c->settings.max_stacks_per_profile, 500u);
+  EXPECT_EQ(c->settings.profile_max_frames, 64u);
+  // A change of stack or of the profile settings is a changed profile at a reload.
+  auto d = ParseConfig(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "kernel"}]})", "cfg.json");
+  auto e = ParseConfig(R"({"profiles": [{"name": "p", "event": "s:e"}]})", "cfg.json");
+  ASSERT_TRUE(d.ok() && e.ok());
+  EXPECT_NE(d->metrics[0].canonical, e->metrics[0].canonical);
+}
+
+TEST(ConfigTest, ProfileErrors) {
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "all"}]})"),
+            "cfg.json: profiles[0].stack: \"all\" is not one of kernel, user, both");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "type": "counter"}]})"),
+            "cfg.json: profiles[0]: unknown key \"type\" (valid keys: args, engine, event, filter, help, labels, "
+            "maxactive, name, pid, stack, value)");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "p_total", "type": "counter", "event": "s:e"}],
+                    "profiles": [{"name": "p_total", "event": "s:e"}]})"),
+            "cfg.json: profiles[0].name: duplicate metric name \"p_total\"");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "value": {"field": "x", "scale": -1}}]})"),
+            "cfg.json: profiles[0].value.scale: must be positive: a profile never decreases");
+  EXPECT_EQ(Err(R"({"settings": {"profile_max_frames": 128}, "profiles": [{"name": "p", "event": "s:e"}]})"),
+            "cfg.json: settings.profile_max_frames: 128 is out of range 1..127");
+  EXPECT_EQ(Err(R"({"profiles": []})"),
+            "cfg.json: profiles: must be a non-empty array (a config needs a metric or a profile)");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "daemon/config.h"
 #include "daemon/plan.h"
 #include "daemon/probes.h"
+#include "daemon/profiles.h"
 
 namespace tpe {
 namespace {
@@ -142,6 +143,11 @@ size_t Daemon::metric_count() { return pipeline_ ? pipeline_->plan().collectors.
 
 std::vector<std::string> Daemon::warnings() {
   return pipeline_ ? pipeline_->plan().warnings : std::vector<std::string>{};
+}
+
+HttpAnswer Daemon::Profile(const std::string& name, const std::string& format) {
+  if (!pipeline_) return HttpAnswer{503, "text/plain; charset=utf-8", "not started\n"};
+  return RenderProfile(*pipeline_, name, format);
 }
 
 std::vector<MetricSnapshot> Daemon::Snapshot() {

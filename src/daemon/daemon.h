@@ -19,6 +19,7 @@
 #include "collectors/snapshot.h"
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
+#include "exporter/http_server.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
 
@@ -53,6 +54,9 @@ class Daemon {
 
   // The current pipeline's metrics plus the reload self-metrics.
   std::vector<MetricSnapshot> Snapshot();
+  // GET /debug/pprof/<name> (daemon/profiles.h RenderProfile on the running pipeline). Same
+  // threads as Snapshot.
+  HttpAnswer Profile(const std::string& name, const std::string& format);
   // Warnings of the last successful plan (e.g. symbolic names without BTF).
   std::vector<std::string> warnings();
   size_t metric_count();

@@ -35,9 +35,11 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "collectors/profile.h"
 #include "collectors/snapshot.h"
 #include "collectors/sweeper.h"
 #include "common/scoped_fd.h"
@@ -70,6 +72,16 @@ class Pipeline {
 
   // User metrics (config order) then self-metrics.
   std::vector<MetricSnapshot> Snapshot() const;
+  // Profile `name` so far (collectors/profile.h), or nullopt when the running plan has no
+  // profile of that name. Any thread.
+  struct ProfileData {
+    std::string value_type;  // "samples" or the value field's name
+    double scale = 1;        // multiplies a value profile's raw integers
+    std::vector<StackCount> stacks;
+  };
+  std::optional<ProfileData> Profile(const std::string& name) const;
+  // The names of the running plan's profiles, in config order. Any thread.
+  std::vector<std::string> ProfileNames() const;
 
   // Main thread only (a reload replaces it).
   const Plan& plan() const { return *plan_; }

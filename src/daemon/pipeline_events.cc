@@ -21,6 +21,9 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
   o.tracepoint_id = ep->tracepoint_id;
   o.sampled = ep->sampled;
   o.cgroup = ep->cgroup;
+  o.callchain_kernel = (ep->callchain & EventPlan::kCallchainKernel) != 0;
+  o.callchain_user = (ep->callchain & EventPlan::kCallchainUser) != 0;
+  if (ep->max_stack != 0) o.max_stack = ep->max_stack;
   o.format_lost = plan_->features.perf.format_lost;  // the plan's choice (Linux >= 6.0)
   // A thread's event: copied into the threads it creates later (and, before Linux 5.13, into
   // the child processes it forks).

@@ -35,11 +35,35 @@ void Add(MetricSnapshot* m, LabelPairs labels, double v) {
 
 }  // namespace
 
+std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!plan_) return std::nullopt;
+  for (const auto& c : plan_->collectors) {
+    if (c && c->is_profile() && c->name() == name) {
+      const auto& p = static_cast<const ProfileCollector&>(*c);
+      return ProfileData{p.value_type(), p.scale(), p.Stacks()};
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> Pipeline::ProfileNames() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  if (!plan_) return out;
+  for (const auto& c : plan_->collectors) {
+    if (c && c->is_profile()) out.push_back(c->name());
+  }
+  return out;
+}
+
 std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<MetricSnapshot> out;
   if (!plan_) return out;
-  for (const auto& c : plan_->collectors) out.push_back(c->Snapshot());
+  for (const auto& c : plan_->collectors) {
+    if (!c->is_profile()) out.push_back(c->Snapshot());
+  }
 
   auto hits = Family("tracepoint_exporter_event_hits_total",
                      "Times the tracepoint fired (after its filter), counted by the kernel.", MetricKind::kCounter);
@@ -298,13 +322,25 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                            "of /proc/self/fdinfo: a hash map's bucket array is allocated up front for "
                            "max_series_per_metric, elements as series appear).",
                            MetricKind::kGauge);
+  auto profile_samples =
+      Family("tracepoint_exporter_profile_samples_total",
+             "Samples a profile counted into its stacks (/debug/pprof/<profile>).", MetricKind::kCounter);
+  auto profile_stacks = Family("tracepoint_exporter_profile_stacks",
+                               "Distinct (label set, stack) series a profile holds; at "
+                               "settings.max_stacks_per_profile new ones are dropped "
+                               "(tracepoint_exporter_series_dropped_total{metric}).",
+                               MetricKind::kGauge);
+  auto profile_other =
+      Family("tracepoint_exporter_profile_other_context_frames_total",
+             "Hypervisor and guest frames of callchains, left out of a profile's stacks.", MetricKind::kCounter);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory}) {
+      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory,
+                                &profile_samples, &profile_stacks, &profile_other}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -314,6 +350,11 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     }
   }
   out->push_back(std::move(info));
+  if (!profile_samples.series.empty()) {
+    out->push_back(std::move(profile_samples));
+    out->push_back(std::move(profile_stacks));
+    out->push_back(std::move(profile_other));
+  }
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));
     if (!misses.series.empty()) out->push_back(std::move(misses));

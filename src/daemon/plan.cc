@@ -5,6 +5,7 @@
 #include "collectors/counter.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
+#include "collectors/profile.h"
 #include "daemon/plan_internal.h"
 #include "decode/field_extractor.h"
 
@@ -218,17 +219,26 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
 
 namespace {
 
-// `pid`: a uprobe's or USDT probe's one process (0: all).
+// `pid`: a uprobe's or USDT probe's one process (0: all). `callchain`: a profile's event
+// (EventPlan::callchain; sampled).
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
                               bool sampled, int pid, const std::string& json_path, const Tracefs& tracefs,
-                              const KernelEnums& enums, bool check_filters) {
+                              const KernelEnums& enums, bool check_filters, uint8_t callchain = 0) {
   for (auto& e : plan->events) {
-    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid) return e.get();
+    if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid &&
+        e->callchain == callchain) {
+      return e.get();
+    }
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
   NameAsConfigured(*plan, ep.get());
   ep->pid = pid;
+  if (callchain != 0) {
+    ep->callchain = callchain;
+    ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
+    ep->display += " stacks";
+  }
   if (pid > 0) {
     ep->display += " pid " + std::to_string(pid);
     ep->pid_json_path = json_path;
@@ -242,16 +252,16 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
 StatusOr<std::vector<EventPlan*>> GetEvents(Plan* plan, const Config& cfg, const std::string& event,
                                             const std::string& filter, bool sampled, int pid,
                                             const std::string& json_path, const Tracefs& tracefs,
-                                            const KernelEnums& enums, bool check_filters) {
+                                            const KernelEnums& enums, bool check_filters, uint8_t callchain = 0) {
   std::vector<EventPlan*> out;
-  TPE_ASSIGN_OR_RETURN(EventPlan * ep,
-                       GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums, check_filters));
+  TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums,
+                                                check_filters, callchain));
   out.push_back(ep);
   auto it = plan->probe_replaced.find(event);
   if (it == plan->probe_replaced.end()) return out;
   for (const std::string& old : it->second) {
-    TPE_ASSIGN_OR_RETURN(EventPlan * oep,
-                         GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(EventPlan * oep, GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums,
+                                                   check_filters, callchain));
     out.push_back(oep);
   }
   return out;
@@ -422,6 +432,39 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   return Status::Ok();
 }
 
+// A profile (a "profiles" entry): its own sampled event with callchains, a ProfileCollector.
+Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
+                   const KernelEnums& enums, bool check_filters) {
+  const uint8_t callchain = m.stack == "kernel" ? EventPlan::kCallchainKernel
+                            : m.stack == "user" ? EventPlan::kCallchainUser
+                                                : EventPlan::kCallchainKernel | EventPlan::kCallchainUser;
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path,
+                                                              tracefs, enums, check_filters, callchain));
+  EventPlan* ep = eps[0];
+  std::optional<FieldExtractor> value;
+  if (!m.value.field.empty()) {
+    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
+    if (f->kind != FieldKind::kInteger) {
+      return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
+                             " is " + f->type + " (" + FieldKindName(f->kind) +
+                             "), not an integer; a profile sums an integer field per stack");
+    }
+    value = *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
+  }
+  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+  auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+                                              std::move(value), m.value.scale);
+  ShareSampling(eps);
+  AddConsumer(eps, c.get(), 0);
+  plan->needs_comm |= c->NeedsComm();
+  plan->needs_ordering |= c->NeedsOrdering();
+  plan->collectors.push_back(std::move(c));
+  plan->identities.push_back(m.canonical);
+  plan->counting_events.emplace_back();
+  plan->counting_carried.push_back(0);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& tracefs, const KernelEnums& enums,
@@ -455,6 +498,10 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     plan->engine_reasons.push_back(why);
     if (m.type == "latency") {
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
+      continue;
+    }
+    if (m.type == "profile") {
+      TPE_RETURN_IF_ERROR(PlanProfile(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
     // A counter that adds a field's value needs every sample, labels or not.

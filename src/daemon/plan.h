@@ -62,6 +62,13 @@ struct EventPlan {
   // Metrics that share the event and need no cgroup ignore the id; part of the perf events'
   // identity (a reload that adds the first cgroup label reopens them).
   bool cgroup = false;
+  // Sampled with PERF_SAMPLE_CALLCHAIN for a profile: kCallchainKernel | kCallchainUser (0: no
+  // stacks), at most `max_stack` frames. A profile's event is its own (metrics on the same
+  // tracepoint do not pay for the kernel's unwinding), shown as "<event> stacks"; part of the
+  // perf events' identity.
+  static constexpr uint8_t kCallchainKernel = 1, kCallchainUser = 2;
+  uint8_t callchain = 0;
+  uint16_t max_stack = 0;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
@@ -97,10 +104,11 @@ struct EventPlan {
   size_t OpenFdCount() const;
   // Re-reads `ids` from fds and task_fds (after either changed).
   void CollectIds();
-  // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid).
+  // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid,
+  // callchain, max_stack).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
-           pid == other.pid;
+           pid == other.pid && callchain == other.callchain && max_stack == other.max_stack;
   }
 };
 

@@ -73,6 +73,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
+  if (m.type == "profile") {
+    if (forced) {
+      return InvalidArgument(where +
+                             ": \"bpf\": profiles run on the perf engine in this release (PERF_SAMPLE_CALLCHAIN); "
+                             "stacks in bpf stack maps are not built yet: use \"perf\" or \"auto\"");
+    }
+    *why = "a profile: stacks come from the kernel's perf callchains (bpf stack maps are not built yet)";
+    return false;
+  }
   if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;

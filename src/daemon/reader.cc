@@ -105,7 +105,7 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       }
       EventPlan* ep = FindEvent(id);
       Sample s;
-      if (!ParseSample(p.bytes, &s, ep != nullptr && ep->cgroup)) {
+      if (!ParseSample(p.bytes, &s, ep != nullptr && ep->cgroup, ep != nullptr && ep->callchain != 0)) {
         sample_errors_.Add(1);
         return;
       }

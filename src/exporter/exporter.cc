@@ -193,7 +193,7 @@ struct HttpExporter::Impl {
 
 StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
                                                             const std::string& telemetry_path, SnapshotSource source,
-                                                            const WebConfig& web) {
+                                                            const WebConfig& web, ProfileSource profiles) {
   if (telemetry_path.empty() || telemetry_path[0] != '/' || telemetry_path == "/") {
     return InvalidArgument("--web.telemetry-path=" + telemetry_path +
                            " must start with / and not be / (e.g. /metrics)");
@@ -209,6 +209,7 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   auto cache = std::make_shared<PageCache>(
       [renderer = std::make_shared<PageRenderer>(std::move(source))] { return renderer->Render(); });
   o.metrics = [cache] { return cache->Get(); };
+  o.pprof = std::move(profiles);
   o.users = web.users;
   if (web.tls()) {
     o.cert_file = web.cert_file;

@@ -24,12 +24,15 @@
 
 #include "collectors/snapshot.h"
 #include "common/status.h"
+#include "exporter/http_server.h"
 #include "exporter/web_config.h"
 
 namespace tpe {
 
 // Returns every metric family to expose (user metrics first, then self-metrics).
 using SnapshotSource = std::function<std::vector<MetricSnapshot>()>;
+// Answers "/debug/pprof/<name>[?format=folded]" (see HttpServerOptions::pprof).
+using ProfileSource = std::function<HttpAnswer(const std::string& name, const std::string& format)>;
 
 // process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
 // process_start_time_seconds, process_open_fds, process_max_fds — from /proc/self (proc(5)).
@@ -55,9 +58,11 @@ class HttpExporter {
   // path, or a certificate/key GnuTLS rejects (naming the file); Unavailable when the port is
   // in use; PermissionDenied for a privileged port; NotFound/PermissionDenied for an unreadable
   // certificate or key; Internal when libmicrohttpd cannot start.
+  // `profiles` (optional) serves /debug/pprof/<name> behind the same TLS and basic auth.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
                                                        const std::string& telemetry_path, SnapshotSource source,
-                                                       const WebConfig& web = WebConfig());
+                                                       const WebConfig& web = WebConfig(),
+                                                       ProfileSource profiles = nullptr);
   // Stops serving: waiting password checks are answered 503, the threads joined (this may wait
   // for one bcrypt in progress).
   ~HttpExporter();

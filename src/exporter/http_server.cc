@@ -335,7 +335,10 @@ struct HttpServer::Impl {
     if (std::strcmp(url, "/") == 0) {
       return Respond(connection, MHD_HTTP_OK, impl->opt.landing_html, "text/html; charset=utf-8");
     }
-    if (url != impl->opt.telemetry_path) {
+    static constexpr std::string_view kPprof = "/debug/pprof/";
+    const std::string_view path = url;
+    const bool pprof = impl->opt.pprof && path.starts_with(kPprof) && path.size() > kPprof.size();
+    if (url != impl->opt.telemetry_path && !pprof) {
       return Respond(connection, MHD_HTTP_NOT_FOUND, "Not Found\n", "text/plain; charset=utf-8");
     }
     if (impl->auth) {
@@ -352,6 +355,20 @@ struct HttpServer::Impl {
         default:
           break;
       }
+    }
+    if (pprof) {
+      const char* format = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "format");
+      HttpAnswer answer;
+      try {  // nothing may unwind through libmicrohttpd's C frames
+        answer = impl->opt.pprof(std::string(path.substr(kPprof.size())), format != nullptr ? format : "");
+      } catch (const std::exception& e) {
+        TPE_LOG_ERROR("profile failed: {}", e.what());
+        return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "profile failed\n", "text/plain; charset=utf-8");
+      }
+      auto owned = std::make_shared<const HttpAnswer>(std::move(answer));
+      const std::string_view text = owned->body;
+      const char* type = owned->content_type.c_str();
+      return Respond(connection, owned->status, owned, text, type);
     }
     std::shared_ptr<const RenderedPage> body;
     try {  // nothing may unwind through libmicrohttpd's C frames

@@ -18,7 +18,7 @@
 //    `auth_queue` checks wait; beyond that a request gets 503 at once.
 //  - HTTP/1.1 keep-alive, pipelining (answered in order), HEAD and "Connection: close" are
 //    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing_html`, `telemetry_path` is
-//    `metrics()`, anything else 404.
+//    `metrics()`, "/debug/pprof/<name>" is `pprof(name, format)`, anything else 404.
 //
 // Memory: a response references its body; the server copies no body into buffers of its own
 // (libmicrohttpd sends straight from it, through GnuTLS records with TLS).
@@ -38,6 +38,13 @@
 
 namespace tpe {
 
+// An answer a handler builds whole (the /debug/pprof/ endpoints): status, content type, body.
+struct HttpAnswer {
+  unsigned status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
 struct HttpServerOptions {
   std::string listen_address;  // "[HOST]:PORT", see listen_address.h
   std::string telemetry_path;  // e.g. "/metrics"
@@ -46,6 +53,9 @@ struct HttpServerOptions {
   std::function<std::shared_ptr<const RenderedPage>()> metrics;
   std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
   std::string landing_html;  // the body served at "/"
+  // "/debug/pprof/<name>[?format=folded]": called with <name> and the query's "format" ("" when
+  // absent) on a server thread, behind the same basic auth as telemetry_path. Unset: 404.
+  std::function<HttpAnswer(const std::string& name, const std::string& format)> pprof;
   // TLS: both set = HTTPS only. Paths are for error messages; the PEM text is what is served.
   std::string cert_file, key_file;
   std::string cert_pem, key_pem;
