@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectors/profile.h"
+#include "kernel/stack_paths_trigger.h"
 #include "perf/perf_event.h"
 #include "perf/ring_buffer.h"
 #include "profile/render.h"
@@ -29,50 +30,11 @@
 namespace tpe {
 namespace {
 
-constexpr int kPathA = 3000, kPathB = 1000;
+using testing::kPathA;
+using testing::kPathB;
+using testing::Trigger;
 
 int NoProc(uint32_t, char*, size_t) { return -1; }
-
-// The trigger, started stopped: it execs once `Go` is called, runs, says "done" and holds until
-// `Release`.
-class Trigger {
- public:
-  Trigger() {
-    if (pipe(go_) != 0 || pipe(out_) != 0 || pipe(in_) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      char c;
-      close(go_[1]);
-      if (read(go_[0], &c, 1) != 1) _exit(3);
-      dup2(out_[1], 1);
-      dup2(in_[0], 0);
-      close(in_[1]);
-      const std::string a = std::to_string(kPathA), b = std::to_string(kPathB);
-      execl(TPE_STACK_PATHS, TPE_STACK_PATHS, a.c_str(), b.c_str(), "tpe_stacks", "hold", nullptr);
-      _exit(4);
-    }
-    close(go_[0]);
-    close(out_[1]);
-    close(in_[0]);
-  }
-  ~Trigger() {
-    Release();
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
-  pid_t pid() const { return pid_; }
-  void Go() {
-    ASSERT_EQ(write(go_[1], "g", 1), 1);
-    char buf[8] = {};
-    ASSERT_GT(read(out_[0], buf, 5), 0);  // "done": every call made
-  }
-  void Release() {
-    if (in_[1] >= 0) close(in_[1]), in_[1] = -1;
-  }
-
- private:
-  int go_[2] = {-1, -1}, out_[2] = {-1, -1}, in_[2] = {-1, -1};
-  pid_t pid_ = -1;
-};
 
 // Opens sys_enter_getppid on every CPU with callchains, filtered to `pid`, runs the trigger, and
 // feeds every sample to `profile`.

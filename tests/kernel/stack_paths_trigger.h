@@ -1,0 +1,56 @@
+// tests/triggers/stack_paths for the profile tests: forked stopped, exec'd on Go(), holding its
+// process (and so its mappings, for the symbolizer) until Release().
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace tpe::testing {
+
+inline constexpr int kPathA = 3000, kPathB = 1000;
+
+// The trigger, started stopped: it execs once `Go` is called, runs, says "done" and holds until
+// `Release`.
+class Trigger {
+ public:
+  Trigger() {
+    if (pipe(go_) != 0 || pipe(out_) != 0 || pipe(in_) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      char c;
+      close(go_[1]);
+      if (read(go_[0], &c, 1) != 1) _exit(3);
+      dup2(out_[1], 1);
+      dup2(in_[0], 0);
+      close(in_[1]);
+      const std::string a = std::to_string(kPathA), b = std::to_string(kPathB);
+      execl(TPE_STACK_PATHS, TPE_STACK_PATHS, a.c_str(), b.c_str(), "tpe_stacks", "hold", nullptr);
+      _exit(4);
+    }
+    close(go_[0]);
+    close(out_[1]);
+    close(in_[0]);
+  }
+  ~Trigger() {
+    Release();
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  void Go() {
+    ASSERT_EQ(write(go_[1], "g", 1), 1);
+    char buf[8] = {};
+    ASSERT_GT(read(out_[0], buf, 5), 0);  // "done": every call made
+  }
+  void Release() {
+    if (in_[1] >= 0) close(in_[1]), in_[1] = -1;
+  }
+
+ private:
+  int go_[2] = {-1, -1}, out_[2] = {-1, -1}, in_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
+
+}  // namespace tpe::testing
