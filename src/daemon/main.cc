@@ -20,6 +20,7 @@
 #include "daemon/print_report.h"
 #include "daemon/privileges.h"
 #include "daemon/probes.h"
+#include "daemon/profiles.h"
 #include "exporter/exporter.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -154,8 +155,12 @@ int main(int argc, char** argv) {
     pipeline.Stop();
     std::vector<tpe::MetricCost> costs = tpe::MetricCosts(pipeline.plan(), stats.ok());
     auto snap = pipeline.Snapshot();
-    snap.resize(pipeline.plan().collectors.size());  // user metrics only
+    const std::vector<std::string> profiles = pipeline.ProfileNames();
+    snap.resize(pipeline.plan().collectors.size() - profiles.size());  // user metrics only
     tpe::PrintReport(snap, std::cout);
+    for (const std::string& name : profiles) {
+      tpe::PrintTopStacks(name, tpe::RenderProfile(pipeline, name, "folded").body, 10, std::cout);
+    }
     tpe::PrintCosts(costs, seconds, stats.ok() ? "" : stats.status().message(), std::cout);
     opened->reset();
     if (auto* probes = tpe::ProbeRegistry::IfCreated()) probes->RemoveUnreferenced();

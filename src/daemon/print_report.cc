@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace tpe {
 namespace {
@@ -140,6 +141,37 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
     out.push_back(std::move(c));
   }
   return out;
+}
+
+void PrintTopStacks(const std::string& name, const std::string& folded, size_t top, std::ostream& out) {
+  std::vector<std::pair<int64_t, std::string>> stacks;  // (count, folded stack)
+  int64_t samples = 0;
+  for (size_t at = 0; at < folded.size();) {
+    size_t nl = folded.find('\n', at);
+    if (nl == std::string::npos) nl = folded.size();
+    const std::string line = folded.substr(at, nl - at);
+    at = nl + 1;
+    const size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    const int64_t n = std::strtoll(line.c_str() + sp + 1, nullptr, 10);
+    samples += n;
+    stacks.emplace_back(n, line.substr(0, sp));
+  }
+  std::stable_sort(stacks.begin(), stacks.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  out << "\n" << name << ": " << stacks.size() << " stacks, " << samples << " samples";
+  if (stacks.size() > top) out << " (the " << top << " heaviest)";
+  out << "\n";
+  for (size_t i = 0; i < stacks.size() && i < top; ++i) {
+    std::vector<std::string> frames;
+    for (size_t a = 0, b; a <= stacks[i].second.size(); a = b + 1) {
+      b = stacks[i].second.find(';', a);
+      if (b == std::string::npos) b = stacks[i].second.size();
+      frames.push_back(stacks[i].second.substr(a, b - a));
+    }
+    out << "@[\n";
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f) out << "    " << *f << "\n";
+    out << "]: " << stacks[i].first << "\n";
+  }
 }
 
 }  // namespace tpe

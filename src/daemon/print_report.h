@@ -34,6 +34,11 @@ struct MetricCost {
   std::optional<double> kernel_ns;
 };
 
+// A profile's `top` heaviest stacks, bpftrace-style (frames leaf first, one per line, then the
+// count), from its folded stacks ("root;...;leaf count" lines, daemon/profiles.h), after a header
+// with the profile's name, its distinct stacks and samples.
+void PrintTopStacks(const std::string& name, const std::string& folded, size_t top, std::ostream& out);
+
 // Writes one line per metric: events, events/s over `seconds`, and for bpf metrics ns/event and
 // the share of one CPU the programs took (kernel_ns / seconds); for perf metrics a pointer to
 // the README's per-hit costs (the kernel does not time perf output per event). `why_no_stats`:

@@ -36,5 +36,17 @@ TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
       << no.str();
 }
 
+TEST(PrintTopStacksTest, HeaviestFirstLeafFirstLikeBpftrace) {
+  std::ostringstream out;
+  PrintTopStacks("p", "main;a;leaf 5\nmain;b;leaf 9\nmain;c 1\n", 2, out);
+  EXPECT_EQ(out.str(),
+            "\np: 3 stacks, 15 samples (the 2 heaviest)\n"
+            "@[\n    leaf\n    b\n    main\n]: 9\n"
+            "@[\n    leaf\n    a\n    main\n]: 5\n");
+  std::ostringstream empty;
+  PrintTopStacks("q", "", 10, empty);
+  EXPECT_EQ(empty.str(), "\nq: 0 stacks, 0 samples\n");
+}
+
 }  // namespace
 }  // namespace tpe
