@@ -432,6 +432,37 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   return Status::Ok();
 }
 
+// The plan's bookkeeping for a collector fed by the samples of `eps` (every metric but counting
+// mode): the events sample what eps[0] does, and deliver to it.
+void AddSampledCollector(Plan* plan, const std::vector<EventPlan*>& eps, std::unique_ptr<Collector> c,
+                         const std::string& identity) {
+  ShareSampling(eps);
+  AddConsumer(eps, c.get(), 0);
+  plan->needs_comm |= c->NeedsComm();
+  plan->needs_ordering |= c->NeedsOrdering();
+  plan->collectors.push_back(std::move(c));
+  plan->identities.push_back(identity);
+  plan->counting_events.emplace_back();
+  plan->counting_carried.push_back(0);
+}
+
+// The extractor of `m`'s "value" field, which must be an integer field of `ep` (`what`: what the
+// metric does with it, for the message, e.g. "a counter adds").
+StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig& m, const EventPlan& ep,
+                                           const std::string& what) {
+  TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, m.value.field, m.json_path + ".value.field"));
+  if (f->kind != FieldKind::kInteger) {
+    std::string ints;
+    for (const auto& g : ep.format.fields) {
+      if (g.kind == FieldKind::kInteger && !g.name.starts_with("common_")) ints += (ints.empty() ? "" : ", ") + g.name;
+    }
+    return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep.display +
+                           " is " + f->type + " (" + FieldKindName(f->kind) + "), not an integer; " + what +
+                           " an integer field; its integer fields: " + ints);
+  }
+  return *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
+}
+
 // A profile (a "profiles" entry): its own sampled event with callchains, a ProfileCollector.
 Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
@@ -443,25 +474,12 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   EventPlan* ep = eps[0];
   std::optional<FieldExtractor> value;
   if (!m.value.field.empty()) {
-    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
-    if (f->kind != FieldKind::kInteger) {
-      return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
-                             " is " + f->type + " (" + FieldKindName(f->kind) +
-                             "), not an integer; a profile sums an integer field per stack");
-    }
-    value = *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
+    TPE_ASSIGN_OR_RETURN(value, IntegerValueField(cfg, m, *ep, "a profile sums"));
   }
   TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
   auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
-  ShareSampling(eps);
-  AddConsumer(eps, c.get(), 0);
-  plan->needs_comm |= c->NeedsComm();
-  plan->needs_ordering |= c->NeedsOrdering();
-  plan->collectors.push_back(std::move(c));
-  plan->identities.push_back(m.canonical);
-  plan->counting_events.emplace_back();
-  plan->counting_carried.push_back(0);
+  AddSampledCollector(plan, eps, std::move(c), m.canonical);
   return Status::Ok();
 }
 
@@ -523,20 +541,10 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
                                                *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
                                                std::move(buckets), cfg.settings.max_series_per_metric);
     } else if (!m.value.field.empty()) {
-      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
-      if (f->kind != FieldKind::kInteger) {
-        std::string ints;
-        for (const auto& g : ep->format.fields) {
-          if (g.kind == FieldKind::kInteger && !g.name.starts_with("common_"))
-            ints += (ints.empty() ? "" : ", ") + g.name;
-        }
-        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
-                               " is " + f->type + " (" + FieldKindName(f->kind) +
-                               "), not an integer; a counter adds an integer field; its integer fields: " + ints);
-      }
+      TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(cfg, m, *ep, "a counter adds"));
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric,
-                                             *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale);
+                                             std::move(value), m.value.scale);
     } else if (m.labels.empty()) {
       // Counting mode: the kernel counts (after the filter); read() at scrape.
       plan->collectors.push_back(
@@ -549,14 +557,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
-    ShareSampling(eps);
-    AddConsumer(eps, c.get(), 0);
-    plan->needs_comm |= c->NeedsComm();
-    plan->needs_ordering |= c->NeedsOrdering();
-    plan->collectors.push_back(std::move(c));
-    plan->identities.push_back(m.canonical);
-    plan->counting_events.emplace_back();
-    plan->counting_carried.push_back(0);
+    AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);
   }
   return plan;
 }
