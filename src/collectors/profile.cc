@@ -1,6 +1,9 @@
 #include "collectors/profile.h"
 
+#include <atomic>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 namespace tpe {
 namespace {
@@ -20,7 +23,32 @@ T ReadAt(std::string_view key, size_t* at) {
   return v;
 }
 
+std::atomic<uint64_t> g_instances{0};
+
 }  // namespace
+
+std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after) {
+  using Key = std::tuple<const LabelPairs*, uint32_t, const std::vector<uint64_t>*, const std::vector<uint64_t>*>;
+  struct Less {
+    bool operator()(const Key& a, const Key& b) const {
+      return std::tie(*std::get<0>(a), std::get<1>(a), *std::get<2>(a), *std::get<3>(a)) <
+             std::tie(*std::get<0>(b), std::get<1>(b), *std::get<2>(b), *std::get<3>(b));
+    }
+  };
+  std::map<Key, uint64_t, Less> was;
+  for (const StackCount& sc : before) was[Key{&sc.labels, sc.pid, &sc.kernel, &sc.user}] += sc.value;
+  std::vector<StackCount> out;
+  out.reserve(after.size());
+  for (StackCount& sc : after) {
+    auto it = was.find(Key{&sc.labels, sc.pid, &sc.kernel, &sc.user});
+    if (it != was.end()) {
+      if (sc.value == it->second) continue;
+      if (sc.value > it->second) sc.value -= it->second;
+    }
+    out.push_back(std::move(sc));
+  }
+  return out;
+}
 
 ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
                                    std::optional<FieldExtractor> value, double scale)
@@ -29,6 +57,7 @@ ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet 
       labels_(std::move(labels)),
       value_(std::move(value)),
       scale_(scale),
+      instance_(g_instances.fetch_add(1) + 1),
       series_(max_stacks) {
   key_.reserve(2048);
   ips_.reserve(256);

@@ -34,6 +34,12 @@ struct StackCount {
   uint64_t value = 0;            // samples, or the sum of the value field's raw integers
 };
 
+// `after` less `before`, series by series (same labels, pid and frames): what a profile gained
+// between two Stacks() of one ProfileCollector (its series only grow: never swept). Series
+// that did not grow are left out; a series smaller in `after` (cannot happen within one
+// collector) is taken whole. Order of `after` kept. Pure.
+std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after);
+
 class ProfileCollector : public Collector {
  public:
   // `max_stacks`: distinct (label set, stack) series kept. `value`/`scale`: see CounterCollector.
@@ -54,6 +60,9 @@ class ProfileCollector : public Collector {
   // Every series so far; a value profile's values are raw integers, to be multiplied by scale().
   std::vector<StackCount> Stacks() const;
   double scale() const { return scale_; }
+  // Unique per ProfileCollector of the process (never reused): tells a profile kept across a
+  // reload from its replacement.
+  uint64_t instance() const { return instance_; }
   // What a series' value counts: "samples", or the value field's name.
   std::string value_type() const { return value_ ? value_->field().name : "samples"; }
 
@@ -62,6 +71,7 @@ class ProfileCollector : public Collector {
   LabelSet labels_;
   std::optional<FieldExtractor> value_;
   double scale_ = 1;
+  uint64_t instance_;
   SeriesTable<RelaxedCounter> series_;
   RelaxedCounter samples_, stacks_, other_frames_;
   std::string key_;            // reused scratch

@@ -61,6 +61,33 @@ TEST(ProfileCollectorTest, CountsEachStackExactlyPerProcess) {
   EXPECT_EQ(p.EngineStats()[0].value, 4005);
 }
 
+TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
+  ProfileCollector p("s", "h", LabelSet(), 100);
+  ProfileCollector other("s", "h", LabelSet(), 100);
+  EXPECT_NE(p.instance(), other.instance());
+  CommTable comms(NoProc);
+  const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180});
+  const auto b = Chain({0xffffffff810a1c4b}, {0x401136, 0x4011a0});
+  const auto k = Chain({0xffffffff810a1c4b}, {});  // kernel only: user frames empty
+  Feed(&p, &comms, 10, a, 3000);
+  Feed(&p, &comms, 10, b, 7);
+  Feed(&p, &comms, 10, k, 2);
+  const std::vector<StackCount> before = p.Stacks();
+  Feed(&p, &comms, 10, a, 300);                         // grows
+  Feed(&p, &comms, 11, a, 4);                           // same frames, another process: new
+  Feed(&p, &comms, 10, k, 1);                           // grows
+  std::map<std::pair<uint32_t, size_t>, uint64_t> got;  // (pid, user frames) -> gained
+  uint64_t b_seen = 0;
+  for (const StackCount& sc : StacksSince(before, p.Stacks())) {
+    if (!sc.user.empty() && sc.user[1] == 0x4011a0) b_seen += sc.value;
+    got[{sc.pid, sc.user.size()}] += sc.value;
+  }
+  EXPECT_EQ(b_seen, 0u) << "a series that did not grow is left out";
+  EXPECT_EQ(got, (std::map<std::pair<uint32_t, size_t>, uint64_t>{{{10, 2}, 300}, {{11, 2}, 4}, {{10, 0}, 1}}));
+  EXPECT_TRUE(StacksSince(p.Stacks(), p.Stacks()).empty());
+  EXPECT_EQ(StacksSince({}, p.Stacks()).size(), 4u);
+}
+
 TEST(ProfileCollectorTest, FullTableDropsAndCountsBadChainsAreDecodeErrors) {
   ProfileCollector p("s", "h", LabelSet(), 2);
   CommTable comms(NoProc);

@@ -145,9 +145,10 @@ std::vector<std::string> Daemon::warnings() {
   return pipeline_ ? pipeline_->plan().warnings : std::vector<std::string>{};
 }
 
-HttpAnswer Daemon::Profile(const std::string& name, const std::string& format) {
-  if (!pipeline_) return HttpAnswer{503, "text/plain; charset=utf-8", "not started\n"};
-  return RenderProfile(*pipeline_, name, format);
+PprofReply Daemon::Profile(const PprofRequest& request) {
+  if (!pipeline_)
+    return PprofReply{HttpAnswer{503, "text/plain; charset=utf-8", "not started\n"}, {}, nullptr, nullptr};
+  return ServeProfile(*pipeline_, request);
 }
 
 std::vector<MetricSnapshot> Daemon::Snapshot() {

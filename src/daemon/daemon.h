@@ -54,9 +54,9 @@ class Daemon {
 
   // The current pipeline's metrics plus the reload self-metrics.
   std::vector<MetricSnapshot> Snapshot();
-  // GET /debug/pprof/<name> (daemon/profiles.h RenderProfile on the running pipeline). Same
-  // threads as Snapshot.
-  HttpAnswer Profile(const std::string& name, const std::string& format);
+  // GET /debug/pprof/<name>[?seconds=N] (daemon/profiles.h ServeProfile on the running
+  // pipeline; a reply's `later` is valid for the daemon's life). Same threads as Snapshot.
+  PprofReply Profile(const PprofRequest& request);
   // Warnings of the last successful plan (e.g. symbolic names without BTF).
   std::vector<std::string> warnings();
   size_t metric_count();

@@ -47,6 +47,7 @@
 #include "daemon/plan.h"
 #include "daemon/reader.h"
 #include "perf/cpu_hotplug.h"
+#include "profile/learnt_maps.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe {
@@ -77,11 +78,20 @@ class Pipeline {
   struct ProfileData {
     std::string value_type;  // "samples" or the value field's name
     double scale = 1;        // multiplies a value profile's raw integers
+    uint64_t instance = 0;   // ProfileCollector::instance(): changes when a reload replaces it
     std::vector<StackCount> stacks;
   };
   std::optional<ProfileData> Profile(const std::string& name) const;
+  // Profile `name` of `plan`, or nullopt. Whoever may read `plan` (the reader thread in a mark).
+  static std::optional<ProfileData> ProfileOf(const Plan& plan, const std::string& name);
+  // Calls `fn` on the reader thread with the running plan exactly at `at_ns` (CLOCK_MONOTONIC):
+  // after every record stamped before it was dispatched, before any stamped at or after it
+  // (Reader::AddMark; kept across reloads, run at Stop). Before Start: at once. Any thread.
+  void AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const;
   // The names of the running plan's profiles, in config order. Any thread.
   std::vector<std::string> ProfileNames() const;
+  // What the reader learnt of processes' mappings (for naming profiles' user frames). Any thread.
+  const LearntMaps& learnt_maps() const { return learnt_maps_; }
 
   // Main thread only (a reload replaces it).
   const Plan& plan() const { return *plan_; }
@@ -148,6 +158,9 @@ class Pipeline {
   std::deque<CpuRing> rings_;
   std::deque<CpuState> cpus_;  // by CPU number (deque: stable addresses, atomics inside)
   std::unique_ptr<Reader> reader_;
+  // What processes map, from the profiles' PERF_RECORD_MMAP2 and the task records (kept across
+  // reloads: a profile kept by a reload keeps naming its stacks).
+  LearntMaps learnt_maps_;
   Sweeper sweeper_;                             // sweeps the bpf metrics' maps; runs while thread_ does
   std::unique_ptr<CpuHotplugMonitor> hotplug_;  // null when uevents cannot be received
   ScopedFd epoll_fd_;

@@ -35,16 +35,29 @@ void Add(MetricSnapshot* m, LabelPairs labels, double v) {
 
 }  // namespace
 
-std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!plan_) return std::nullopt;
-  for (const auto& c : plan_->collectors) {
+std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const std::string& name) {
+  for (const auto& c : plan.collectors) {
     if (c && c->is_profile() && c->name() == name) {
       const auto& p = static_cast<const ProfileCollector&>(*c);
-      return ProfileData{p.value_type(), p.scale(), p.Stacks()};
+      return ProfileData{p.value_type(), p.scale(), p.instance(), p.Stacks()};
     }
   }
   return std::nullopt;
+}
+
+std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!plan_) return std::nullopt;
+  return ProfileOf(*plan_, name);
+}
+
+void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (reader_) {
+    reader_->AddMark(at_ns, std::move(fn));
+    return;
+  }
+  if (plan_) fn(*plan_);
 }
 
 std::vector<std::string> Pipeline::ProfileNames() const {
@@ -251,6 +264,22 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   out.push_back(std::move(online));
   out.push_back(std::move(reopens));
   out.push_back(std::move(untraced));
+
+  if (std::any_of(plan_->collectors.begin(), plan_->collectors.end(),
+                  [](const auto& c) { return c && c->is_profile(); })) {
+    auto learnt = Family("tracepoint_exporter_profile_learnt_processes",
+                         "Processes whose executable mappings were learnt from PERF_RECORD_MMAP2 records (to name the "
+                         "user frames of processes that exited), at most 4096.",
+                         MetricKind::kGauge);
+    Add(&learnt, {}, static_cast<double>(learnt_maps_.size()));
+    out.push_back(std::move(learnt));
+    auto evicted = Family("tracepoint_exporter_profile_learnt_processes_evicted_total",
+                          "Processes forgotten to stay within the bound (those that exited longest ago first); "
+                          "their frames are then named only while they run.",
+                          MetricKind::kCounter);
+    Add(&evicted, {}, static_cast<double>(learnt_maps_.evicted()));
+    out.push_back(std::move(evicted));
+  }
 
   auto other = Family("tracepoint_exporter_ring_other_records_total",
                       "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter);

@@ -480,6 +480,9 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
   AddSampledCollector(plan, eps, std::move(c), m.canonical);
+  // User frames are named through the mappings learnt from PERF_RECORD_MMAP2 and the exec and
+  // fork records: those must reach LearntMaps in time order across the CPUs.
+  if ((callchain & EventPlan::kCallchainUser) != 0) plan->needs_ordering = true;
   return Status::Ok();
 }
 

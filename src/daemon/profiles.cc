@@ -1,37 +1,66 @@
 #include "daemon/profiles.h"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
 
+#include "common/clock.h"
 #include "profile/render.h"
 
 namespace tpe {
+namespace {
 
-HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format) {
+int64_t NowNs() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+}
+
+HttpAnswer BadRequest(std::string body) { return HttpAnswer{400, "text/plain; charset=utf-8", std::move(body)}; }
+
+HttpAnswer UnknownProfile(const Pipeline& pipeline, const std::string& name) {
+  std::string names;
+  for (const std::string& n : pipeline.ProfileNames()) names += (names.empty() ? "" : ", ") + n;
+  return HttpAnswer{404, "text/plain; charset=utf-8",
+                    "no profile \"" + name + "\"; the config's profiles: " + (names.empty() ? "none" : names) + "\n"};
+}
+
+bool KnownFormat(const std::string& format) { return format.empty() || format == "pprof" || format == "folded"; }
+
+HttpAnswer UnknownFormat(const std::string& format) {
+  return BadRequest("format=" + format + " is not one of pprof (the default), folded\n");
+}
+
+// Symbolizes `data`'s stacks and renders them in `format` (checked by the caller). A process's
+// mappings: what the reader learnt of it when it has exited (its pid may be another process's
+// now), else its /proc/PID/maps, else what was learnt (a process the daemon may not read).
+HttpAnswer Render(const Pipeline& pipeline, Pipeline::ProfileData data, const std::string& format, int64_t time_ns,
+                  int64_t duration_ns) {
   HttpAnswer a;
-  if (!format.empty() && format != "pprof" && format != "folded") {
-    a.status = 400;
-    a.body = "format=" + format + " is not one of pprof (the default), folded\n";
-    return a;
-  }
-  auto data = pipeline.Profile(name);
-  if (!data) {
-    std::string names;
-    for (const std::string& n : pipeline.ProfileNames()) names += (names.empty() ? "" : ", ") + n;
-    a.status = 404;
-    a.body = "no profile \"" + name + "\"; the config's profiles: " + (names.empty() ? "none" : names) + "\n";
-    return a;
-  }
   auto kallsyms = Kallsyms::Read();
   Symbolizer symbolizer("/proc", kallsyms.ok() ? std::move(kallsyms).value() : Kallsyms());
-  // A value profile's sums, scaled (pprof values are integers: rounded).
-  if (data->scale != 1) {
-    for (StackCount& sc : data->stacks)
-      sc.value = static_cast<uint64_t>(static_cast<double>(sc.value) * data->scale + 0.5);
+  std::set<uint32_t> pids;
+  for (const StackCount& sc : data.stacks) {
+    if (!sc.user.empty()) pids.insert(sc.pid);
   }
-  PprofBuilder builder(data->value_type, "count");
-  AddStacks(data->stacks, &symbolizer, &builder);
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  builder.SetTime(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), 0);
+  for (uint32_t pid : pids) {
+    auto learnt = pipeline.learnt_maps().Get(pid);
+    if (learnt && learnt->exited) {
+      symbolizer.SetMappings(pid, std::move(learnt->mappings));
+    } else if (!symbolizer.LoadProcessMaps(pid) && learnt) {
+      symbolizer.SetMappings(pid, std::move(learnt->mappings));
+    }
+  }
+  // A value profile's sums, scaled (pprof values are integers: rounded).
+  if (data.scale != 1) {
+    for (StackCount& sc : data.stacks)
+      sc.value = static_cast<uint64_t>(static_cast<double>(sc.value) * data.scale + 0.5);
+  }
+  PprofBuilder builder(data.value_type, "count");
+  AddStacks(data.stacks, &symbolizer, &builder);
+  builder.SetTime(time_ns, duration_ns);
   if (format == "folded") {
     a.body = FoldedStacks(builder.profile());
     return a;
@@ -45,6 +74,112 @@ HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, cons
   a.content_type = "application/octet-stream";
   a.body = std::move(gz).value();
   return a;
+}
+
+// "seconds" as sent: "" is the default; else only digits, 1..kMaxProfileSeconds.
+bool ParseSeconds(const std::string& text, int* seconds) {
+  if (text.empty()) {
+    *seconds = kDefaultProfileSeconds;
+    return true;
+  }
+  if (text.size() > 4) return false;
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v < 1 || v > kMaxProfileSeconds) return false;
+  *seconds = v;
+  return true;
+}
+
+}  // namespace
+
+HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format) {
+  if (!KnownFormat(format)) return UnknownFormat(format);
+  auto data = pipeline.Profile(name);
+  if (!data) return UnknownProfile(pipeline, name);
+  return Render(pipeline, std::move(*data), format, NowNs(), 0);
+}
+
+PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
+  PprofReply reply;
+  if (!request.seconds) {
+    reply.answer = RenderProfile(pipeline, request.name, request.format);
+    return reply;
+  }
+  if (!KnownFormat(request.format)) {
+    reply.answer = UnknownFormat(request.format);
+    return reply;
+  }
+  int seconds = 0;
+  if (!ParseSeconds(*request.seconds, &seconds)) {
+    // What the client sent, cut: it is echoed into the answer.
+    reply.answer = BadRequest("seconds=" + request.seconds->substr(0, 32) +
+                              " is not a whole number of seconds from 1 to " + std::to_string(kMaxProfileSeconds) +
+                              " (without a value: " + std::to_string(kDefaultProfileSeconds) + ")\n");
+    return reply;
+  }
+  const std::vector<std::string> names = pipeline.ProfileNames();
+  if (std::find(names.begin(), names.end(), request.name) == names.end()) {
+    reply.answer = UnknownProfile(pipeline, request.name);
+    return reply;
+  }
+  // The window's bounds are marks in the reader's dispatch: the profile exactly as it was after
+  // the last sample stamped before each bound (samples of the instant before the request that
+  // the reader had not dispatched yet are not the window's).
+  struct Window {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Pipeline::ProfileData> bounds[2];
+    bool done[2] = {false, false};
+    int64_t start_ns = 0;  // wall clock at the window's start (pprof time_nanos)
+  };
+  auto w = std::make_shared<Window>();
+  const int64_t duration_ns = int64_t{seconds} * 1000000000;
+  // Once the server accepted the wait (a refused request holds no snapshot).
+  reply.start = [&pipeline, w, duration_ns, name = request.name] {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->start_ns = NowNs();
+    }
+    const uint64_t t0 = MonotonicNs();
+    for (int i = 0; i < 2; ++i) {
+      pipeline.AddMark(t0 + (i == 0 ? 0 : static_cast<uint64_t>(duration_ns)), [w, i, name](const Plan& plan) {
+        auto data = Pipeline::ProfileOf(plan, name);
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->bounds[i] = std::move(data);
+        w->done[i] = true;
+        w->cv.notify_all();
+      });
+    }
+  };
+  reply.delay = std::chrono::seconds(seconds);
+  reply.later = [&pipeline, name = request.name, format = request.format, w, duration_ns] {
+    std::unique_lock<std::mutex> lock(w->mu);
+    // The reader dispatches every 100 ms; a stopped or paused reader (a reload) answers later.
+    if (!w->cv.wait_for(lock, std::chrono::seconds(10), [&] { return w->done[0] && w->done[1]; })) {
+      return HttpAnswer{503, "text/plain; charset=utf-8",
+                        "profile \"" + name +
+                            "\": the window's end was not reached (the daemon is stopping or "
+                            "reloading); retry\n"};
+    }
+    auto& before = w->bounds[0];
+    auto& after = w->bounds[1];
+    if (!after) {
+      return HttpAnswer{404, "text/plain; charset=utf-8",
+                        "profile \"" + name + "\" was removed by a reload during the request\n"};
+    }
+    // Replaced by a reload meanwhile: its samples since then are all this window has of it.
+    if (before && before->instance == after->instance) {
+      after->stacks = StacksSince(before->stacks, std::move(after->stacks));
+    }
+    Pipeline::ProfileData data = std::move(*after);
+    const int64_t start_ns = w->start_ns;
+    lock.unlock();
+    return Render(pipeline, std::move(data), format, start_ns, duration_ns);
+  };
+  return reply;
 }
 
 }  // namespace tpe

@@ -8,8 +8,9 @@
 // read (after --drop-capabilities), keeps its frames' addresses under the "[unknown]" mapping;
 // kernel frames stay addresses where kptr_restrict hides kallsyms.
 //
-// Thread-safety: RenderProfile reads the pipeline under its lock and symbolizes outside it;
-// concurrent calls are safe (each has its own symbolizer).
+// Thread-safety: RenderProfile and ServeProfile read the pipeline under its lock and symbolize
+// outside it; concurrent calls are safe (each has its own symbolizer), as are the `later` calls
+// of ServeProfile's replies.
 #pragma once
 
 #include <string>
@@ -19,9 +20,26 @@
 
 namespace tpe {
 
-// The answer to GET /debug/pprof/<name>[?format=...]: `format` "" or "pprof" (gzip-compressed
-// protobuf, application/octet-stream), or "folded" (text). 404 naming the profiles that exist
-// for an unknown name; 400 naming the valid formats for another format.
+// ?seconds=N: from 1 to this (10 minutes); "seconds" without a value is Go's default, 30.
+inline constexpr int kMaxProfileSeconds = 600;
+inline constexpr int kDefaultProfileSeconds = 30;
+
+// The answer to GET /debug/pprof/<name>[?format=...] with every sample since the profile
+// started (or changed at a reload): `format` "" or "pprof" (gzip-compressed protobuf,
+// application/octet-stream), or "folded" (text). 404 naming the profiles that exist for an
+// unknown name; 400 naming the valid formats for another format.
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format);
+
+// The reply to GET /debug/pprof/<name>[?format=...][&seconds=N]. Without seconds: RenderProfile
+// at once. With seconds: the reply's `start` (called when the server accepts the wait) marks the
+// window's start and end in the reader's dispatch (Pipeline::AddMark: the profile exactly as it
+// was after the last sample stamped before each bound), and its `later` (after N seconds, waits
+// for the end mark up to 10 s, else 503) renders what the profile gained in between, with the
+// pprof's time_nanos the window's start and duration_nanos N s; a profile replaced by a reload
+// meanwhile gives its samples since the reload; one removed by a reload, 404. Errors answered at
+// once: 400 for a seconds value that is not a whole number from 1 to kMaxProfileSeconds (naming
+// it and the range) or a bad format, 404 for an unknown name. `pipeline` must outlive the
+// reply's callables.
+PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request);
 
 }  // namespace tpe

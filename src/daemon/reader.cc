@@ -11,7 +11,9 @@
 #include "perf/records.h"
 
 namespace tpe {
-Reader::Reader(Plan* plan, std::deque<CpuRing>* rings) : rings_(rings) { SetPlan(plan); }
+Reader::Reader(Plan* plan, std::deque<CpuRing>* rings, LearntMaps* learnt) : rings_(rings), learnt_(learnt) {
+  SetPlan(plan);
+}
 
 void Reader::SetPlan(Plan* plan) {
   plan_ = plan;
@@ -126,18 +128,33 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
     }
     case PERF_RECORD_COMM: {
       CommRecord c;
-      if (ParseCommRecord(p.bytes, &c)) comms_.OnComm(c.tid, c.comm);
+      if (!ParseCommRecord(p.bytes, &c)) return;
+      comms_.OnComm(c.tid, c.comm);
+      if (c.exec && learnt_ != nullptr) learnt_->OnExec(c.pid);
       return;
     }
     case PERF_RECORD_FORK: {
       TaskRecord t;
-      if (ParseTaskRecord(p.bytes, &t)) comms_.OnFork(t.ptid, t.tid);
+      if (!ParseTaskRecord(p.bytes, &t)) return;
+      comms_.OnFork(t.ptid, t.tid);
+      if (learnt_ != nullptr) learnt_->OnFork(t.ppid, t.pid);
       return;
     }
     case PERF_RECORD_EXIT: {
       TaskRecord t;
-      if (ParseTaskRecord(p.bytes, &t)) {
-        comms_.OnExit(t.tid);
+      if (!ParseTaskRecord(p.bytes, &t)) return;
+      comms_.OnExit(t.tid);
+      if (learnt_ != nullptr) learnt_->OnExit(t.pid, t.tid);
+      return;
+    }
+    case PERF_RECORD_MMAP2: {
+      Mmap2Record m;
+      if (!ParseMmap2Record(p.bytes, &m)) {
+        sample_errors_.Add(1);
+        return;
+      }
+      if (learnt_ != nullptr) {
+        learnt_->OnMmap(m.pid, m.addr, m.len, m.pgoff, m.maj, m.min, m.ino, m.prot, m.filename);
       }
       return;
     }
@@ -153,6 +170,26 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
     default:
       other_records_.Add(1);
       return;
+  }
+}
+
+void Reader::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  marks_.emplace(at_ns, std::move(fn));
+  next_mark_ns_.store(marks_.begin()->first, std::memory_order_relaxed);
+}
+
+void Reader::RunMarks(uint64_t before_ns) {
+  for (;;) {
+    std::function<void(const Plan&)> fn;
+    {
+      std::lock_guard<std::mutex> lock(marks_mu_);
+      if (marks_.empty() || (before_ns != ~0ull && marks_.begin()->first >= before_ns)) break;
+      fn = std::move(marks_.begin()->second);
+      marks_.erase(marks_.begin());
+      next_mark_ns_.store(marks_.empty() ? ~0ull : marks_.begin()->first, std::memory_order_relaxed);
+    }
+    fn(*plan_);
   }
 }
 
@@ -203,7 +240,17 @@ void Reader::Round(bool flush_all) {
     }
     if (best == nullptr) break;
     const auto& p = best->pending[best->next++];
+    if (p.time_ns >= next_mark_ns_.load(std::memory_order_relaxed)) RunMarks(p.time_ns + 1);
     Dispatch(p, static_cast<uint32_t>(best->cpu));
+  }
+  // Every record stamped before the limit is dispatched (without ordering: before the quiet
+  // slack, the time a record may take to be committed); at shutdown, every record.
+  if (next_mark_ns_.load(std::memory_order_relaxed) != ~0ull) {
+    const uint64_t done = flush_all                                       ? ~0ull
+                          : limit != std::numeric_limits<uint64_t>::max() ? limit
+                          : now > kQuietSlackNs                           ? now - kQuietSlackNs
+                                                                          : 0;
+    RunMarks(done == ~0ull ? done : done + 1);
   }
   // Every record stamped up to the check was dispatched once the limit passed it (a round that
   // started a quiet-slack later indexed whatever was still being committed then).

@@ -19,7 +19,8 @@
 // are checked against its samples and lost samples (EventPlan::unaccounted).
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
-// COMM/FORK/EXIT → CommTable; LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
+// COMM/FORK/EXIT → CommTable (and, with MMAP2, → LearntMaps: a profile's user frames);
+// LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
 // `lost` covers every event writing into the ring, task records too, and its id is only the
 // event that happened to write next: per-event losses come from PERF_FORMAT_LOST instead);
 // other types are stepped over by header.size and counted.
@@ -27,8 +28,12 @@
 // Thread-safety: one thread calls Round(); the counters it exposes are relaxed atomics.
 #pragma once
 
+#include <atomic>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +41,7 @@
 #include "common/scoped_fd.h"
 #include "daemon/plan.h"
 #include "perf/ring_buffer.h"
+#include "profile/learnt_maps.h"
 
 namespace tpe {
 
@@ -72,7 +78,9 @@ struct CpuRing {
 
 class Reader {
  public:
-  Reader(Plan* plan, std::deque<CpuRing>* rings);
+  // `learnt` (optional, outlives the reader): where PERF_RECORD_MMAP2 and the exec, fork and
+  // exit records go.
+  Reader(Plan* plan, std::deque<CpuRing>* rings, LearntMaps* learnt = nullptr);
 
   // Switches dispatch to `plan` (a reload) and re-reads its events' ids (also after a CPU's
   // events were reopened). Records still held from before go to the event that now has their
@@ -81,6 +89,13 @@ class Reader {
 
   // One round over all rings. `flush_all`: dispatch everything read (at shutdown).
   void Round(bool flush_all);
+
+  // A mark: `fn` is called on the reader thread with the plan once every record stamped before
+  // `at_ns` (CLOCK_MONOTONIC) has been dispatched and none stamped at or after it — the
+  // collectors' state exactly at that instant (a ?seconds=N profile window's bounds). Marks
+  // whose time has passed run in the next round; a flush_all round (shutdown) runs them all.
+  // Any thread.
+  void AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn);
 
   uint64_t other_records() const { return other_records_.Get(); }
   uint64_t sample_errors() const { return sample_errors_.Get(); }
@@ -100,6 +115,12 @@ class Reader {
   std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
   size_t last_hit_ = 0;
   CommTable comms_;
+  LearntMaps* learnt_;
+  // Marks by time; next_mark_ns_ is the first one's (max: none), read on every dispatch.
+  void RunMarks(uint64_t before_ns);
+  std::mutex marks_mu_;
+  std::multimap<uint64_t, std::function<void(const Plan&)>> marks_;
+  std::atomic<uint64_t> next_mark_ns_{~0ull};
   uint64_t last_sweep_ns_ = 0;
   // Unaccounted hits (EventPlan::unaccounted): the counts of every sampled event are read, then
   // the clock (check_time_ns_); once every record stamped before that time has been dispatched,

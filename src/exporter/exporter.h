@@ -31,8 +31,8 @@ namespace tpe {
 
 // Returns every metric family to expose (user metrics first, then self-metrics).
 using SnapshotSource = std::function<std::vector<MetricSnapshot>()>;
-// Answers "/debug/pprof/<name>[?format=folded]" (see HttpServerOptions::pprof).
-using ProfileSource = std::function<HttpAnswer(const std::string& name, const std::string& format)>;
+// Answers "/debug/pprof/<name>[?format=folded][&seconds=N]" (see HttpServerOptions::pprof).
+using ProfileSource = std::function<PprofReply(const PprofRequest& request)>;
 
 // process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
 // process_start_time_seconds, process_open_fds, process_max_fds — from /proc/self (proc(5)).

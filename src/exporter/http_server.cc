@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/scoped_fd.h"
 #include "exporter/basic_auth.h"
+#include "exporter/delayed_runner.h"
 #include "exporter/listen_address.h"
 
 namespace tpe {
@@ -38,16 +39,21 @@ constexpr char kRealm[] = "tracepoint_exporter";
 // One per TCP connection (libmicrohttpd's socket_context): what the deadline watchdog needs.
 // Fields are guarded by Impl::conns_mu.
 struct ConnState {
-  int fd = -1;              // owned by libmicrohttpd; valid until the CLOSED notification
-  bool in_request = false;  // headers complete, response not yet sent
-  Clock::time_point since;  // start of the current phase (accept, or the previous response)
-  bool shut = false;        // the watchdog has shut the socket down
+  int fd = -1;                         // owned by libmicrohttpd; valid until the CLOSED notification
+  bool in_request = false;             // headers complete, response not yet sent
+  Clock::time_point since;             // start of the current phase (accept, or the previous response)
+  std::chrono::milliseconds extra{0};  // added to the request deadline (an answer that waits)
+  bool shut = false;                   // the watchdog has shut the socket down
 };
 
 // One per HTTP request (libmicrohttpd's con_cls).
 struct Request {
   enum Auth : int { kUnchecked, kPending, kAllowed, kDenied, kBusy };
   std::atomic<int> auth{kUnchecked};  // written by the auth thread before it resumes the connection
+  // A pprof answer that waited: written by the delayed-answer thread before it resumes the
+  // connection, then `later_ready` set.
+  std::unique_ptr<HttpAnswer> later;
+  std::atomic<bool> later_ready{false};
 };
 
 struct AuthJob {
@@ -144,6 +150,9 @@ struct HttpServer::Impl {
   bool auth_stop = false;
   std::thread auth_thread;
 
+  // Answers that wait (pprof replies with `later`).
+  std::unique_ptr<DelayedRunner> delayed;
+
   void WatchdogLoop() {
     std::unique_lock<std::mutex> lock(conns_mu);
     while (!watchdog_stop) {
@@ -155,7 +164,7 @@ struct HttpServer::Impl {
       const auto header_deadline =
           pressure ? std::min(opt.header_deadline, opt.pressure_header_deadline) : opt.header_deadline;
       for (ConnState* c : conns) {
-        if (c->shut || now - c->since <= (c->in_request ? opt.request_deadline : header_deadline)) continue;
+        if (c->shut || now - c->since <= (c->in_request ? opt.request_deadline + c->extra : header_deadline)) continue;
         // libmicrohttpd reads EOF (or fails its next send) and closes the connection; the fd
         // stays valid until then, as the CLOSED notification takes conns_mu first.
         deadline_closes.fetch_add(1);
@@ -215,6 +224,79 @@ struct HttpServer::Impl {
     std::lock_guard<std::mutex> lock(conns_mu);
     c->in_request = in_request;
     c->since = Clock::now();
+    c->extra = std::chrono::milliseconds(0);
+  }
+
+  void ExtendRequestDeadline(MHD_Connection* connection, std::chrono::milliseconds by) {
+    ConnState* c = StateOf(connection);
+    if (c == nullptr) return;
+    std::lock_guard<std::mutex> lock(conns_mu);
+    c->extra = by;
+  }
+
+  // Hands `answer` to a suspended request and resumes its connection (OnRequest then sends it).
+  static void ResumeWith(MHD_Connection* connection, Request* request, HttpAnswer answer) {
+    request->later = std::make_unique<HttpAnswer>(std::move(answer));
+    request->later_ready.store(true);
+    MHD_resume_connection(connection);
+  }
+
+  // A pprof request: the handler's answer now, or (a reply with `later`) the connection suspended
+  // until the delayed-answer thread has computed it.
+  MHD_Result ServePprof(MHD_Connection* connection, Request* request, std::string_view name) {
+    if (request->later_ready.load()) return RespondAnswer(connection, std::move(*request->later));
+    PprofRequest pr;
+    pr.name = std::string(name);
+    const char* format = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "format");
+    pr.format = format != nullptr ? format : "";
+    const char* seconds = nullptr;
+    size_t seconds_size = 0;
+    if (MHD_lookup_connection_value_n(connection, MHD_GET_ARGUMENT_KIND, "seconds", 7, &seconds, &seconds_size) ==
+        MHD_YES) {
+      pr.seconds = seconds != nullptr ? std::string(seconds, seconds_size) : std::string();
+    }
+    PprofReply reply;
+    try {  // nothing may unwind through libmicrohttpd's C frames
+      reply = opt.pprof(pr);
+    } catch (const std::exception& e) {
+      TPE_LOG_ERROR("profile failed: {}", e.what());
+      return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "profile failed\n", "text/plain; charset=utf-8");
+    }
+    if (!reply.later) return RespondAnswer(connection, std::move(reply.answer));
+    // Suspend first: the delayed thread may answer before this handler returns.
+    ExtendRequestDeadline(connection, reply.delay);
+    MHD_suspend_connection(connection);
+    auto later = std::make_shared<std::function<HttpAnswer()>>(std::move(reply.later));
+    const bool queued = delayed->Submit(
+        Clock::now() + reply.delay,
+        [connection, request, later] {
+          HttpAnswer a;
+          try {
+            a = (*later)();
+          } catch (const std::exception& e) {
+            TPE_LOG_ERROR("profile failed: {}", e.what());
+            a = HttpAnswer{500, "text/plain; charset=utf-8", "profile failed\n"};
+          }
+          ResumeWith(connection, request, std::move(a));
+        },
+        [connection, request] {
+          ResumeWith(connection, request, HttpAnswer{503, "text/plain; charset=utf-8", "the server is stopping\n"});
+        });
+    if (queued && reply.start) reply.start();  // the delay is at least a second: before `later` runs
+    if (!queued) {
+      ResumeWith(connection, request,
+                 HttpAnswer{429, "text/plain; charset=utf-8",
+                            std::to_string(opt.max_delayed_answers) +
+                                " profile requests with seconds=N are already waiting; retry later\n"});
+    }
+    return MHD_YES;  // suspended; called again once resumed
+  }
+
+  static MHD_Result RespondAnswer(MHD_Connection* connection, HttpAnswer answer) {
+    auto owned = std::make_shared<const HttpAnswer>(std::move(answer));
+    const std::string_view text = owned->body;
+    const char* type = owned->content_type.c_str();
+    return Respond(connection, owned->status, owned, text, type);
   }
 
   // --- libmicrohttpd callbacks (on its threads) ---
@@ -356,20 +438,7 @@ struct HttpServer::Impl {
           break;
       }
     }
-    if (pprof) {
-      const char* format = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "format");
-      HttpAnswer answer;
-      try {  // nothing may unwind through libmicrohttpd's C frames
-        answer = impl->opt.pprof(std::string(path.substr(kPprof.size())), format != nullptr ? format : "");
-      } catch (const std::exception& e) {
-        TPE_LOG_ERROR("profile failed: {}", e.what());
-        return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "profile failed\n", "text/plain; charset=utf-8");
-      }
-      auto owned = std::make_shared<const HttpAnswer>(std::move(answer));
-      const std::string_view text = owned->body;
-      const char* type = owned->content_type.c_str();
-      return Respond(connection, owned->status, owned, text, type);
-    }
+    if (pprof) return impl->ServePprof(connection, request, path.substr(kPprof.size()));
     std::shared_ptr<const RenderedPage> body;
     try {  // nothing may unwind through libmicrohttpd's C frames
       body = impl->opt.metrics();
@@ -408,6 +477,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions option
       impl->auth_thread = std::thread([impl] { impl->AuthLoop(); });
     }
     impl->watchdog = std::thread([impl] { impl->WatchdogLoop(); });
+    if (impl->opt.pprof) impl->delayed = std::make_unique<DelayedRunner>(impl->opt.max_delayed_answers);
   } catch (const std::system_error& e) {
     return Internal(std::string("cannot start the HTTP server's threads: ") + e.what());
   }
@@ -465,6 +535,8 @@ HttpServer::~HttpServer() {
     impl->auth_cv.notify_all();
     impl->auth_thread.join();  // every suspended connection has been resumed
   }
+  // libmicrohttpd cannot stop with suspended connections: answers that wait get 503 first.
+  if (impl->delayed) impl->delayed->Stop();
   if (impl->daemon != nullptr) MHD_stop_daemon(impl->daemon);
   {
     std::lock_guard<std::mutex> lock(impl->conns_mu);

@@ -18,19 +18,25 @@
 //    `auth_queue` checks wait; beyond that a request gets 503 at once.
 //  - HTTP/1.1 keep-alive, pipelining (answered in order), HEAD and "Connection: close" are
 //    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing_html`, `telemetry_path` is
-//    `metrics()`, "/debug/pprof/<name>" is `pprof(name, format)`, anything else 404.
+//    `metrics()`, "/debug/pprof/<name>" is `pprof(request)`, anything else 404.
+//  - Answers that wait (a pprof reply with `later`, e.g. "?seconds=30"): the connection is
+//    suspended, the answer computed by a DelayedRunner thread once the delay has passed, and the
+//    request deadline of that connection grows by the delay. At most `max_delayed_answers` wait;
+//    beyond that a request gets 429 at once; stopping the server answers those waiting 503.
 //
 // Memory: a response references its body; the server copies no body into buffers of its own
 // (libmicrohttpd sends straight from it, through GnuTLS records with TLS).
 //
-// Thread-safety: Start/~HttpServer from one thread. `metrics` is called on the server's threads,
-// possibly concurrently; the buffers it returns are released on those threads.
+// Thread-safety: Start/~HttpServer from one thread. `metrics` and `pprof` are called on the
+// server's threads, possibly concurrently; the buffers they return are released on those
+// threads. A reply's `later` runs on the server's delayed-answer thread, one at a time.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -45,6 +51,23 @@ struct HttpAnswer {
   std::string body;
 };
 
+// GET /debug/pprof/<name>: the path's name and the query arguments a pprof handler reads.
+struct PprofRequest {
+  std::string name;                    // after "/debug/pprof/", not decoded further
+  std::string format;                  // "format=...", "" when absent
+  std::optional<std::string> seconds;  // "seconds=..." as sent ("" for "seconds" without a value)
+};
+
+// A pprof handler's reply: `answer` now, or, when `later` is set, later()'s answer once `delay`
+// has passed (then `answer` is unused). `start` (optional) is called once the wait is accepted
+// (not for a request refused with 429), on the server thread, before the delay begins.
+struct PprofReply {
+  HttpAnswer answer;
+  std::chrono::milliseconds delay{0};
+  std::function<HttpAnswer()> later;
+  std::function<void()> start;
+};
+
 struct HttpServerOptions {
   std::string listen_address;  // "[HOST]:PORT", see listen_address.h
   std::string telemetry_path;  // e.g. "/metrics"
@@ -53,9 +76,10 @@ struct HttpServerOptions {
   std::function<std::shared_ptr<const RenderedPage>()> metrics;
   std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
   std::string landing_html;  // the body served at "/"
-  // "/debug/pprof/<name>[?format=folded]": called with <name> and the query's "format" ("" when
-  // absent) on a server thread, behind the same basic auth as telemetry_path. Unset: 404.
-  std::function<HttpAnswer(const std::string& name, const std::string& format)> pprof;
+  // "/debug/pprof/<name>[?format=...][&seconds=N]": called on a server thread, behind the same
+  // basic auth as telemetry_path. Unset: 404.
+  std::function<PprofReply(const PprofRequest& request)> pprof;
+  size_t max_delayed_answers = 16;  // replies with `later` waiting at once; beyond: 429
   // TLS: both set = HTTPS only. Paths are for error messages; the PEM text is what is served.
   std::string cert_file, key_file;
   std::string cert_pem, key_pem;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <fstream>
@@ -201,6 +202,90 @@ TEST(HttpServerTest, FullAuthQueueIs503) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics", "Authorization: Basic YWxpY2U6c2VjcmV0\r\n")),
             std::vector<std::string>{"HTTP/1.1 503 Service Unavailable"});
+}
+
+// A pprof handler that answers "<name> <format> <seconds or -> now" at once, or (seconds
+// present) the same with "later" after `delay`.
+HttpServerOptions PprofOptions(milliseconds delay, std::shared_ptr<std::atomic<int>> starts = nullptr) {
+  HttpServerOptions o = Options();
+  o.pprof = [delay, starts](const PprofRequest& r) {
+    const std::string what = r.name + " " + r.format + " " + (r.seconds ? "[" + *r.seconds + "]" : "-");
+    PprofReply reply;
+    reply.answer.body = what + " now";
+    if (r.seconds) {
+      reply.delay = delay;
+      reply.later = [what] { return HttpAnswer{200, "text/plain; charset=utf-8", what + " later"}; };
+      if (starts) reply.start = [starts] { ++*starts; };
+    }
+    return reply;
+  };
+  return o;
+}
+
+TEST(HttpServerTest, PprofAnswersNowOrAfterTheDelayWithoutHoldingTheEventLoop) {
+  HttpServerOptions o = PprofOptions(milliseconds(600));
+  o.threads = 1;  // one event loop: a waiting answer must not hold it
+  auto server = HttpServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  std::string out = Get(port, "/debug/pprof/cpu?format=folded");
+  EXPECT_NE(out.find("\r\n\r\ncpu folded - now"), std::string::npos) << out;
+  EXPECT_EQ(StatusLines(Get(port, "/debug/pprof/")), std::vector<std::string>{"HTTP/1.1 404 Not Found"});
+
+  const auto start = Clock::now();
+  ScopedFd waiting = Connect(port);
+  Send(waiting.get(), "GET /debug/pprof/cpu?seconds=7 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ScopedFd no_value = Connect(port);
+  Send(no_value.get(), "GET /debug/pprof/off?seconds HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  // Meanwhile the one event loop serves scrapes.
+  EXPECT_EQ(StatusLines(Get(port, "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
+  EXPECT_LT(Clock::now() - start, milliseconds(600)) << "a scrape waited for the delayed answers";
+  out = ReadAll(waiting.get(), milliseconds(5000));
+  EXPECT_GE(Clock::now() - start, milliseconds(600));
+  EXPECT_NE(out.find("\r\n\r\ncpu  [7] later"), std::string::npos) << out;
+  out = ReadAll(no_value.get(), milliseconds(5000));
+  EXPECT_NE(out.find("\r\n\r\noff  [] later"), std::string::npos) << out;
+}
+
+TEST(HttpServerTest, PprofWaitsOutlastTheRequestDeadline) {
+  HttpServerOptions o = PprofOptions(milliseconds(1500));
+  o.request_deadline = milliseconds(500);
+  auto server = HttpServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string out = Get((*server)->port(), "/debug/pprof/cpu?seconds=1");
+  EXPECT_EQ(StatusLines(out), std::vector<std::string>{"HTTP/1.1 200 OK"}) << out;
+  EXPECT_EQ((*server)->deadline_closes(), 0u);
+}
+
+TEST(HttpServerTest, PprofWaitingAnswersAreBoundedAndAnswered503AtStop) {
+  auto starts = std::make_shared<std::atomic<int>>(0);
+  HttpServerOptions o = PprofOptions(milliseconds(60000), starts);
+  o.max_delayed_answers = 2;
+  auto server = HttpServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  std::vector<ScopedFd> waiting;
+  for (int i = 0; i < 2; ++i) {
+    waiting.push_back(Connect(port));
+    Send(waiting.back().get(), "GET /debug/pprof/cpu?seconds=60 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  }
+  // Both are queued once the third is refused; it is answered at once, not after 60 s.
+  std::string third;
+  for (int i = 0; i < 50; ++i) {
+    third = Get(port, "/debug/pprof/cpu?seconds=60");
+    if (third.find(" 429 ") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(StatusLines(third), std::vector<std::string>{"HTTP/1.1 429 Too Many Requests"}) << third;
+  EXPECT_NE(third.find("2 profile requests with seconds=N are already waiting"), std::string::npos) << third;
+  EXPECT_EQ(StatusLines(Get(port, "/debug/pprof/cpu")), std::vector<std::string>{"HTTP/1.1 200 OK"});
+  EXPECT_EQ(starts->load(), 2) << "only accepted waits start";
+  server->reset();  // stopping answers the waiting ones
+  for (ScopedFd& fd : waiting) {
+    const std::string out = ReadAll(fd.get(), milliseconds(5000));
+    EXPECT_EQ(StatusLines(out), std::vector<std::string>{"HTTP/1.1 503 Service Unavailable"}) << out;
+    EXPECT_NE(out.find("the server is stopping"), std::string::npos) << out;
+  }
 }
 
 TEST(HttpServerTest, Errors) {

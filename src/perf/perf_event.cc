@@ -109,6 +109,10 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
       attr.comm = 1;
       attr.task = 1;
     }
+    if (opts.track_mmap) {
+      attr.mmap = 1;
+      attr.mmap2 = 1;
+    }
   }
   return attr;
 }

@@ -29,10 +29,14 @@ inline constexpr uint64_t kSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID
 inline constexpr uint64_t kSampleTypeCgroup = kSampleType | PERF_SAMPLE_CGROUP;
 
 struct TracepointEventOptions {
-  uint64_t tracepoint_id = 0;           // events/<sys>/<event>/id
-  bool sampled = false;                 // sample_period=1 with kSampleType; else counting mode
-  bool cgroup = false;                  // sampled: kSampleTypeCgroup instead of kSampleType
-  bool track_tasks = false;             // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
+  uint64_t tracepoint_id = 0;  // events/<sys>/<event>/id
+  bool sampled = false;        // sample_period=1 with kSampleType; else counting mode
+  bool cgroup = false;         // sampled: kSampleTypeCgroup instead of kSampleType
+  bool track_tasks = false;    // also emit PERF_RECORD_COMM/FORK/EXIT (attr.comm, attr.task)
+  // Also emit PERF_RECORD_MMAP2 for every executable mapping a task makes while the event is
+  // enabled (attr.mmap + attr.mmap2; for a per-CPU event: any task on that CPU). Profiles use
+  // them to name the user frames of processes that exited before the request.
+  bool track_mmap = false;
   uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
   // read_format carries PERF_FORMAT_LOST (Linux >= 6.0; PerfFeatures::format_lost). Without it
   // read() returns {value, time_enabled} and EventCount::lost_known is false.

@@ -30,6 +30,7 @@ struct CommRecord {
   uint32_t pid = 0, tid = 0;
   std::string_view comm;  // points into the record; at most 15 characters
   uint64_t time_ns = 0;
+  bool exec = false;  // PERF_RECORD_MISC_COMM_EXEC: the process exec'd (its mappings were replaced)
 };
 bool ParseCommRecord(Bytes record, CommRecord* out);
 
@@ -39,6 +40,25 @@ struct TaskRecord {
   uint64_t time_ns = 0;
 };
 bool ParseTaskRecord(Bytes record, TaskRecord* out);
+
+// PERF_RECORD_MMAP2 { u32 pid, tid; u64 addr, len, pgoff; union { struct { u32 maj, min; u64 ino,
+// ino_generation; }; struct { u8 build_id_size; u8 res1; u16 res2; u8 build_id[20]; }; };
+// u32 prot, flags; char filename[]; sample_id } — an mmap of `pid` (attr.mmap + attr.mmap2:
+// executable mappings). With PERF_RECORD_MISC_MMAP_BUILD_ID in misc (attr.build_id, Linux 5.12)
+// the union holds the build id instead of the device and inode. The filename is NUL-padded to 8
+// bytes; "//anon" for anonymous executable memory, "[vdso]" and the like for pseudo files.
+struct Mmap2Record {
+  uint32_t pid = 0, tid = 0;
+  uint64_t addr = 0, len = 0, pgoff = 0;
+  uint32_t maj = 0, min = 0;
+  uint64_t ino = 0;
+  bool has_build_id = false;
+  std::string_view build_id;  // raw bytes, when has_build_id; points into the record
+  uint32_t prot = 0, flags = 0;
+  std::string_view filename;  // points into the record
+  uint64_t time_ns = 0;
+};
+bool ParseMmap2Record(Bytes record, Mmap2Record* out);
 
 // PERF_RECORD_LOST { u64 id; u64 lost; sample_id } and PERF_RECORD_LOST_SAMPLES { u64 lost;
 // sample_id }: `id` is the event whose record follows the gap (0 for LOST_SAMPLES; use the

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "perf/perf_event.h"
@@ -150,6 +152,92 @@ TEST(RecordsTest, CommRecord) {
   EXPECT_FALSE(ParseCommRecord(Bytes(rec.data(), 20), &c));
 }
 
+TEST(RecordsTest, CommRecordOfAnExec) {
+  std::vector<uint8_t> body;
+  testing::AppendValue(&body, uint32_t{10});
+  testing::AppendValue(&body, uint32_t{10});
+  const char comm[8] = "true";
+  body.insert(body.end(), comm, comm + 8);
+  for (int i = 0; i < 3; ++i) testing::AppendValue(&body, uint64_t{7});  // sample_id
+  std::vector<uint8_t> rec = testing::MakeRecord(PERF_RECORD_COMM, body, PERF_RECORD_MISC_COMM_EXEC);
+  CommRecord c;
+  ASSERT_TRUE(ParseCommRecord(Bytes(rec), &c));
+  EXPECT_TRUE(c.exec);
+  EXPECT_EQ(c.comm, "true");
+}
+
+// PERF_RECORD_MMAP2 as kernel/events/core.c perf_event_mmap_output writes it.
+std::vector<uint8_t> Mmap2Body(const std::string& filename, bool build_id) {
+  std::vector<uint8_t> body;
+  testing::AppendValue(&body, uint32_t{4242});            // pid
+  testing::AppendValue(&body, uint32_t{4243});            // tid
+  testing::AppendValue(&body, uint64_t{0x55d0c8a00000});  // addr
+  testing::AppendValue(&body, uint64_t{0x3000});          // len
+  testing::AppendValue(&body, uint64_t{0x1000});          // pgoff
+  if (build_id) {
+    testing::AppendValue(&body, uint8_t{20});  // build_id_size
+    testing::AppendValue(&body, uint8_t{0});
+    testing::AppendValue(&body, uint16_t{0});
+    for (uint8_t i = 0; i < 20; ++i) testing::AppendValue(&body, static_cast<uint8_t>(0xa0 + i));
+  } else {
+    testing::AppendValue(&body, uint32_t{254});      // maj
+    testing::AppendValue(&body, uint32_t{1});        // min
+    testing::AppendValue(&body, uint64_t{1234567});  // ino
+    testing::AppendValue(&body, uint64_t{9});        // ino_generation
+  }
+  testing::AppendValue(&body, uint32_t{5});  // prot: PROT_READ | PROT_EXEC
+  testing::AppendValue(&body, uint32_t{2});  // flags: MAP_PRIVATE
+  std::vector<uint8_t> name(filename.begin(), filename.end());
+  name.resize((filename.size() + 8) / 8 * 8, 0);  // NUL-padded to 8 bytes, at least one NUL
+  body.insert(body.end(), name.begin(), name.end());
+  testing::AppendValue(&body, uint64_t{0});     // sample_id: pid, tid
+  testing::AppendValue(&body, uint64_t{4711});  //            time
+  testing::AppendValue(&body, uint64_t{3});     //            id
+  return body;
+}
+
+TEST(RecordsTest, Mmap2Record) {
+  std::vector<uint8_t> rec = testing::MakeRecord(PERF_RECORD_MMAP2, Mmap2Body("/usr/bin/stack_paths", false));
+  Mmap2Record m;
+  ASSERT_TRUE(ParseMmap2Record(Bytes(rec), &m));
+  EXPECT_EQ(m.pid, 4242u);
+  EXPECT_EQ(m.tid, 4243u);
+  EXPECT_EQ(m.addr, 0x55d0c8a00000u);
+  EXPECT_EQ(m.len, 0x3000u);
+  EXPECT_EQ(m.pgoff, 0x1000u);
+  EXPECT_EQ(m.maj, 254u);
+  EXPECT_EQ(m.min, 1u);
+  EXPECT_EQ(m.ino, 1234567u);
+  EXPECT_FALSE(m.has_build_id);
+  EXPECT_EQ(m.prot, 5u);
+  EXPECT_EQ(m.flags, 2u);
+  EXPECT_EQ(m.filename, "/usr/bin/stack_paths");
+  EXPECT_EQ(m.time_ns, 4711u);
+  // A name of exactly 8 bytes takes a second word for its NUL.
+  rec = testing::MakeRecord(PERF_RECORD_MMAP2, Mmap2Body("/bin/abc", false));
+  ASSERT_TRUE(ParseMmap2Record(Bytes(rec), &m));
+  EXPECT_EQ(m.filename, "/bin/abc");
+  // Cut records and a name without its NUL are refused.
+  for (size_t cut : {8ul, 40ul, 72ul, rec.size() - 1})
+    EXPECT_FALSE(ParseMmap2Record(Bytes(rec.data(), cut), &m)) << cut;
+  std::vector<uint8_t> bad = rec;
+  std::fill(bad.begin() + 72, bad.end() - 24, 'x');
+  EXPECT_FALSE(ParseMmap2Record(Bytes(bad), &m));
+}
+
+TEST(RecordsTest, Mmap2RecordWithBuildId) {
+  std::vector<uint8_t> rec =
+      testing::MakeRecord(PERF_RECORD_MMAP2, Mmap2Body("//anon", true), PERF_RECORD_MISC_MMAP_BUILD_ID);
+  Mmap2Record m;
+  ASSERT_TRUE(ParseMmap2Record(Bytes(rec), &m));
+  EXPECT_TRUE(m.has_build_id);
+  ASSERT_EQ(m.build_id.size(), 20u);
+  EXPECT_EQ(static_cast<uint8_t>(m.build_id[0]), 0xa0);
+  EXPECT_EQ(static_cast<uint8_t>(m.build_id[19]), 0xb3);
+  EXPECT_EQ(m.ino, 0u);
+  EXPECT_EQ(m.filename, "//anon");
+}
+
 TEST(PerfEventTest, CpuList) {
   EXPECT_EQ(*ParseCpuList("0-3,5\n"), (std::vector<int>{0, 1, 2, 3, 5}));
   EXPECT_EQ(*ParseCpuList("0"), (std::vector<int>{0}));
@@ -171,6 +259,10 @@ TEST(PerfEventTest, AttrForSampledAndCountingModes) {
   o.track_tasks = true;
   o.wakeup_watermark_bytes = 4096;
   perf_event_attr s = MakeTracepointAttr(o);
+  EXPECT_EQ(s.mmap, 0u);
+  o.track_mmap = true;
+  EXPECT_EQ(MakeTracepointAttr(o).mmap, 1u);
+  EXPECT_EQ(MakeTracepointAttr(o).mmap2, 1u);
   EXPECT_EQ(s.sample_period, 1u);
   EXPECT_EQ(s.sample_type, kSampleType);
   EXPECT_EQ(s.use_clockid, 1u);

@@ -1,5 +1,8 @@
 #include "profile/symbolizer.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <algorithm>
 
 #include "common/file_util.h"
@@ -33,6 +36,10 @@ void Symbolizer::AddMapping(uint32_t pid, const ProcMapping& m) {
       m);
 }
 
+void Symbolizer::SetMappings(uint32_t pid, std::vector<ProcMapping> mappings) {
+  processes_[pid].mappings = std::move(mappings);
+}
+
 void Symbolizer::ForgetProcess(uint32_t pid) { processes_.erase(pid); }
 
 const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
@@ -54,6 +61,14 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
         file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
         break;
       }
+    }
+    // The process is gone (its mappings learnt from records): the path in our own root, if it
+    // is still that file (a container's path, or a file replaced since, is another inode).
+    struct stat st {};
+    if (file == nullptr && ::stat(m.path.c_str(), &st) == 0 && st.st_ino == m.inode &&
+        major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor) {
+      auto opened = elf::ElfFile::Open(m.path);
+      if (opened.ok()) file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
     }
     it = elf_by_identity_.emplace(identity, std::move(file)).first;
   }

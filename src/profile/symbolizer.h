@@ -1,7 +1,8 @@
 // Names the frames of stacks: kernel frames through /proc/kallsyms, user frames through the
 // process's mappings (ProcMapping: from /proc/PID/maps when a process is first seen, or from
 // PERF_RECORD_MMAP2 records as it maps more), the ELF symbols of the mapped files (src/elf,
-// opened as /proc/PID/root/PATH so a container's files are its own), and perf map files
+// opened as /proc/PID/root/PATH so a container's files are its own; once the process is gone,
+// as PATH in the daemon's own root when that file is the same device and inode), and perf map files
 // (/tmp/perf-PID.map in the process's root) for JIT code. A frame that cannot be named keeps its
 // address and mapping (file, offset, build id), so a pprof server with the debug info can finish;
 // one that is in no known mapping goes to the "[unknown]" mapping. Both are counted.
@@ -43,6 +44,9 @@ class Symbolizer {
   bool LoadProcessMaps(uint32_t pid);
   // Adds one mapping of `pid` (a PERF_RECORD_MMAP2), replacing what it overlaps.
   void AddMapping(uint32_t pid, const ProcMapping& mapping);
+  // Sets what `pid` maps to `mappings` (sorted by start, not overlapping: LearntMaps'), e.g.
+  // for a process that exited.
+  void SetMappings(uint32_t pid, std::vector<ProcMapping> mappings);
   // Forgets `pid`'s mappings (after its last stack was rendered, when it exited).
   void ForgetProcess(uint32_t pid);
   bool Knows(uint32_t pid) const { return processes_.count(pid) != 0; }

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/file_util.h"
+
 extern "C" __attribute__((noinline)) int tpe_symbolizer_test_function(int x) {
   asm volatile("" ::: "memory");
   return x * 3 + 1;
@@ -36,6 +38,41 @@ TEST(SymbolizerTest, NamesThisProcessFunctions) {
   EXPECT_EQ(b.profile().string_table(m.build_id()).size(), 40u);  // a SHA-1 build id, as Debian links
   EXPECT_EQ(sym.stats().frames, 2u);
   EXPECT_EQ(sym.stats().unsymbolized, 0u);
+}
+
+// A process that is gone: no /proc for it (a proc root that does not exist), its mappings as
+// LearntMaps recorded them; the file is found by its path in our root when device and inode
+// match, and left unnamed (address and mapping kept) when they do not.
+TEST(SymbolizerTest, AGoneProcessIsNamedThroughItsLearntMappings) {
+  auto text = ReadFileToString("/proc/self/maps");
+  ASSERT_TRUE(text.ok());
+  auto maps = ParseProcMaps(*text);
+  ASSERT_TRUE(maps.ok());
+  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
+  const ProcMapping* m = MappingAt(*maps, f);
+  ASSERT_NE(m, nullptr);
+  const std::vector<uint64_t> ips = {f};
+  {
+    Symbolizer sym("/nonexistent-proc", Kallsyms());
+    sym.SetMappings(4242, {*m});
+    PprofBuilder b("samples", "count");
+    std::vector<ProfileFrame> frames;
+    sym.AppendUser(4242, ips, &b, &frames);
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
+  }
+  ProcMapping other = *m;
+  other.inode += 1;  // the path now holds another file
+  Symbolizer sym("/nonexistent-proc", Kallsyms());
+  sym.SetMappings(4242, {other});
+  PprofBuilder b("samples", "count");
+  std::vector<ProfileFrame> frames;
+  sym.AppendUser(4242, ips, &b, &frames);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].function, "");
+  EXPECT_EQ(frames[0].address, f);
+  EXPECT_EQ(sym.stats().unsymbolized, 1u);
+  EXPECT_EQ(sym.stats().unknown_mapping, 0u);
 }
 
 TEST(SymbolizerTest, AnAddressInNoMappingIsUnknownAndCounted) {

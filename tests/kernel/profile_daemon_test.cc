@@ -7,13 +7,18 @@
 #include <sys/syscall.h>
 #include <zlib.h>
 
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
+#include "common/file_util.h"
+#include "daemon/daemon.h"
 #include "daemon/profiles.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"
 #include "pprof/profile.pb.h"
+#include "testing/test_util.h"
 
 namespace tpe {
 namespace {
@@ -33,6 +38,23 @@ std::string Gunzip(const std::string& gz) {
   out.resize(rc == Z_STREAM_END ? z.total_out : 0);
   inflateEnd(&z);
   return out;
+}
+
+// Folded stacks' counts by user path (main;...;tpe_leaf), summed over everything else.
+std::map<std::string, int64_t> Paths(const std::string& folded) {
+  std::map<std::string, int64_t> paths;
+  for (size_t at = 0; at < folded.size();) {
+    const size_t nl = folded.find('\n', at);
+    const std::string line = folded.substr(at, nl - at);
+    at = nl + 1;
+    const size_t sp = line.rfind(' '), m = line.find("main;"), leaf = line.find(";tpe_leaf;");
+    if (m == std::string::npos || leaf == std::string::npos) {
+      ADD_FAILURE() << line;
+      continue;
+    }
+    paths[line.substr(m, leaf + 9 - m)] += std::stoll(line.substr(sp + 1));
+  }
+  return paths;
 }
 
 TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
@@ -61,19 +83,13 @@ TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
     t.Release();
   });
   // Folded: the user part from main to tpe_leaf per path, exactly; kernel frames below tpe_leaf.
-  std::map<std::string, int64_t> paths;
-  for (size_t at = 0; at < folded.size();) {
-    const size_t nl = folded.find('\n', at);
-    const std::string line = folded.substr(at, nl - at);
-    at = nl + 1;
-    const size_t sp = line.rfind(' '), m = line.find("main;"), leaf = line.find(";tpe_leaf;");
-    ASSERT_TRUE(m != std::string::npos && leaf != std::string::npos) << line;
-    paths[line.substr(m, leaf + 9 - m)] += std::stoll(line.substr(sp + 1));
-    EXPECT_NE(line.find("do_syscall_64", leaf), std::string::npos) << line;
-  }
-  EXPECT_EQ(paths, (std::map<std::string, int64_t>{{"main;tpe_path_a;tpe_leaf", kPathA},
-                                                   {"main;tpe_path_b;tpe_leaf", kPathB}}))
+  EXPECT_EQ(Paths(folded), (std::map<std::string, int64_t>{{"main;tpe_path_a;tpe_leaf", kPathA},
+                                                           {"main;tpe_path_b;tpe_leaf", kPathB}}))
       << folded;
+  for (size_t at = 0, nl; (nl = folded.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = folded.substr(at, nl - at);
+    EXPECT_NE(line.find("do_syscall_64", line.find(";tpe_leaf;")), std::string::npos) << line;
+  }
   // pprof: a perftools.profiles.Profile, gzip-compressed; samples add up, labelled by comm.
   perftools::profiles::Profile p;
   ASSERT_TRUE(p.ParseFromString(Gunzip(pprof)));
@@ -93,6 +109,155 @@ TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
   EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "getppid_stacks"}}),
             kPathA + kPathB);
   EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_stacks", {{"profile", "getppid_stacks"}}), 2);
+}
+
+// The trigger has exited (and been reaped) before the profile is rendered: its frames are named
+// through the mappings learnt from its exec and PERF_RECORD_MMAP2 records, exactly as before.
+TEST(ProfileDaemonTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  testing::Trigger t;
+  ASSERT_GT(t.pid(), 0);
+  const std::string pid = std::to_string(t.pid());
+  const std::string config = R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
+      "filter": "common_pid == )" +
+                             pid + " && id == " + std::to_string(SYS_getppid) + R"("}]})";
+  std::string folded;
+  std::vector<MetricSnapshot> page;
+  auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    t.Go();
+    t.Exit();
+    ASSERT_FALSE(std::ifstream("/proc/" + pid + "/maps").good()) << "the trigger is gone";
+    EXPECT_TRUE(testing::WaitFor(pipeline, [&](const std::vector<MetricSnapshot>&) {
+      auto p = pipeline.learnt_maps().Get(static_cast<uint32_t>(std::stoul(pid)));
+      return p && p->exited;
+    })) << "the exit record reached the learnt maps";
+    folded = RenderProfile(pipeline, "getppid_stacks", "folded").body;
+    page = pipeline.Snapshot();
+  });
+  EXPECT_EQ(Paths(folded), (std::map<std::string, int64_t>{{"main;tpe_path_a;tpe_leaf", kPathA},
+                                                           {"main;tpe_path_b;tpe_leaf", kPathB}}))
+      << folded;
+  EXPECT_EQ(folded.find("[unknown]"), std::string::npos) << folded;
+  EXPECT_GE(testing::Value(page, "tracepoint_exporter_profile_learnt_processes", {}), 1);
+}
+
+// Reloads keep an unchanged profile and its stacks; a profile added and removed on every other
+// reload opens and closes its perf events: after 100 reloads exactly as many fds are open as
+// after the second, and the kept profile holds both runs exactly (one before the reloads, one
+// after), served through the daemon as /debug/pprof/<name> is.
+TEST(ProfileDaemonTest, HundredReloadsKeepAnUnchangedProfileAndLeakNothing) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  KernelEnums enums;
+  testing::Trigger first, second;
+  ASSERT_GT(first.pid(), 0);
+  ASSERT_GT(second.pid(), 0);
+  const std::string filter = "(common_pid == " + std::to_string(first.pid()) +
+                             " || common_pid == " + std::to_string(second.pid()) +
+                             ") && id == " + std::to_string(SYS_getppid);
+  auto config = [&](bool extra) {
+    std::string c =
+        R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter", "filter": ")" + filter + R"("})";
+    if (extra) c += R"(, {"name": "extra_stacks", "event": "syscalls:sys_enter_getpgid", "stack": "user"})";
+    return c + "]}";
+  };
+  const std::string path = ::testing::TempDir() + "/profile_reload_test.json";
+  testing::WriteFile(path, config(false));
+  Daemon daemon(path, &*tracefs, &enums);
+  ASSERT_TRUE(daemon.Start().ok());
+  first.Go();
+  size_t fds_warm = 0;
+  for (int reloads = 0; reloads < 100; ++reloads) {
+    testing::WriteFile(path, config(reloads % 2 == 0));
+    Status st = daemon.Reload();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    if (reloads == 1) fds_warm = OpenFdCount();
+  }
+  EXPECT_EQ(OpenFdCount(), fds_warm);
+  second.Go();
+  std::string folded;
+  for (int i = 0; i < 200; ++i) {
+    folded = daemon.Profile(PprofRequest{"getppid_stacks", "folded", std::nullopt}).answer.body;
+    auto paths = Paths(folded);
+    if (paths["main;tpe_path_a;tpe_leaf"] + paths["main;tpe_path_b;tpe_leaf"] >= 2 * (kPathA + kPathB)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Paths(folded), (std::map<std::string, int64_t>{{"main;tpe_path_a;tpe_leaf", 2 * kPathA},
+                                                           {"main;tpe_path_b;tpe_leaf", 2 * kPathB}}))
+      << folded;
+  daemon.Stop();
+}
+
+// ?seconds=N: the samples of the window only (a first trigger ran before it, a second within
+// it), exactly; pprof's time and duration are the window's; bad seconds, formats and names are
+// refused at once.
+TEST(ProfileDaemonTest, SecondsGiveTheWindowsSamplesExactly) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  testing::Trigger before, within;
+  ASSERT_GT(before.pid(), 0);
+  ASSERT_GT(within.pid(), 0);
+  const std::string config = R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
+      "filter": "(common_pid == )" +
+                             std::to_string(before.pid()) + " || common_pid == " + std::to_string(within.pid()) +
+                             ") && id == " + std::to_string(SYS_getppid) + R"("}]})";
+  std::string folded, all, pprof;
+  int64_t start_ns = 0;
+  auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    before.Go();
+    EXPECT_TRUE(testing::WaitFor(pipeline, [](const std::vector<MetricSnapshot>& s) {
+      return testing::Value(s, "tracepoint_exporter_profile_samples_total", {{"profile", "getppid_stacks"}}) >=
+             kPathA + kPathB;
+    }));
+    // Refused at once, whatever the window would be.
+    for (const char* bad : {"0", "-1", "abc", "601", "99999999999999999999", "1.5", " 5", "+5", "0x10"}) {
+      PprofReply r = ServeProfile(pipeline, PprofRequest{"getppid_stacks", "", std::string(bad)});
+      EXPECT_FALSE(r.later) << bad;
+      EXPECT_EQ(r.answer.status, 400u) << bad;
+      EXPECT_NE(r.answer.body.find("is not a whole number of seconds from 1 to 600"), std::string::npos)
+          << r.answer.body;
+    }
+    EXPECT_EQ(ServeProfile(pipeline, PprofRequest{"nope", "", std::string("5")}).answer.status, 404u);
+    EXPECT_EQ(ServeProfile(pipeline, PprofRequest{"../../etc/passwd", "", std::nullopt}).answer.status, 404u);
+    EXPECT_EQ(ServeProfile(pipeline, PprofRequest{"getppid_stacks", "svg", std::string("5")}).answer.status, 400u);
+    PprofReply dflt = ServeProfile(pipeline, PprofRequest{"getppid_stacks", "folded", std::string()});
+    EXPECT_EQ(dflt.delay, std::chrono::seconds(30)) << "seconds without a value: Go's 30";
+
+    const auto t0 = std::chrono::system_clock::now().time_since_epoch();
+    start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0).count();
+    PprofReply window = ServeProfile(pipeline, PprofRequest{"getppid_stacks", "folded", std::string("2")});
+    PprofReply window_pb = ServeProfile(pipeline, PprofRequest{"getppid_stacks", "", std::string("2")});
+    ASSERT_TRUE(window.later && window.start);
+    ASSERT_TRUE(window_pb.later && window_pb.start);
+    window.start();  // as the server does once it accepts the wait
+    window_pb.start();
+    EXPECT_EQ(window.delay, std::chrono::seconds(2));
+    within.Go();
+    EXPECT_TRUE(testing::WaitFor(pipeline, [](const std::vector<MetricSnapshot>& s) {
+      return testing::Value(s, "tracepoint_exporter_profile_samples_total", {{"profile", "getppid_stacks"}}) >=
+             2 * (kPathA + kPathB);
+    }));
+    folded = window.later().body;  // waits for the window's end (2 s), as the server does
+    HttpAnswer a = window_pb.later();
+    EXPECT_EQ(a.status, 200u);
+    pprof = a.body;
+    all = RenderProfile(pipeline, "getppid_stacks", "folded").body;
+    before.Release();
+    within.Release();
+  });
+  const std::map<std::string, int64_t> once{{"main;tpe_path_a;tpe_leaf", kPathA}, {"main;tpe_path_b;tpe_leaf", kPathB}};
+  const std::map<std::string, int64_t> twice{{"main;tpe_path_a;tpe_leaf", 2 * kPathA},
+                                             {"main;tpe_path_b;tpe_leaf", 2 * kPathB}};
+  EXPECT_EQ(Paths(folded), once) << folded;
+  EXPECT_EQ(Paths(all), twice) << all;
+  perftools::profiles::Profile p;
+  ASSERT_TRUE(p.ParseFromString(Gunzip(pprof)));
+  int64_t total = 0;
+  for (const auto& s : p.sample()) total += s.value(0);
+  EXPECT_EQ(total, kPathA + kPathB);
+  EXPECT_EQ(p.duration_nanos(), 2000000000);
+  EXPECT_GE(p.time_nanos(), start_ns);
+  EXPECT_LT(p.time_nanos(), start_ns + 10000000000);
 }
 
 }  // namespace

@@ -34,10 +34,7 @@ class Trigger {
     close(out_[1]);
     close(in_[0]);
   }
-  ~Trigger() {
-    Release();
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
+  ~Trigger() { Exit(); }
   pid_t pid() const { return pid_; }
   void Go() {
     ASSERT_EQ(write(go_[1], "g", 1), 1);
@@ -46,6 +43,12 @@ class Trigger {
   }
   void Release() {
     if (in_[1] >= 0) close(in_[1]), in_[1] = -1;
+  }
+  // Release, then reap the process: it has exited (and its mappings are gone from /proc).
+  void Exit() {
+    Release();
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
   }
 
  private:

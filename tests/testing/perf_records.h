@@ -16,9 +16,9 @@ void AppendValue(std::vector<uint8_t>* b, T v) {
   b->insert(b->end(), p, p + sizeof(T));
 }
 
-// A whole record: struct perf_event_header {type, misc 0, size} followed by `body`.
-inline std::vector<uint8_t> MakeRecord(uint32_t type, const std::vector<uint8_t>& body) {
-  perf_event_header h{type, 0, static_cast<uint16_t>(sizeof(h) + body.size())};
+// A whole record: struct perf_event_header {type, misc, size} followed by `body`.
+inline std::vector<uint8_t> MakeRecord(uint32_t type, const std::vector<uint8_t>& body, uint16_t misc = 0) {
+  perf_event_header h{type, misc, static_cast<uint16_t>(sizeof(h) + body.size())};
   std::vector<uint8_t> r(sizeof(h) + body.size());
   std::memcpy(r.data(), &h, sizeof(h));
   if (!body.empty()) std::memcpy(r.data() + sizeof(h), body.data(), body.size());

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# e2e tier: profiles served by the real binary over HTTP, read by the real pprof client
+# (`go tool pprof`, golang-go) — not only by our own parser.
+#   pprof_test.sh BINARY STACK_PATHS SOURCE_DIR
+# Checks:
+#  - /debug/pprof/<name> (every sample since start): go tool pprof -traces shows exactly 3000
+#    stacks main;tpe_path_a;tpe_leaf and 1000 main;tpe_path_b;tpe_leaf per trigger run, symbolized,
+#    with the kernel's syscall entry below tpe_leaf and the comm label — also for the run whose
+#    process exited before the request;
+#  - ?seconds=N: only the samples of the next N seconds (a run before the window is left out),
+#    duration N s;
+#  - ?format=folded the same counts; hostile input gets a clear 4xx; more waiting ?seconds=
+#    requests than the server holds get 429 at once while scrapes are answered.
+set -uo pipefail
+BIN=$1 STACKS=$2 SRC=$3
+WORK=$(mktemp -d)
+PID=""
+cleanup() {
+  exec 7>&- 8>&- 2>/dev/null
+  [[ -n "$PID" ]] && kill "$PID" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+source "$SRC/tests/testing/daemon.sh"
+
+require_root
+if ! command -v go >/dev/null; then
+  echo "go (golang-go) is not installed: scripts/install-deps.sh installs it"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+export HOME=${HOME:-/root} GOFLAGS=-mod=mod GOTOOLCHAIN=local
+export PPROF_TMPDIR=$WORK/pprof-tmp
+
+# raw_syscalls:sys_enter with id 110 (x86-64's getppid): its stacks have a kernel part too.
+cat >"$WORK/config.json" <<JSON
+{ "profiles": [
+  {"name": "getppid_stacks", "help": "Stacks calling getppid()", "event": "raw_syscalls:sys_enter",
+   "filter": "id == 110",
+   "labels": [{"name": "comm", "source": "comm"}]}
+]}
+JSON
+start_daemon "$BIN" "$WORK/config.json" "$WORK/log"
+PID=$DAEMON_PID PORT=$DAEMON_PORT
+check "daemon started and reported its port" test -n "$PORT"
+[[ -z "$PORT" ]] && { cat "$WORK/log"; echo "0 passed, 1 failed"; exit 1; }
+URL="http://127.0.0.1:$PORT"
+
+# run_trigger COMM FD: stack_paths 3000 1000 under COMM, held alive (its mappings symbolize its
+# frames) until FD is closed; returns once every call is made.
+run_trigger() {
+  local comm=$1 fd=$2
+  mkfifo "$WORK/hold_$comm" "$WORK/out_$comm"
+  "$STACKS" 3000 1000 "$comm" hold <"$WORK/hold_$comm" >"$WORK/out_$comm" &
+  TRIGGER_PID=$!
+  eval "exec $fd>\"$WORK/hold_$comm\""
+  read -r done_line <"$WORK/out_$comm"
+  [[ "$done_line" == done ]]
+}
+
+# traces FILE COMM: "<path> <count>" per call path (tpe_path_a, tpe_path_b) of COMM's stacks, from
+# go tool pprof -traces: blocks between "-----------+" lines, label lines "  comm:  NAME", then
+# "  COUNT   leaf" and one frame per line.
+traces() {
+  go tool pprof -symbolize=none -traces "$1" 2>"$WORK/pprof.err" | awk -v want="$2" '
+    function flush() { if (comm == want && n > 0) sum[path] += n; comm = ""; path = ""; n = 0 }
+    /^-+\+/ { flush(); next }
+    $1 == "comm:" { comm = $2; next }
+    $1 ~ /^[a-z_]+:$/ { next }
+    $1 ~ /^[0-9]+$/ && NF >= 2 { n = $1; fr = $2 }
+    !($1 ~ /^[0-9]+$/ && NF >= 2) { fr = $1 }
+    fr == "tpe_path_a" || fr == "tpe_path_b" { path = fr }
+    END { flush(); for (p in sum) print p, sum[p] }' | sort
+}
+
+run_trigger tpe_before 7
+check "trigger before the window ran" test $? == 0
+# It exits before any request: its frames are named from the mappings learnt while it ran.
+exec 7>&-
+wait "$TRIGGER_PID"
+check "tpe_before has exited (no /proc/PID/maps)" test ! -e "/proc/$TRIGGER_PID/maps"
+# The window: starts when the server takes the request, lasts 3 s; the second run is inside it.
+curl -s -o "$WORK/window.pb.gz" -w '%{http_code}' "$URL/debug/pprof/getppid_stacks?seconds=3" >"$WORK/window.code" &
+CURL=$!
+sleep 0.5
+run_trigger tpe_within 8
+wait $CURL
+check "?seconds=3 answered 200" test "$(cat "$WORK/window.code")" == 200
+curl -sf -o "$WORK/all.pb.gz" "$URL/debug/pprof/getppid_stacks"
+check "/debug/pprof/getppid_stacks answered" test -s "$WORK/all.pb.gz"
+curl -sf -o "$WORK/all.folded" "$URL/debug/pprof/getppid_stacks?format=folded"
+
+expect=$'tpe_path_a 3000\ntpe_path_b 1000'
+got=$(traces "$WORK/all.pb.gz" tpe_before)
+check "since start, go tool pprof -traces: tpe_before 3000 via tpe_path_a, 1000 via tpe_path_b (got: ${got//$'\n'/, })" test "$got" == "$expect"
+got=$(traces "$WORK/all.pb.gz" tpe_within)
+check "since start, go tool pprof -traces: tpe_within 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
+got=$(traces "$WORK/window.pb.gz" tpe_within)
+check "?seconds=3, go tool pprof -traces: tpe_within 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
+got=$(traces "$WORK/window.pb.gz" tpe_before)
+check "?seconds=3 leaves out the run before the window (got: '${got//$'\n'/, }')" test -z "$got"
+cat "$WORK/pprof.err"
+
+go tool pprof -symbolize=none -traces "$WORK/all.pb.gz" >"$WORK/all.traces" 2>&1
+check "traces: tpe_leaf called from tpe_path_a called from main, the kernel's syscall entry above tpe_leaf" bash -c \
+  "grep -A2 -E '^ +tpe_leaf\$' '$WORK/all.traces' | tr -d ' ' | paste -sd, | grep -q 'tpe_leaf,tpe_path_a,main' &&
+   grep -B1 -E '^ +tpe_leaf\$' '$WORK/all.traces' | grep -qE '^ +entry_SYSCALL_64'"
+check "traces carry the comm and pid labels" bash -c \
+  "grep -qE '^ +comm: +tpe_within\$' '$WORK/all.traces' && grep -qE '^ +pid: +[0-9]+\$' '$WORK/all.traces'"
+go tool pprof -symbolize=none -raw "$WORK/window.pb.gz" >"$WORK/window.raw" 2>&1
+check "-raw: sample type samples/count, duration 3 s" bash -c \
+  "grep -qx 'samples/count' '$WORK/window.raw' && grep -qE 'Duration: 3(\\.0+)?s' '$WORK/window.raw' &&
+   grep -qE 'comm:\\[tpe_within\\]' '$WORK/window.raw'"
+check "folded: tpe_within's path a 3000 times" bash -c \
+  "awk '/main;tpe_path_a;tpe_leaf/ { s += \$NF } END { exit !(s >= 6000) }' '$WORK/all.folded'"
+
+# Hostile input: clear 4xx, at once.
+code() { curl -s -o "$WORK/body" -w '%{http_code}' --max-time 5 "$URL$1"; }
+for q in "seconds=-1" "seconds=abc" "seconds=0" "seconds=100000000000000000000" "seconds=1e3" "seconds=%2B5"; do
+  c=$(code "/debug/pprof/getppid_stacks?$q")
+  check "?$q is 400 (got $c): $(head -c 120 "$WORK/body")" test "$c" == 400
+done
+check "the 400 says the range" grep -q 'not a whole number of seconds from 1 to 600' "$WORK/body"
+c=$(code "/debug/pprof/getppid_stacks?format=svg")
+check "?format=svg is 400 (got $c)" test "$c" == 400
+for p in "/debug/pprof/nope" "/debug/pprof/..%2F..%2Fetc%2Fpasswd" "/debug/pprof/getppid_stacks/x" "/debug/pprof/"; do
+  c=$(code "$p")
+  check "$p is 404 (got $c)" test "$c" == 404
+done
+check "the 404 names the config's profiles" bash -c "curl -s '$URL/debug/pprof/nope' | grep -q 'the config.s profiles: getppid_stacks'"
+
+# 60 requests waiting at once: 16 are held, the rest get 429 at once; scrapes go on.
+rss_before=$(awk '/^VmRSS/ {print $2}' "/proc/$PID/status")
+curls=()
+for i in $(seq 1 60); do
+  curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 "$URL/debug/pprof/getppid_stacks?seconds=8" >>"$WORK/codes" &
+  curls+=($!)
+done
+sleep 1
+check "/metrics answered while 16 profile windows wait" bash -c "curl -sf --max-time 2 '$URL/metrics' | grep -q tracepoint_exporter_profile_samples_total"
+wait "${curls[@]}"
+n200=$(grep -c '^200$' "$WORK/codes") n429=$(grep -c '^429$' "$WORK/codes")
+check "60 concurrent ?seconds=8: 16 answered 200, 44 got 429 (got $n200 and $n429)" test "$n200" == 16 -a "$n429" == 44
+rss_after=$(awk '/^VmRSS/ {print $2}' "/proc/$PID/status")
+echo "RSS before/after the 60 concurrent windows: ${rss_before} kB / ${rss_after} kB"
+check "RSS grew by less than 64 MiB" test $((rss_after - rss_before)) -lt 65536
+
+exec 7>&- 8>&-
+kill -TERM "$PID"
+wait "$PID"
+check "clean exit on SIGTERM" test $? == 0
+PID=""
+echo "$passes passed, $fails failed"
+[[ $fails == 0 ]]
