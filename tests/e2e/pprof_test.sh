@@ -41,11 +41,7 @@ cat >"$WORK/config.json" <<JSON
    "labels": [{"name": "comm", "source": "comm"}]}
 ]}
 JSON
-start_daemon "$BIN" "$WORK/config.json" "$WORK/log"
-PID=$DAEMON_PID PORT=$DAEMON_PORT
-check "daemon started and reported its port" test -n "$PORT"
-[[ -z "$PORT" ]] && { cat "$WORK/log"; echo "0 passed, 1 failed"; exit 1; }
-URL="http://127.0.0.1:$PORT"
+start_daemon_or_exit "$BIN" "$WORK/config.json" "$WORK/log"
 
 # run_trigger COMM FD: stack_paths 3000 1000 under COMM, held alive (its mappings symbolize its
 # frames) until FD is closed; returns once every call is made.

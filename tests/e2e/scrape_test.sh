@@ -23,11 +23,7 @@ cat > "$WORK/config.json" <<JSON
 ]}
 JSON
 
-start_daemon "$BIN" "$WORK/config.json" "$WORK/log"
-PID=$DAEMON_PID PORT=$DAEMON_PORT
-check "daemon started and reported its port" test -n "$PORT"
-[[ -z "$PORT" ]] && { cat "$WORK/log"; echo "0 passed, 1 failed"; exit 1; }
-URL="http://127.0.0.1:$PORT"
+start_daemon_or_exit "$BIN" "$WORK/config.json" "$WORK/log"
 
 N=4321
 "$TRIGGER" tpe_e2e $N

@@ -26,6 +26,16 @@ start_daemon() {
   return 1
 }
 
+# start_daemon_or_exit BINARY CONFIG LOG [ARGS...]: start_daemon, checked; sets PID, PORT and URL
+# (http://127.0.0.1:PORT), or prints the log and exits 1 when the daemon did not come up.
+start_daemon_or_exit() {
+  start_daemon "$@"
+  PID=$DAEMON_PID PORT=$DAEMON_PORT URL="http://127.0.0.1:$DAEMON_PORT"
+  check "daemon started and reported its port" test -n "$PORT"
+  [[ -z "$PORT" ]] && { cat "$3"; echo "0 passed, 1 failed"; exit 1; }
+  return 0
+}
+
 # check NAME COMMAND...: runs COMMAND, prints ok/FAIL with NAME, counts into passes/fails.
 # Scripts end with: echo "$passes passed, $fails failed"; [[ $fails == 0 ]]
 passes=0
