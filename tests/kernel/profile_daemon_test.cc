@@ -3,8 +3,11 @@
 // /debug/pprof/<name> would serve it (RenderProfile): folded stacks with exactly N1 and N2 per
 // path, named from main to tpe_leaf and into the kernel; pprof protobuf with the same counts and
 // the comm label; the profile off /metrics, its self-metrics on it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <fstream>
@@ -14,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "daemon/daemon.h"
+#include "daemon/probes.h"
 #include "daemon/profiles.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"
@@ -187,6 +191,97 @@ TEST(ProfileDaemonTest, HundredReloadsKeepAnUnchangedProfileAndLeakNothing) {
                                                            {"main;tpe_path_b;tpe_leaf", 2 * kPathB}}))
       << folded;
   daemon.Stop();
+}
+
+// A probe event's profile works as a tracepoint's: a uretprobe on tpe_leaf fires with the return
+// address in tpe_path_a or tpe_path_b and their frame intact (at a function's entry the caller's
+// frame would be skipped by a frame-pointer unwind), so the user stacks are main;tpe_path_a 3000
+// times and main;tpe_path_b 1000 times, exactly.
+TEST(ProfileDaemonTest, AUretprobeProfileHasBothPathsExactly) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  testing::Trigger t;
+  ASSERT_GT(t.pid(), 0);
+  const std::string config = R"({"profiles": [{"name": "leaf_returns", "event": "uretprobe:)" +
+                             std::string(TPE_STACK_PATHS) + R"(:tpe_leaf", "stack": "user",
+      "filter": "common_pid == )" +
+                             std::to_string(t.pid()) + R"("}], "settings": {"ring_buffer_pages": 256}})";
+  std::string folded;
+  auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    t.Go();
+    EXPECT_TRUE(testing::WaitFor(pipeline, [](const std::vector<MetricSnapshot>& s) {
+      return testing::Value(s, "tracepoint_exporter_profile_samples_total", {{"profile", "leaf_returns"}}) >=
+             kPathA + kPathB;
+    }));
+    folded = RenderProfile(pipeline, "leaf_returns", "folded").body;
+    t.Release();
+  });
+  std::map<std::string, int64_t> paths;
+  for (size_t at = 0, nl; (nl = folded.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = folded.substr(at, nl - at);
+    const size_t m = line.find("main;"), sp = line.rfind(' ');
+    ASSERT_NE(m, std::string::npos) << line;
+    paths[line.substr(m, sp - m)] += std::stoll(line.substr(sp + 1));
+  }
+  EXPECT_EQ(paths, (std::map<std::string, int64_t>{{"main;tpe_path_a", kPathA}, {"main;tpe_path_b", kPathB}}))
+      << folded;
+  if (ProbeRegistry* r = ProbeRegistry::IfCreated()) r->RemoveUnreferenced();
+}
+
+// A kprobe profile, where the kernel has kprobe events (the matrix guests): kernel stacks of
+// do_nanosleep for 20 sleeps, exactly, each from its syscall path; elsewhere a clear refusal.
+TEST(ProfileDaemonTest, AKprobeProfileOrAClearRefusal) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  constexpr int kSleeps = 20;
+  const std::string config = R"({"settings": {"ring_buffer_pages": 256}, "profiles": [
+      {"name": "sleep_stacks", "event": "kprobe:do_nanosleep", "stack": "kernel",
+       "filter": "comm == \"tpe_kp_prof\""}]})";
+  if (access((tracefs->root() + "/kprobe_events").c_str(), F_OK) != 0) {
+    auto cfg = ParseConfig(config, "k.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan =
+        BuildPlan(*cfg, *tracefs, KernelEnums(), true, bpf::BpfSupport{false, "not probed"}, {}, testing::Probed());
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(plan.status().message().find("k.json: profiles[0].event \"kprobe:do_nanosleep\": kprobes are not "
+                                           "available on this kernel"),
+              std::string::npos)
+        << plan.status().ToString();
+    return;
+  }
+  int go[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    prctl(PR_SET_NAME, "tpe_kp_prof");
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(2);
+    for (int i = 0; i < kSleeps; ++i) {
+      timespec ts{0, 1'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  std::string folded;
+  auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    EXPECT_EQ(write(go[1], "x", 1), 1);
+    close(go[1]);
+    waitpid(child, nullptr, 0);
+    EXPECT_TRUE(testing::WaitFor(pipeline, [](const std::vector<MetricSnapshot>& s) {
+      return testing::Value(s, "tracepoint_exporter_profile_samples_total", {{"profile", "sleep_stacks"}}) >= kSleeps;
+    }));
+    folded = RenderProfile(pipeline, "sleep_stacks", "folded").body;
+  });
+  int64_t total = 0;
+  for (size_t at = 0, nl; (nl = folded.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = folded.substr(at, nl - at);
+    EXPECT_NE(line.find("hrtimer_nanosleep;do_nanosleep "), std::string::npos) << line;
+    total += std::stoll(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(total, kSleeps) << folded;
+  if (ProbeRegistry* r = ProbeRegistry::IfCreated()) r->RemoveUnreferenced();
 }
 
 // ?seconds=N: the samples of the window only (a first trigger ran before it, a second within
