@@ -1,7 +1,6 @@
 #include "profile/symbolizer.h"
 
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 
 #include <algorithm>
 
@@ -63,10 +62,11 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
       }
     }
     // The process is gone (its mappings learnt from records): the path in our own root, if it
-    // is still that file (a container's path, or a file replaced since, is another inode).
+    // is still that file (a file replaced since is another inode). Only the inode is compared:
+    // through overlayfs (container roots, the matrix guests' root) stat reports an overlay or
+    // per-layer device while the mapping names the underlying file system's.
     struct stat st {};
-    if (file == nullptr && ::stat(m.path.c_str(), &st) == 0 && st.st_ino == m.inode &&
-        major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor) {
+    if (file == nullptr && ::stat(m.path.c_str(), &st) == 0 && st.st_ino == m.inode) {
       auto opened = elf::ElfFile::Open(m.path);
       if (opened.ok()) file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
     }

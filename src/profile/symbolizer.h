@@ -2,7 +2,7 @@
 // process's mappings (ProcMapping: from /proc/PID/maps when a process is first seen, or from
 // PERF_RECORD_MMAP2 records as it maps more), the ELF symbols of the mapped files (src/elf,
 // opened as /proc/PID/root/PATH so a container's files are its own; once the process is gone,
-// as PATH in the daemon's own root when that file is the same device and inode), and perf map files
+// as PATH in the daemon's own root when that file has the same inode), and perf map files
 // (/tmp/perf-PID.map in the process's root) for JIT code. A frame that cannot be named keeps its
 // address and mapping (file, offset, build id), so a pprof server with the debug info can finish;
 // one that is in no known mapping goes to the "[unknown]" mapping. Both are counted.

@@ -41,8 +41,8 @@ TEST(SymbolizerTest, NamesThisProcessFunctions) {
 }
 
 // A process that is gone: no /proc for it (a proc root that does not exist), its mappings as
-// LearntMaps recorded them; the file is found by its path in our root when device and inode
-// match, and left unnamed (address and mapping kept) when they do not.
+// LearntMaps recorded them; the file is found by its path in our root when its inode matches,
+// and left unnamed (address and mapping kept) when it does not.
 TEST(SymbolizerTest, AGoneProcessIsNamedThroughItsLearntMappings) {
   auto text = ReadFileToString("/proc/self/maps");
   ASSERT_TRUE(text.ok());
