@@ -20,7 +20,7 @@ std::vector<uint8_t> Chain(const std::vector<uint64_t>& kernel, const std::vecto
   if (!user.empty()) ips.push_back(static_cast<uint64_t>(PERF_CONTEXT_USER));
   ips.insert(ips.end(), user.begin(), user.end());
   std::vector<uint8_t> bytes(ips.size() * 8 + 1);  // +1: parsed from an odd address below
-  std::memcpy(bytes.data() + 1, ips.data(), ips.size() * 8);
+  if (!ips.empty()) std::memcpy(bytes.data() + 1, ips.data(), ips.size() * 8);
   return bytes;
 }
 
