@@ -54,6 +54,7 @@ struct Request {
   // connection, then `later_ready` set.
   std::unique_ptr<HttpAnswer> later;
   std::atomic<bool> later_ready{false};
+  bool stopping = false;  // resumed with the 503 of a stopping server (Impl::stopping_answers)
 };
 
 struct AuthJob {
@@ -152,6 +153,9 @@ struct HttpServer::Impl {
 
   // Answers that wait (pprof replies with `later`).
   std::unique_ptr<DelayedRunner> delayed;
+  // Waiting answers resumed with a 503 at stop and not yet completed: the destructor lets the
+  // event loops send them before it stops libmicrohttpd (which closes connections unanswered).
+  std::atomic<int> stopping_answers{0};
 
   void WatchdogLoop() {
     std::unique_lock<std::mutex> lock(conns_mu);
@@ -279,7 +283,9 @@ struct HttpServer::Impl {
           }
           ResumeWith(connection, request, std::move(a));
         },
-        [connection, request] {
+        [this, connection, request] {
+          request->stopping = true;
+          stopping_answers.fetch_add(1);
           ResumeWith(connection, request, HttpAnswer{503, "text/plain; charset=utf-8", "the server is stopping\n"});
         });
     if (queued && reply.start) reply.start();  // the delay is at least a second: before `later` runs
@@ -326,7 +332,9 @@ struct HttpServer::Impl {
   }
 
   static void OnCompleted(void* cls, MHD_Connection* connection, void** con_cls, MHD_RequestTerminationCode) {
-    delete static_cast<Request*>(*con_cls);
+    auto* request = static_cast<Request*>(*con_cls);
+    if (request != nullptr && request->stopping) static_cast<Impl*>(cls)->stopping_answers.fetch_sub(1);
+    delete request;
     *con_cls = nullptr;
     static_cast<Impl*>(cls)->SetPhase(connection, false);  // the next request's headers are due
   }
@@ -536,7 +544,13 @@ HttpServer::~HttpServer() {
     impl->auth_thread.join();  // every suspended connection has been resumed
   }
   // libmicrohttpd cannot stop with suspended connections: answers that wait get 503 first.
-  if (impl->delayed) impl->delayed->Stop();
+  if (impl->delayed) {
+    impl->delayed->Stop();
+    // The 503s just queued: sent by the event loops (or their connections closed) within 2 s.
+    for (int i = 0; i < 400 && impl->stopping_answers.load() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   if (impl->daemon != nullptr) MHD_stop_daemon(impl->daemon);
   {
     std::lock_guard<std::mutex> lock(impl->conns_mu);

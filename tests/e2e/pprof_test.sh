@@ -76,13 +76,13 @@ check "trigger before the window ran" test $? == 0
 exec 7>&-
 wait "$TRIGGER_PID"
 check "tpe_before has exited (no /proc/PID/maps)" test ! -e "/proc/$TRIGGER_PID/maps"
-# The window: starts when the server takes the request, lasts 3 s; the second run is inside it.
-curl -s -o "$WORK/window.pb.gz" -w '%{http_code}' "$URL/debug/pprof/getppid_stacks?seconds=3" >"$WORK/window.code" &
+# The window: starts when the server takes the request, lasts 6 s; the second run is inside it.
+curl -s -o "$WORK/window.pb.gz" -w '%{http_code}' "$URL/debug/pprof/getppid_stacks?seconds=6" >"$WORK/window.code" &
 CURL=$!
-sleep 0.5
+sleep 2  # the request reaches the server (a loaded CI machine is slow to start curl)
 run_trigger tpe_within 8
 wait $CURL
-check "?seconds=3 answered 200" test "$(cat "$WORK/window.code")" == 200
+check "?seconds=6 answered 200" test "$(cat "$WORK/window.code")" == 200
 curl -sf -o "$WORK/all.pb.gz" "$URL/debug/pprof/getppid_stacks"
 check "/debug/pprof/getppid_stacks answered" test -s "$WORK/all.pb.gz"
 curl -sf -o "$WORK/all.folded" "$URL/debug/pprof/getppid_stacks?format=folded"
@@ -93,9 +93,9 @@ check "since start, go tool pprof -traces: tpe_before 3000 via tpe_path_a, 1000 
 got=$(traces "$WORK/all.pb.gz" tpe_within)
 check "since start, go tool pprof -traces: tpe_within 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
 got=$(traces "$WORK/window.pb.gz" tpe_within)
-check "?seconds=3, go tool pprof -traces: tpe_within 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
+check "?seconds=6, go tool pprof -traces: tpe_within 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
 got=$(traces "$WORK/window.pb.gz" tpe_before)
-check "?seconds=3 leaves out the run before the window (got: '${got//$'\n'/, }')" test -z "$got"
+check "?seconds=6 leaves out the run before the window (got: '${got//$'\n'/, }')" test -z "$got"
 cat "$WORK/pprof.err"
 
 go tool pprof -symbolize=none -traces "$WORK/all.pb.gz" >"$WORK/all.traces" 2>&1
@@ -105,8 +105,8 @@ check "traces: tpe_leaf called from tpe_path_a called from main, the kernel's sy
 check "traces carry the comm and pid labels" bash -c \
   "grep -qE '^ +comm: +tpe_within\$' '$WORK/all.traces' && grep -qE '^ +pid: +[0-9]+\$' '$WORK/all.traces'"
 go tool pprof -symbolize=none -raw "$WORK/window.pb.gz" >"$WORK/window.raw" 2>&1
-check "-raw: sample type samples/count, duration 3 s" bash -c \
-  "grep -qx 'samples/count' '$WORK/window.raw' && grep -qE 'Duration: 3(\\.0+)?s' '$WORK/window.raw' &&
+check "-raw: sample type samples/count, duration 6 s" bash -c \
+  "grep -qx 'samples/count' '$WORK/window.raw' && grep -qE 'Duration: 6(\\.0+)?s' '$WORK/window.raw' &&
    grep -qE 'comm:\\[tpe_within\\]' '$WORK/window.raw'"
 check "folded: tpe_within's path a 3000 times" bash -c \
   "awk '/main;tpe_path_a;tpe_leaf/ { s += \$NF } END { exit !(s >= 6000) }' '$WORK/all.folded'"
