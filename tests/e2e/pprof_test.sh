@@ -34,8 +34,10 @@ export HOME=${HOME:-/root} GOFLAGS=-mod=mod GOTOOLCHAIN=local
 export PPROF_TMPDIR=$WORK/pprof-tmp
 
 # raw_syscalls:sys_enter with id 110 (x86-64's getppid): its stacks have a kernel part too.
+# Rings that hold a whole trigger run (no sample lost while the reader is slow on a busy machine).
 cat >"$WORK/config.json" <<JSON
-{ "profiles": [
+{ "settings": {"ring_buffer_pages": 1024},
+  "profiles": [
   {"name": "getppid_stacks", "help": "Stacks calling getppid()", "event": "raw_syscalls:sys_enter",
    "filter": "id == 110",
    "labels": [{"name": "comm", "source": "comm"}]}

@@ -30,6 +30,10 @@ namespace {
 using testing::kPathA;
 using testing::kPathB;
 
+// Rings that hold a whole run (2 x 4000 samples of ~200 bytes with their callchains), so no
+// sample is lost while the reader is slow on a loaded machine (a 64-page ring lost some in CI).
+const std::string kRings = R"({"settings": {"ring_buffer_pages": 1024}, )";
+
 std::string Gunzip(const std::string& gz) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) return "";
@@ -65,7 +69,7 @@ TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
-  const std::string config = R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
+  const std::string config = kRings + R"("profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
       "filter": "common_pid == )" +
                              std::to_string(t.pid()) + " && id == " + std::to_string(SYS_getppid) + R"(",
       "labels": [{"name": "comm", "source": "comm"}]}]})";
@@ -122,7 +126,7 @@ TEST(ProfileDaemonTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
   const std::string pid = std::to_string(t.pid());
-  const std::string config = R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
+  const std::string config = kRings + R"("profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
       "filter": "common_pid == )" +
                              pid + " && id == " + std::to_string(SYS_getppid) + R"("}]})";
   std::string folded;
@@ -161,8 +165,9 @@ TEST(ProfileDaemonTest, HundredReloadsKeepAnUnchangedProfileAndLeakNothing) {
                              " || common_pid == " + std::to_string(second.pid()) +
                              ") && id == " + std::to_string(SYS_getppid);
   auto config = [&](bool extra) {
-    std::string c =
-        R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter", "filter": ")" + filter + R"("})";
+    std::string c = kRings +
+                    R"("profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter", "filter": ")" +
+                    filter + R"("})";
     if (extra) c += R"(, {"name": "extra_stacks", "event": "syscalls:sys_enter_getpgid", "stack": "user"})";
     return c + "]}";
   };
@@ -201,10 +206,10 @@ TEST(ProfileDaemonTest, AUretprobeProfileHasBothPathsExactly) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
-  const std::string config = R"({"profiles": [{"name": "leaf_returns", "event": "uretprobe:)" +
+  const std::string config = kRings + R"("profiles": [{"name": "leaf_returns", "event": "uretprobe:)" +
                              std::string(TPE_STACK_PATHS) + R"(:tpe_leaf", "stack": "user",
       "filter": "common_pid == )" +
-                             std::to_string(t.pid()) + R"("}], "settings": {"ring_buffer_pages": 256}})";
+                             std::to_string(t.pid()) + R"("}]})";
   std::string folded;
   auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
     t.Go();
@@ -234,7 +239,7 @@ TEST(ProfileDaemonTest, AKprobeProfileOrAClearRefusal) {
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
   constexpr int kSleeps = 20;
-  const std::string config = R"({"settings": {"ring_buffer_pages": 256}, "profiles": [
+  const std::string config = kRings + R"("profiles": [
       {"name": "sleep_stacks", "event": "kprobe:do_nanosleep", "stack": "kernel",
        "filter": "comm == \"tpe_kp_prof\""}]})";
   if (access((tracefs->root() + "/kprobe_events").c_str(), F_OK) != 0) {
@@ -292,7 +297,7 @@ TEST(ProfileDaemonTest, SecondsGiveTheWindowsSamplesExactly) {
   testing::Trigger before, within;
   ASSERT_GT(before.pid(), 0);
   ASSERT_GT(within.pid(), 0);
-  const std::string config = R"({"profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
+  const std::string config = kRings + R"("profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter",
       "filter": "(common_pid == )" +
                              std::to_string(before.pid()) + " || common_pid == " + std::to_string(within.pid()) +
                              ") && id == " + std::to_string(SYS_getppid) + R"("}]})";
