@@ -54,19 +54,22 @@ std::vector<StackCount> Stacks(size_t n) {
   return out;
 }
 
+// One render of `stacks` as GET /debug/pprof/<name> does it; returns the body's size in bytes.
+size_t Render(const std::vector<StackCount>& stacks, bool folded) {
+  auto ks = Kallsyms::Read();
+  Symbolizer sym("/proc", ks.ok() ? std::move(ks).value() : Kallsyms());
+  PprofBuilder b("samples", "count");
+  AddStacks(stacks, &sym, &b);
+  if (folded) return FoldedStacks(b.profile()).size();
+  auto gz = b.Gzipped();
+  return gz.ok() ? gz->size() : 0;
+}
+
 void BM_Render10kStacksPprof(benchmark::State& state) {
   const std::vector<StackCount> stacks = Stacks(10000);
   const long rss_before = MaxRssKiB();
   size_t bytes = 0;
-  for (auto _ : state) {
-    auto ks = Kallsyms::Read();
-    Symbolizer sym("/proc", ks.ok() ? std::move(ks).value() : Kallsyms());
-    PprofBuilder b("samples", "count");
-    AddStacks(stacks, &sym, &b);
-    auto gz = b.Gzipped();
-    bytes = gz.ok() ? gz->size() : 0;
-    benchmark::DoNotOptimize(bytes);
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(bytes = Render(stacks, false));
   state.counters["stacks"] = 10000;
   state.counters["pprof_bytes"] = static_cast<double>(bytes);
   state.counters["rss_growth_KiB"] = static_cast<double>(MaxRssKiB() - rss_before);
@@ -76,14 +79,7 @@ BENCHMARK(BM_Render10kStacksPprof)->Unit(benchmark::kMillisecond);
 void BM_Render10kStacksFolded(benchmark::State& state) {
   const std::vector<StackCount> stacks = Stacks(10000);
   size_t bytes = 0;
-  for (auto _ : state) {
-    auto ks = Kallsyms::Read();
-    Symbolizer sym("/proc", ks.ok() ? std::move(ks).value() : Kallsyms());
-    PprofBuilder b("samples", "count");
-    AddStacks(stacks, &sym, &b);
-    bytes = FoldedStacks(b.profile()).size();
-    benchmark::DoNotOptimize(bytes);
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(bytes = Render(stacks, true));
   state.counters["folded_bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_Render10kStacksFolded)->Unit(benchmark::kMillisecond);

@@ -112,6 +112,28 @@ class EngineTest : public ::testing::TestWithParam<const char*> {
 // Replaces the file at `path` with `text` (a config for a Daemon to load or reload).
 inline void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+// Forks a child named `comm` that waits until a byte is written to *go_fd (then close it), makes
+// `sleeps` nanosleep(1 ms) calls and exits 0. Returns its pid (reap it with waitpid).
+inline pid_t ForkSleeper(const char* comm, int sleeps, int* go_fd) {
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    prctl(PR_SET_NAME, comm);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(2);
+    for (int i = 0; i < sleeps; ++i) {
+      timespec ts{0, 1'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  *go_fd = go[1];
+  return child;
+}
+
 // Forks a child that optionally pins itself to `cpu`, waits for Release() (or RunToExit()),
 // renames itself `name`, makes `calls` getppid() and exits.
 class Child {

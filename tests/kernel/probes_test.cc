@@ -227,25 +227,13 @@ TEST(ProbesKernelTest, KprobeCountsAndKretprobeLatencyOrAClearRefusal) {
   for (const char* engine : {"perf", "bpf"}) {
     SCOPED_TRACE(engine);
     if (std::string(engine) == "bpf" && !testing::Bpf().available) continue;
-    int go[2];
-    ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
-    pid_t child = fork();
-    if (child == 0) {
-      close(go[1]);
-      prctl(PR_SET_NAME, "tpe_kp_sleep");
-      char c;
-      if (read(go[0], &c, 1) != 1) _exit(2);
-      for (int i = 0; i < kSleeps; ++i) {
-        timespec ts{0, 1'000'000};
-        nanosleep(&ts, nullptr);
-      }
-      _exit(0);
-    }
-    close(go[0]);
+    int go = -1;
+    const pid_t child = testing::ForkSleeper("tpe_kp_sleep", kSleeps, &go);
+    ASSERT_GT(child, 0);
     testing::CurrentEngine() = engine;
     auto snap = testing::RunPipeline(config, [&] {
-      EXPECT_EQ(write(go[1], "x", 1), 1);
-      close(go[1]);
+      EXPECT_EQ(write(go, "x", 1), 1);
+      close(go);
       int status = 0;
       waitpid(child, &status, 0);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

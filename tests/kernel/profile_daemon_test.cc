@@ -254,25 +254,13 @@ TEST(ProfileDaemonTest, AKprobeProfileOrAClearRefusal) {
         << plan.status().ToString();
     return;
   }
-  int go[2];
-  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    close(go[1]);
-    prctl(PR_SET_NAME, "tpe_kp_prof");
-    char c;
-    if (read(go[0], &c, 1) != 1) _exit(2);
-    for (int i = 0; i < kSleeps; ++i) {
-      timespec ts{0, 1'000'000};
-      nanosleep(&ts, nullptr);
-    }
-    _exit(0);
-  }
-  close(go[0]);
+  int go = -1;
+  const pid_t child = testing::ForkSleeper("tpe_kp_prof", kSleeps, &go);
+  ASSERT_GT(child, 0);
   std::string folded;
   auto snap = testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
-    EXPECT_EQ(write(go[1], "x", 1), 1);
-    close(go[1]);
+    EXPECT_EQ(write(go, "x", 1), 1);
+    close(go);
     waitpid(child, nullptr, 0);
     EXPECT_TRUE(testing::WaitFor(pipeline, [](const std::vector<MetricSnapshot>& s) {
       return testing::Value(s, "tracepoint_exporter_profile_samples_total", {{"profile", "sleep_stacks"}}) >= kSleeps;
