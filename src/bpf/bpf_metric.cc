@@ -67,6 +67,12 @@ Status BpfMetric::Build(bool create) {
     key_size_ = std::max<uint32_t>(8, start_key_.size + key_.size);
     TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
     thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
+  } else if (spec_.kind == Kind::kProfile) {
+    key_size_ = key_.size + static_cast<uint32_t>(sizeof(StackKey));
+    if (key_size_ > kMaxKeyBytes) {
+      return Unimplemented("labels of " + std::to_string(key_.size) + " key bytes (a bpf profile takes at most " +
+                           std::to_string(kMaxKeyBytes - sizeof(StackKey)) + ")");
+    }
   } else {
     keyless_ = key_.size == 0;  // a 1-entry per-CPU array (programs.h)
     key_size_ = keyless_ ? 4 : key_.MapKeySize();
@@ -75,7 +81,8 @@ Status BpfMetric::Build(bool create) {
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
     }
   }
-  value_slots_ = spec_.kind == Kind::kCounter ? 1 : static_cast<uint32_t>(thresholds_.size() + 2);
+  value_slots_ =
+      spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1 : static_cast<uint32_t>(thresholds_.size() + 2);
   const uint32_t match_bytes = latency ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
   const uint32_t start_value_bytes = 8 + start_key_.MapKeySize();
 
@@ -106,6 +113,15 @@ Status BpfMetric::Build(bool create) {
         s.key = key_;
         s.value = spec_.value;
         runs_in_value_ = !CountsRuns(s);
+        return add("event", &spec_.end, EmitCounter(s, fds));
+      }
+      case Kind::kProfile: {
+        CounterShape s;
+        s.filter = end_filter;
+        s.probe = probe_of(spec_.end);
+        s.key = key_;
+        s.key.size = key_size_;
+        s.stacks = CounterShape::Stacks{spec_.kernel_stack, spec_.user_stack, key_.size};
         return add("event", &spec_.end, EmitCounter(s, fds));
       }
       case Kind::kHistogram: {
@@ -161,6 +177,12 @@ Status BpfMetric::Build(bool create) {
   }
   MapFds fds;
   fds.values = values_.get();
+  if (spec_.kind == Kind::kProfile) {
+    // Preallocated whatever its size (a stack map always is: stack_map_alloc).
+    TPE_ASSIGN_OR_RETURN(stacks_,
+                         CreateMap(BPF_MAP_TYPE_STACK_TRACE, "tpe_stacks", 4, 8 * spec_.max_frames, spec_.max_stacks));
+    fds.stacks = stacks_.get();
+  }
   if (spec_.kind != Kind::kCounter && !keyless_) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
     fds.zero = zero_.get();
@@ -342,7 +364,7 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
 
 uint64_t BpfMetric::map_memory_bytes() const {
   uint64_t n = 0;
-  for (const ScopedFd* fd : {&values_, &zero_, &starts_}) {
+  for (const ScopedFd* fd : {&values_, &zero_, &starts_, &stacks_}) {
     if (fd->valid()) n += MapMemoryBytes(fd->get());
   }
   for (const Program& p : programs_) {
@@ -432,6 +454,8 @@ MetricSnapshot BpfMetric::Snapshot() const {
 }
 
 void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited_record) {
+  // A profile keeps its stacks for its whole life (collectors/profile.h), on either engine.
+  if (spec_.kind == BpfMetricSpec::Kind::kProfile) return;
   // The reader knows exits from PERF_RECORD_EXIT only when some ring is open; a bpf-only plan
   // has none, so a task is also gone when /proc has no entry for it.
   const TaskExited exited = [&exited_record](uint32_t tid) {

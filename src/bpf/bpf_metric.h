@@ -65,7 +65,9 @@ struct BpfEndpoint {
 };
 
 struct BpfMetricSpec {
-  enum class Kind { kCounter, kHistogram, kLatency } kind = Kind::kCounter;
+  // kProfile: a counter of samples keyed by labels ++ StackKey (programs.h), for BpfProfile
+  // (bpf_profile.h), which reads it; never swept.
+  enum class Kind { kCounter, kHistogram, kLatency, kProfile } kind = Kind::kCounter;
   std::string name, help;
   // counter and histogram: starts is empty and `end` is the event.
   std::vector<BpfEndpoint> starts;
@@ -79,6 +81,12 @@ struct BpfMetricSpec {
   // Hash maps of at most this many bytes when full (PreallocatedBytes) are preallocated: see
   // "Preallocation" above. 0: only where the kernel needs it (LoadOptions::preallocate_maps).
   uint64_t preallocate_max_bytes = 64ULL << 20;
+  // kProfile: which stacks to take, the stack map's size (distinct stacks, each part's counted
+  // apart) and depth (frames per stack, at most kernel.perf_event_max_stack: stack_map_alloc()
+  // refuses deeper values with EINVAL).
+  bool kernel_stack = true, user_stack = true;
+  uint32_t max_stacks = 10000;
+  uint32_t max_frames = 127;
 };
 
 // The kernel memory of a hash map with every element allocated, as htab_map_alloc() preallocates
@@ -149,6 +157,12 @@ class BpfMetric : public Collector {
   std::string Disassembly() const;
   // The map of series (program key → per-CPU values), for tests and benchmarks that fill it.
   int values_fd() const { return values_.get(); }
+  // kProfile: the stack map (stack id → max_frames u64 instruction pointers, zero-padded), and
+  // the program key's layout (labels; the StackKey follows at key_layout().size).
+  int stacks_fd() const { return stacks_.get(); }
+  const KeyLayout& key_layout() const { return key_; }
+  uint32_t key_size() const { return key_size_; }
+  const BpfMetricSpec& spec() const { return spec_; }
 
  private:
   struct Program {
@@ -180,7 +194,7 @@ class BpfMetric : public Collector {
   uint64_t KeylessCount() const;
   bool per_cpu_ = true;
   std::vector<uint64_t> thresholds_;
-  ScopedFd values_, zero_, starts_;
+  ScopedFd values_, zero_, starts_, stacks_;
   std::vector<Program> programs_;
   std::vector<TracepointAttachment> attach_fds_;
 

@@ -1,6 +1,7 @@
 #include "bpf/programs.h"
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -461,10 +462,38 @@ Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
 bool CountsRuns(const CounterShape& s) { return !(s.key.size == 0 && s.filter == nullptr && !s.value); }
 bool CountsRuns(const HistogramShape& s) { return !(s.key.size == 0 && s.filter == nullptr); }
 
+namespace {
+
+// Fills a profile's StackKey at R10 + `off` (CounterShape::stacks) from the ctx in R9.
+// Clobbers R0-R5.
+void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& maps, int16_t off) {
+  a->Call(BPF_FUNC_get_current_pid_tgid);
+  a->Alu(BPF_RSH, R0, 32);
+  a->Store(4, R10, static_cast<int16_t>(off + offsetof(StackKey, tgid)), R0);
+  auto id = [&](bool take, uint64_t flags, size_t at) {
+    if (!take) {
+      a->StoreImm(4, R10, static_cast<int16_t>(off + at), kStackNotTaken);
+      return;
+    }
+    a->MovReg(R1, R9);
+    a->LoadMapFd(R2, maps.stacks);
+    a->Mov(R3, static_cast<int32_t>(flags));
+    a->Call(BPF_FUNC_get_stackid);  // the id, or a negative errno (its low 32 bits: an int)
+    a->Store(4, R10, static_cast<int16_t>(off + at), R0);
+  };
+  id(st.kernel, 0, offsetof(StackKey, kernel_id));
+  id(st.user, BPF_F_USER_STACK, offsetof(StackKey, user_id));
+}
+
+}  // namespace
+
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered, CountsRuns(s)));
+  // A profile's stacks are taken from the program's context: the record (R6) of a tracepoint's
+  // program, the pt_regs (R7, probe_record.h) of a probe's.
+  if (s.stacks) a.MovReg(R9, s.probe != nullptr ? R7 : R6);
   if (s.value) {
     EmitLoadInt(&a, *s.value, R7);
     if (s.value->is_signed) {
@@ -487,6 +516,8 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   }
   a.ZeroStack(kKeyOff, s.key.MapKeySize());
   EmitKey(&a, s.key, kKeyOff);
+  if (s.stacks)
+    EmitStackKey(&a, *s.stacks, maps, static_cast<int16_t>(kKeyOff + static_cast<int>(s.stacks->key_offset)));
   a.LoadMapFd(R1, maps.values);
   StackPtr(&a, R2, kKeyOff);
   a.Call(BPF_FUNC_map_lookup_elem);

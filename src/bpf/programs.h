@@ -48,6 +48,7 @@
 
 #include <linux/bpf.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -138,7 +139,26 @@ struct MapFds {
   int zero = -1;    // histogram/latency-end: a 1-entry array of a zeroed value (new series)
   int starts = -1;  // latency: the hash of in-flight starts
   int record = -1;  // probe programs: the per-CPU array (1 entry) of the materialized record
+  int stacks = -1;  // profiles: the BPF_MAP_TYPE_STACK_TRACE map of stacks
 };
+
+// The stack part of a profile's key (CounterShape::stacks), after its labels: the process and
+// the stack ids bpf_get_stackid() returned for the kernel and user stacks, or why there is none.
+struct StackKey {
+  uint32_t tgid = 0;      // the process (bpf_get_current_pid_tgid() >> 32)
+  int32_t kernel_id = 0;  // a stack id (>= 0), or one of the values below
+  int32_t user_id = 0;
+  uint32_t reserved = 0;  // zero: the key stays 8-byte aligned
+};
+static_assert(sizeof(StackKey) == 16);
+// Not a stack id: the part was not asked for (StackKey ids), or bpf_get_stackid()'s errors
+// (kernel/bpf/stackmap.c __bpf_get_stackid): no frames (a kernel thread has no user stack),
+// another stack already holds the id's bucket (a hash collision: BPF_F_REUSE_STACKID is not
+// used, it would rename the old stack's samples), the map has no free element (full).
+inline constexpr int32_t kStackNotTaken = -1;  // EPERM: never returned by bpf_get_stackid
+inline constexpr int32_t kStackEmpty = -EFAULT;
+inline constexpr int32_t kStackCollision = -EEXIST;
+inline constexpr int32_t kStackMapFull = -ENOMEM;
 
 // Counters and histograms without labels (key.size == 0) keep their one series in a 1-entry
 // per-CPU array (key u32 0; MapFds::values): its entry always exists, so the program neither
@@ -148,6 +168,14 @@ struct CounterShape {
   const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   KeyLayout key;
   std::optional<FieldRef> value;  // add this field's value instead of 1
+  // A profile: `key` ends with a StackKey at `key_offset` (after the labels' slots; key.size
+  // includes it), filled with bpf_get_stackid(ctx, MapFds::stacks, 0) for the kernel stack and
+  // with BPF_F_USER_STACK for the user stack (kStackNotTaken for a part not asked for).
+  struct Stacks {
+    bool kernel = false, user = false;
+    uint32_t key_offset = 0;
+  };
+  std::optional<Stacks> stacks;
 };
 struct HistogramShape {
   const FilterExpr* filter = nullptr;

@@ -46,6 +46,8 @@ struct EngineStat {
 // Whether the task with this thread id (as PERF_RECORD_EXIT reports it) has exited.
 using TaskExited = std::function<bool(uint32_t tid)>;
 
+class StackProfile;  // collectors/profile.h
+
 class Collector {
  public:
   virtual ~Collector() = default;
@@ -93,6 +95,8 @@ class Collector {
   virtual bool is_latency() const { return false; }
   // Profiles (collectors/profile.h): served as pprof, not on /metrics.
   virtual bool is_profile() const { return false; }
+  // A profile's stacks (non-null exactly when is_profile()); lives as long as the collector.
+  virtual const StackProfile* stack_profile() const { return nullptr; }
   virtual uint64_t unmatched(LatencyUnmatched::Reason /*r*/) const { return 0; }
   virtual size_t inflight() const { return 0; }
   // Engine-specific self-metric values (the bpf engine's program runs, misses, map memory).

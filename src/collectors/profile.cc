@@ -27,20 +27,22 @@ std::atomic<uint64_t> g_instances{0};
 
 }  // namespace
 
+uint64_t NextProfileInstance() { return g_instances.fetch_add(1) + 1; }
+
 std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after) {
-  using Key = std::tuple<const LabelPairs*, uint32_t, const std::vector<uint64_t>*, const std::vector<uint64_t>*>;
+  using Key = const StackCount*;
   struct Less {
-    bool operator()(const Key& a, const Key& b) const {
-      return std::tie(*std::get<0>(a), std::get<1>(a), *std::get<2>(a), *std::get<3>(a)) <
-             std::tie(*std::get<0>(b), std::get<1>(b), *std::get<2>(b), *std::get<3>(b));
+    bool operator()(Key a, Key b) const {
+      return std::tie(a->labels, a->pid, a->kernel, a->user, a->kernel_lost, a->user_lost) <
+             std::tie(b->labels, b->pid, b->kernel, b->user, b->kernel_lost, b->user_lost);
     }
   };
   std::map<Key, uint64_t, Less> was;
-  for (const StackCount& sc : before) was[Key{&sc.labels, sc.pid, &sc.kernel, &sc.user}] += sc.value;
+  for (const StackCount& sc : before) was[&sc] += sc.value;
   std::vector<StackCount> out;
   out.reserve(after.size());
   for (StackCount& sc : after) {
-    auto it = was.find(Key{&sc.labels, sc.pid, &sc.kernel, &sc.user});
+    auto it = was.find(&sc);
     if (it != was.end()) {
       if (sc.value == it->second) continue;
       if (sc.value > it->second) sc.value -= it->second;
@@ -57,7 +59,7 @@ ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet 
       labels_(std::move(labels)),
       value_(std::move(value)),
       scale_(scale),
-      instance_(g_instances.fetch_add(1) + 1),
+      instance_(NextProfileInstance()),
       series_(max_stacks) {
   key_.reserve(2048);
   ips_.reserve(256);

@@ -31,16 +31,44 @@ struct StackCount {
   uint32_t pid = 0;              // the sampled task's process (thread group) id
   std::vector<uint64_t> kernel;  // kernel instruction pointers, leaf first
   std::vector<uint64_t> user;    // user instruction pointers, leaf first
-  uint64_t value = 0;            // samples, or the sum of the value field's raw integers
+  // Why the kernel or user part is missing when the engine could not record it (the bpf
+  // engine's stack map: "stack map full", "hash collision"): rendered as one frame naming the
+  // reason, so the samples still add up. "" when the part was recorded (or not asked for).
+  std::string kernel_lost, user_lost;
+  uint64_t value = 0;  // samples, or the sum of the value field's raw integers
 };
 
-// `after` less `before`, series by series (same labels, pid and frames): what a profile gained
-// between two Stacks() of one ProfileCollector (its series only grow: never swept). Series
+// `after` less `before`, series by series (same labels, pid, frames and lost reasons): what a
+// profile gained between two Stacks() of one profile (its series only grow: never swept). Series
 // that did not grow are left out; a series smaller in `after` (cannot happen within one
-// collector) is taken whole. Order of `after` kept. Pure.
+// profile) is taken whole. Order of `after` kept. Pure.
 std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after);
 
-class ProfileCollector : public Collector {
+// A unique number per profile of the process, from 1 (never reused): tells a profile kept
+// across a reload from its replacement. Thread-safe.
+uint64_t NextProfileInstance();
+
+// What serves a profile (daemon/profiles.h), whichever engine collects it: ProfileCollector
+// (perf samples with callchains) or bpf::BpfProfile (stack maps). Thread-safety: every method
+// from any thread.
+class StackProfile {
+ public:
+  virtual ~StackProfile() = default;
+  // Every series so far; a value profile's values are raw integers, to be multiplied by scale().
+  virtual std::vector<StackCount> Stacks() const = 0;
+  virtual double scale() const = 0;
+  // NextProfileInstance() of this profile.
+  virtual uint64_t instance() const = 0;
+  // What a series' value counts: "samples", or the value field's name.
+  virtual std::string value_type() const = 0;
+  // True when the profile is fed samples stamped with their time, in time order (the reader
+  // thread): Stacks() read in a reader mark (Pipeline::AddMark) is the profile exactly as of the
+  // mark's time. False when the kernel counts (the bpf engine): Stacks() is the profile as of
+  // the call.
+  virtual bool stamped() const { return true; }
+};
+
+class ProfileCollector : public Collector, public StackProfile {
  public:
   // `max_stacks`: distinct (label set, stack) series kept. `value`/`scale`: see CounterCollector.
   ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
@@ -57,14 +85,13 @@ class ProfileCollector : public Collector {
   bool NeedsComm() const override { return labels_.needs_comm(); }
   bool is_profile() const override { return true; }
 
-  // Every series so far; a value profile's values are raw integers, to be multiplied by scale().
-  std::vector<StackCount> Stacks() const;
-  double scale() const { return scale_; }
-  // Unique per ProfileCollector of the process (never reused): tells a profile kept across a
-  // reload from its replacement.
-  uint64_t instance() const { return instance_; }
-  // What a series' value counts: "samples", or the value field's name.
-  std::string value_type() const { return value_ ? value_->field().name : "samples"; }
+  const StackProfile* stack_profile() const override { return this; }
+
+  // StackProfile.
+  std::vector<StackCount> Stacks() const override;
+  double scale() const override { return scale_; }
+  uint64_t instance() const override { return instance_; }
+  std::string value_type() const override { return value_ ? value_->field().name : "samples"; }
 
  private:
   std::string name_, help_;

@@ -78,7 +78,8 @@ class Pipeline {
   struct ProfileData {
     std::string value_type;  // "samples" or the value field's name
     double scale = 1;        // multiplies a value profile's raw integers
-    uint64_t instance = 0;   // ProfileCollector::instance(): changes when a reload replaces it
+    uint64_t instance = 0;   // StackProfile::instance(): changes when a reload replaces it
+    bool stamped = true;     // StackProfile::stamped()
     std::vector<StackCount> stacks;
   };
   std::optional<ProfileData> Profile(const std::string& name) const;
@@ -88,6 +89,9 @@ class Pipeline {
   // after every record stamped before it was dispatched, before any stamped at or after it
   // (Reader::AddMark; kept across reloads, run at Stop). Before Start: at once. Any thread.
   void AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const;
+  // Whether the running plan's profile `name` is stamped (StackProfile::stamped(); a window's
+  // bounds are then reader marks), or nullopt when there is none. Any thread.
+  std::optional<bool> ProfileStamped(const std::string& name) const;
   // The names of the running plan's profiles, in config order. Any thread.
   std::vector<std::string> ProfileNames() const;
   // What the reader learnt of processes' mappings (for naming profiles' user frames). Any thread.

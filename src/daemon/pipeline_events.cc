@@ -25,7 +25,8 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
   o.callchain_user = (ep->callchain & EventPlan::kCallchainUser) != 0;
   // User frames are named through the process's mappings: learnt from PERF_RECORD_MMAP2 as they
   // are made, so a process that exits before the request still resolves (Reader → ProcessMaps).
-  o.track_mmap = o.callchain_user;
+  o.track_mmap = o.callchain_user || ep->mmap_tracker;
+  o.dummy = ep->mmap_tracker;
   if (ep->max_stack != 0) o.max_stack = ep->max_stack;
   o.format_lost = plan_->features.perf.format_lost;  // the plan's choice (Linux >= 6.0)
   // A thread's event: copied into the threads it creates later (and, before Linux 5.13, into

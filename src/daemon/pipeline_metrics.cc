@@ -37,9 +37,9 @@ void Add(MetricSnapshot* m, LabelPairs labels, double v) {
 
 std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const std::string& name) {
   for (const auto& c : plan.collectors) {
-    if (c && c->is_profile() && c->name() == name) {
-      const auto& p = static_cast<const ProfileCollector&>(*c);
-      return ProfileData{p.value_type(), p.scale(), p.instance(), p.Stacks()};
+    if (c && c->stack_profile() != nullptr && c->name() == name) {
+      const StackProfile& p = *c->stack_profile();
+      return ProfileData{p.value_type(), p.scale(), p.instance(), p.stamped(), p.Stacks()};
     }
   }
   return std::nullopt;
@@ -58,6 +58,15 @@ void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) cons
     return;
   }
   if (plan_) fn(*plan_);
+}
+
+std::optional<bool> Pipeline::ProfileStamped(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!plan_) return std::nullopt;
+  for (const auto& c : plan_->collectors) {
+    if (c && c->stack_profile() != nullptr && c->name() == name) return c->stack_profile()->stamped();
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> Pipeline::ProfileNames() const {
@@ -362,6 +371,12 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
   auto profile_other =
       Family("tracepoint_exporter_profile_other_context_frames_total",
              "Hypervisor and guest frames of callchains, left out of a profile's stacks.", MetricKind::kCounter);
+  auto profile_lost = Family("tracepoint_exporter_profile_stacks_lost_total",
+                             "Samples of a bpf-engine profile whose kernel or user stack (part) the stack map could "
+                             "not hold, by reason: stack_map_full (settings.max_stacks_per_profile distinct stacks "
+                             "in use), hash_collision (another stack holds the id's bucket). The samples are counted "
+                             "under a frame naming the reason.",
+                             MetricKind::kCounter);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
@@ -369,7 +384,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
       for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory,
-                                &profile_samples, &profile_stacks, &profile_other}) {
+                                &profile_samples, &profile_stacks, &profile_other, &profile_lost}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -383,6 +398,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(profile_samples));
     out->push_back(std::move(profile_stacks));
     out->push_back(std::move(profile_other));
+    if (!profile_lost.series.empty()) out->push_back(std::move(profile_lost));
   }
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));

@@ -69,6 +69,11 @@ struct EventPlan {
   static constexpr uint8_t kCallchainKernel = 1, kCallchainUser = 2;
   uint8_t callchain = 0;
   uint16_t max_stack = 0;
+  // Not a tracepoint: the per-CPU PERF_COUNT_SW_DUMMY event (TracepointEventOptions::dummy) whose
+  // PERF_RECORD_MMAP2 records teach LearntMaps the mappings of every process, for the bpf
+  // engine's profiles with user stacks (their programs send no samples to learn them from).
+  // Sampled into the CPU rings; no consumers, no format. Part of the perf events' identity.
+  bool mmap_tracker = false;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
@@ -105,10 +110,11 @@ struct EventPlan {
   // Re-reads `ids` from fds and task_fds (after either changed).
   void CollectIds();
   // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid,
-  // callchain, max_stack).
+  // callchain, max_stack, mmap_tracker).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
-           pid == other.pid && callchain == other.callchain && max_stack == other.max_stack;
+           pid == other.pid && callchain == other.callchain && max_stack == other.max_stack &&
+           mmap_tracker == other.mmap_tracker;
   }
 };
 

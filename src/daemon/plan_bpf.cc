@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "bpf/bpf_metric.h"
+#include "bpf/bpf_profile.h"
 #include "bpf/filter_compiler.h"
 #include "common/utf8.h"
 #include "daemon/bpf_parts.h"
@@ -59,6 +60,20 @@ Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& 
   return Status::Ok();
 }
 
+// The plan's one mmap tracking event (EventPlan::mmap_tracker), added at the first call.
+void AddMmapTracker(Plan* plan) {
+  plan->needs_ordering = true;
+  for (const auto& ep : plan->events) {
+    if (ep->mmap_tracker) return;
+  }
+  auto ep = std::make_unique<EventPlan>();
+  ep->event = EventName{"tracepoint_exporter", "mmap_tracker"};
+  ep->display = "mmap records for bpf profiles";
+  ep->sampled = true;
+  ep->mmap_tracker = true;
+  plan->events.push_back(std::move(ep));
+}
+
 }  // namespace
 
 StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
@@ -74,13 +89,20 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return false;
   }
   if (m.type == "profile") {
-    if (forced) {
-      return InvalidArgument(where +
-                             ": \"bpf\": profiles run on the perf engine in this release (PERF_SAMPLE_CALLCHAIN); "
-                             "stacks in bpf stack maps are not built yet: use \"perf\" or \"auto\"");
+    // "auto": perf. A callchain is taken whole with each sample, so its stacks are exact; a
+    // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
+    // cost per hit (no sample, no ring traffic): the user's choice.
+    if (!forced) {
+      *why =
+          "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
+          "collisions; \"engine\": \"bpf\" takes them there)";
+      return false;
     }
-    *why = "a profile: stacks come from the kernel's perf callchains (bpf stack maps are not built yet)";
-    return false;
+    if (!m.value.field.empty()) {
+      return InvalidArgument(where + ": \"bpf\" for " + m.name +
+                             ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
+                             "\"perf\" or \"auto\"");
+    }
   }
   if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
@@ -135,7 +157,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.scale = m.value.scale;
     spec.kind = m.type == "latency"     ? BpfMetricSpec::Kind::kLatency
                 : m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram
+                : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
                                         : BpfMetricSpec::Kind::kCounter;
+    if (m.type == "profile") {
+      spec.kernel_stack = m.stack != "user";
+      spec.user_stack = m.stack != "kernel";
+      spec.max_series = cfg.settings.max_stacks_per_profile;
+      spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
+      spec.max_frames = static_cast<uint32_t>(cfg.settings.profile_max_frames);
+    }
     return spec;
   };
   // One side: its event (format), filter (parsed and compilable), labels and key fields.
@@ -270,7 +300,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
   }
   if (parts.empty()) return not_bpf(InvalidArgument("no events"));
-  if (m.type != "counter") {
+  if (m.type == "profile" && parts.size() > 1) {
+    return not_bpf(
+        Unimplemented("a profile of a probe whose binary was replaced while processes still run the old "
+                      "file (one program per file)"));
+  }
+  if (m.type != "counter" && m.type != "profile") {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
     for (PartPlan& p : parts) p.spec.buckets = *b;
@@ -311,13 +346,30 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return false;
   }
   std::vector<BpfPartsMetric::Part> loaded;
+  std::unique_ptr<bpf::BpfProfile> profile;
   for (PartPlan& p : parts) {
     // A part the running pipeline has keeps its programs and maps (Pipeline::Reload): nothing to load.
-    const bool part_running = m.probe ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
-    auto metric =
-        part_running ? bpf::BpfMetric::CreateUnloaded(std::move(p.spec)) : bpf::BpfMetric::Create(std::move(p.spec));
-    if (!metric.ok()) {
-      const Status& st = metric.status();
+    const bool part_running =
+        m.probe && m.type != "profile" ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
+    Status st = Status::Ok();
+    if (m.type == "profile") {
+      auto made = part_running ? bpf::BpfProfile::CreateUnloaded(std::move(p.spec))
+                               : bpf::BpfProfile::Create(std::move(p.spec));
+      if (made.ok()) {
+        profile = std::move(*made);
+      } else {
+        st = made.status();
+      }
+    } else {
+      auto metric =
+          part_running ? bpf::BpfMetric::CreateUnloaded(std::move(p.spec)) : bpf::BpfMetric::Create(std::move(p.spec));
+      if (metric.ok()) {
+        loaded.push_back(BpfPartsMetric::Part{p.key, std::move(*metric)});
+      } else {
+        st = metric.status();
+      }
+    }
+    if (!st.ok()) {
       if (st.code() == StatusCode::kUnimplemented) return not_bpf(st);  // checked before any map exists
       if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
       // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
@@ -327,10 +379,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       *why = "loading its BPF programs failed: " + first_line;
       return false;
     }
-    loaded.push_back(BpfPartsMetric::Part{p.key, std::move(*metric)});
   }
   for (const auto& [id, n] : programs) plan->bpf_programs[id] += n.programs;
-  if (m.probe) {
+  if (profile) {
+    plan->collectors.push_back(std::move(profile));
+    // User frames are named through the processes' mappings: learnt from the mmap tracking
+    // event's records (EventPlan::mmap_tracker), in time order with the exec, fork and exit records.
+    if (m.stack != "kernel") AddMmapTracker(plan);
+  } else if (m.probe) {
     plan->collectors.push_back(std::make_unique<BpfPartsMetric>(m.name, std::move(loaded)));
   } else {
     plan->collectors.push_back(std::move(loaded.front().metric));

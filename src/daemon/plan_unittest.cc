@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "collectors/counter.h"
+#include "collectors/profile.h"
 #include "testing/test_util.h"
 
 namespace tpe {
@@ -169,6 +170,49 @@ TEST(PlanTest, CounterWithValueSamplesAndNeedsAnIntegerField) {
   EXPECT_NE(missing.status().message().find("cfg.json: metrics[0].value.field: raw_syscalls:sys_exit has no field "
                                             "\"rett\"; its fields: "),
             std::string::npos);
+}
+
+// Profiles: "auto" takes perf (exact stacks) and says why; "bpf" takes stack maps, with the
+// mmap tracking event that names user frames (planned unloaded, as for a reload that keeps it:
+// no privilege needed); a value profile on "bpf" is refused with what works.
+TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
+  const bpf::BpfSupport bpf_ok{true, ""};
+  auto parse = [](const std::string& profile) {
+    auto cfg = ParseConfig(R"({"profiles": [)" + profile + "]}", "cfg.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+    return *cfg;
+  };
+  Config autocfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter"})");
+  auto auto_plan = BuildPlan(autocfg, kTracefs, KernelEnums(), false, bpf_ok);
+  ASSERT_TRUE(auto_plan.ok()) << auto_plan.status().ToString();
+  EXPECT_EQ((*auto_plan)->engines[0], "perf");
+  EXPECT_NE((*auto_plan)->engine_reasons[0].find("hash collisions"), std::string::npos);
+
+  Config bpfcfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf"})");
+  auto bpf_plan = BuildPlan(bpfcfg, kTracefs, KernelEnums(), false, bpf_ok, {bpfcfg.metrics[0].canonical});
+  ASSERT_TRUE(bpf_plan.ok()) << bpf_plan.status().ToString();
+  const Plan& p = **bpf_plan;
+  EXPECT_EQ(p.engines[0], "bpf");
+  ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
+  EXPECT_FALSE(p.collectors[0]->stack_profile()->stamped());
+  ASSERT_EQ(p.events.size(), 1u);  // no tracepoint event: the mmap tracker only
+  EXPECT_TRUE(p.events[0]->mmap_tracker);
+  EXPECT_TRUE(p.events[0]->sampled);
+  EXPECT_TRUE(p.needs_ordering);
+
+  Config kernel_only = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf", "stack": "kernel"})");
+  auto k_plan = BuildPlan(kernel_only, kTracefs, KernelEnums(), false, bpf_ok, {kernel_only.metrics[0].canonical});
+  ASSERT_TRUE(k_plan.ok()) << k_plan.status().ToString();
+  EXPECT_TRUE((*k_plan)->events.empty()) << "kernel stacks need no mappings";
+
+  Config value =
+      parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf", "value": {"field": "id"}})");
+  auto v_plan = BuildPlan(value, kTracefs, KernelEnums(), false, bpf_ok);
+  ASSERT_FALSE(v_plan.ok());
+  EXPECT_EQ(
+      v_plan.status().message(),
+      "cfg.json: profiles[0].engine: \"bpf\" for p: a profile that sums a \"value\" field runs on the perf engine "
+      "in this release; use \"perf\" or \"auto\"");
 }
 
 TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {

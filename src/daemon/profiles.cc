@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "common/clock.h"
 #include "profile/render.h"
@@ -127,13 +128,17 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
   }
   // The window's bounds are marks in the reader's dispatch: the profile exactly as it was after
   // the last sample stamped before each bound (samples of the instant before the request that
-  // the reader had not dispatched yet are not the window's).
+  // the reader had not dispatched yet are not the window's). A profile the kernel counts (bpf:
+  // not stamped) is read at each bound's moment instead: the start when the wait is accepted,
+  // the end when `later` runs (each hit is in exactly one of two adjacent windows).
   struct Window {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<Pipeline::ProfileData> bounds[2];
     bool done[2] = {false, false};
-    int64_t start_ns = 0;  // wall clock at the window's start (pprof time_nanos)
+    bool read_now = false;  // not stamped: the end is read by `later`, at end_ns at the earliest
+    uint64_t end_ns = 0;    // CLOCK_MONOTONIC
+    int64_t start_ns = 0;   // wall clock at the window's start (pprof time_nanos)
   };
   auto w = std::make_shared<Window>();
   const int64_t duration_ns = int64_t{seconds} * 1000000000;
@@ -142,6 +147,15 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
     {
       std::lock_guard<std::mutex> lock(w->mu);
       w->start_ns = NowNs();
+    }
+    if (pipeline.ProfileStamped(name) == false) {
+      auto data = pipeline.Profile(name);
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->bounds[0] = std::move(data);
+      w->done[0] = true;
+      w->read_now = true;
+      w->end_ns = MonotonicNs() + static_cast<uint64_t>(duration_ns);
+      return;
     }
     const uint64_t t0 = MonotonicNs();
     for (int i = 0; i < 2; ++i) {
@@ -157,6 +171,17 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
   reply.delay = std::chrono::seconds(seconds);
   reply.later = [&pipeline, name = request.name, format = request.format, w, duration_ns] {
     std::unique_lock<std::mutex> lock(w->mu);
+    if (w->read_now && !w->done[1]) {
+      const uint64_t end_ns = w->end_ns;
+      lock.unlock();
+      if (const uint64_t now = MonotonicNs(); now < end_ns) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(end_ns - now));
+      }
+      auto data = pipeline.Profile(name);
+      lock.lock();
+      w->bounds[1] = std::move(data);
+      w->done[1] = true;
+    }
     // The reader dispatches every 100 ms; a stopped or paused reader (a reload) answers later.
     if (!w->cv.wait_for(lock, std::chrono::seconds(10), [&] { return w->done[0] && w->done[1]; })) {
       return HttpAnswer{503, "text/plain; charset=utf-8",

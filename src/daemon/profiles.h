@@ -33,7 +33,8 @@ HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, cons
 // The reply to GET /debug/pprof/<name>[?format=...][&seconds=N]. Without seconds: RenderProfile
 // at once. With seconds: the reply's `start` (called when the server accepts the wait) marks the
 // window's start and end in the reader's dispatch (Pipeline::AddMark: the profile exactly as it
-// was after the last sample stamped before each bound), and its `later` (after N seconds, waits
+// was after the last sample stamped before each bound; a bpf profile, which the kernel counts,
+// is read at the start and, by `later`, at the end: StackProfile::stamped()), and its `later` (after N seconds, waits
 // for the end mark up to 10 s, else 503) renders what the profile gained in between, with the
 // pprof's time_nanos the window's start and duration_nanos N s; a profile replaced by a reload
 // meanwhile gives its samples since the reload; one removed by a reload, 404. Errors answered at

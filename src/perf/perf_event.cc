@@ -81,8 +81,8 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   perf_event_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.size = sizeof(attr);
-  attr.type = PERF_TYPE_TRACEPOINT;
-  attr.config = opts.tracepoint_id;
+  attr.type = opts.dummy ? static_cast<uint32_t>(PERF_TYPE_SOFTWARE) : static_cast<uint32_t>(PERF_TYPE_TRACEPOINT);
+  attr.config = opts.dummy ? static_cast<uint64_t>(PERF_COUNT_SW_DUMMY) : opts.tracepoint_id;
   attr.disabled = 1;
   attr.read_format = ReadFormat(opts.format_lost);
   attr.use_clockid = 1;

@@ -37,6 +37,10 @@ struct TracepointEventOptions {
   // enabled (attr.mmap + attr.mmap2; for a per-CPU event: any task on that CPU). Profiles use
   // them to name the user frames of processes that exited before the request.
   bool track_mmap = false;
+  // Not a tracepoint: a PERF_COUNT_SW_DUMMY software event (it never fires, so it has no
+  // samples), opened for its PERF_RECORD_MMAP2 records (with track_mmap): the bpf engine's
+  // profiles learn processes' mappings from it. tracepoint_id is then ignored.
+  bool dummy = false;
   uint32_t wakeup_watermark_bytes = 0;  // wake the reader when this many bytes are unread
   // read_format carries PERF_FORMAT_LOST (Linux >= 6.0; PerfFeatures::format_lost). Without it
   // read() returns {value, time_enabled} and EventCount::lost_known is false.

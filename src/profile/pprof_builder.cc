@@ -37,7 +37,9 @@ uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
 }
 
 uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
-  auto [it, inserted] = locations_.emplace(std::make_pair(f.mapping_id, f.address), 0);
+  // A frame without an address (a lost stack's reason) is told apart by its name.
+  auto [it, inserted] =
+      locations_.emplace(std::make_tuple(f.mapping_id, f.address, f.address == 0 ? f.function : ""), 0);
   if (!inserted) return it->second;
   auto* loc = profile_.add_location();
   it->second = static_cast<uint64_t>(profile_.location_size());

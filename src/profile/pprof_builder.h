@@ -10,6 +10,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,7 +21,8 @@ namespace tpe {
 
 // One frame of a stack, as the symbolizer left it.
 struct ProfileFrame {
-  uint64_t address = 0;     // instruction address: in the process (user) or kernel virtual
+  uint64_t address = 0;     // instruction address: in the process (user) or kernel virtual; 0 for a
+                            // frame that only names something (a lost stack's reason)
   uint64_t mapping_id = 0;  // PprofBuilder::AddMapping's id; 0 when no mapping holds it
   std::string function;     // symbol name; "" when unsymbolized (the address and mapping remain)
 };
@@ -64,8 +66,9 @@ class PprofBuilder {
 
   perftools::profiles::Profile profile_;
   std::map<std::string, int64_t> strings_;
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> locations_;  // (mapping id, address) -> id
-  std::map<std::string, uint64_t> functions_;                    // name -> id
+  // (mapping id, address, the name of an address-0 frame) -> id
+  std::map<std::tuple<uint64_t, uint64_t, std::string>, uint64_t> locations_;
+  std::map<std::string, uint64_t> functions_;  // name -> id
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string>, uint64_t> mappings_;
 };
 

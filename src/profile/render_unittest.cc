@@ -46,5 +46,36 @@ TEST(RenderTest, CollectorStacksToNamedFoldedStacks) {
   EXPECT_EQ(b.profile().string_table(label.str()), std::to_string(getpid()));
 }
 
+// A part the bpf engine lost is one frame naming the reason, in its place: two reasons stay two
+// locations (pprof keys frames by mapping and address, and both are 0 here), and StacksSince
+// tells stacks apart by their reasons.
+TEST(RenderTest, LostPartsAreOneFrameNamingTheReason) {
+  StackCount a;
+  a.pid = 7;
+  a.kernel = {0xffffffff810a1c4b};
+  a.user_lost = "hash_collision";
+  a.value = 5;
+  StackCount b = a;
+  b.user_lost = "stack_map_full";
+  b.value = 2;
+  auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
+  ASSERT_TRUE(k.ok());
+  Symbolizer sym("/proc", std::move(k).value());
+  PprofBuilder builder("samples", "count");
+  AddStacks({a, b}, &sym, &builder);
+  EXPECT_EQ(FoldedStacks(builder.profile()),
+            "[user_stack_lost:_hash_collision];__x64_sys_getppid 5\n"
+            "[user_stack_lost:_stack_map_full];__x64_sys_getppid 2\n");
+  EXPECT_EQ(builder.profile().location_size(), 3);
+
+  StackCount a2 = a;
+  a2.value = 8;
+  StackCount b2 = b;
+  const std::vector<StackCount> gained = StacksSince({a, b}, {a2, b2});
+  ASSERT_EQ(gained.size(), 1u);
+  EXPECT_EQ(gained[0].user_lost, "hash_collision");
+  EXPECT_EQ(gained[0].value, 3u);
+}
+
 }  // namespace
 }  // namespace tpe

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -65,7 +66,12 @@ std::map<std::string, int64_t> Paths(const std::string& folded) {
   return paths;
 }
 
-TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
+// Run on both engines: perf callchains, and bpf stack maps ("engine": "bpf", which "auto" does
+// not choose for a profile).
+class ProfileEngineTest : public testing::EngineTest {};
+TPE_INSTANTIATE_ENGINES(ProfileEngineTest);
+
+TEST_P(ProfileEngineTest, ExactStacksServedAsFoldedAndPprof) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
@@ -121,7 +127,7 @@ TEST(ProfileDaemonTest, ExactStacksServedAsFoldedAndPprof) {
 
 // The trigger has exited (and been reaped) before the profile is rendered: its frames are named
 // through the mappings learnt from its exec and PERF_RECORD_MMAP2 records, exactly as before.
-TEST(ProfileDaemonTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
+TEST_P(ProfileEngineTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
@@ -147,6 +153,39 @@ TEST(ProfileDaemonTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
       << folded;
   EXPECT_EQ(folded.find("[unknown]"), std::string::npos) << folded;
   EXPECT_GE(testing::Value(page, "tracepoint_exporter_profile_learnt_processes", {}), 1);
+}
+
+// A bpf stack map with room for one stack: the kernel stack of getppid() takes it, and every
+// user stack then finds its bucket held by another stack. No sample is lost: all of them are
+// counted under the kernel stack and a frame naming the reason, and the lost user stacks are
+// counted exactly in tracepoint_exporter_profile_stacks_lost_total.
+TEST(ProfileBpfTest, AFullStackMapLosesStacksNotSamplesAndCountsThem) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  testing::Trigger t;
+  ASSERT_GT(t.pid(), 0);
+  const std::string config = R"({"settings": {"max_stacks_per_profile": 1},
+      "profiles": [{"name": "getppid_stacks", "event": "raw_syscalls:sys_enter", "engine": "bpf",
+      "filter": "common_pid == )" +
+                             std::to_string(t.pid()) + " && id == " + std::to_string(SYS_getppid) + R"("}]})";
+  std::string folded;
+  std::vector<MetricSnapshot> page;
+  testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    t.Go();
+    folded = RenderProfile(pipeline, "getppid_stacks", "folded").body;
+    page = pipeline.Snapshot();
+    t.Release();
+  });
+  ASSERT_EQ(std::count(folded.begin(), folded.end(), '\n'), 1) << folded;
+  EXPECT_NE(folded.find("[user_stack_lost:_hash_collision];"), std::string::npos) << folded;  // folded: no spaces
+  EXPECT_NE(folded.find("do_syscall_64"), std::string::npos) << folded;
+  EXPECT_NE(folded.find(" " + std::to_string(kPathA + kPathB) + "\n"), std::string::npos) << folded;
+  const LabelPairs user_collisions{{"profile", "getppid_stacks"}, {"part", "user"}, {"reason", "hash_collision"}};
+  EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_stacks_lost_total", user_collisions), kPathA + kPathB);
+  EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_stacks_lost_total",
+                           {{"profile", "getppid_stacks"}, {"part", "kernel"}, {"reason", "hash_collision"}}),
+            0);
+  EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "getppid_stacks"}}),
+            kPathA + kPathB);
 }
 
 // Reloads keep an unchanged profile and its stacks; a profile added and removed on every other
@@ -202,7 +241,7 @@ TEST(ProfileDaemonTest, HundredReloadsKeepAnUnchangedProfileAndLeakNothing) {
 // address in tpe_path_a or tpe_path_b and their frame intact (at a function's entry the caller's
 // frame would be skipped by a frame-pointer unwind), so the user stacks are main;tpe_path_a 3000
 // times and main;tpe_path_b 1000 times, exactly.
-TEST(ProfileDaemonTest, AUretprobeProfileHasBothPathsExactly) {
+TEST_P(ProfileEngineTest, AUretprobeProfileHasBothPathsExactly) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger t;
   ASSERT_GT(t.pid(), 0);
@@ -280,7 +319,7 @@ TEST(ProfileDaemonTest, AKprobeProfileOrAClearRefusal) {
 // ?seconds=N: the samples of the window only (a first trigger ran before it, a second within
 // it), exactly; pprof's time and duration are the window's; bad seconds, formats and names are
 // refused at once.
-TEST(ProfileDaemonTest, SecondsGiveTheWindowsSamplesExactly) {
+TEST_P(ProfileEngineTest, SecondsGiveTheWindowsSamplesExactly) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   testing::Trigger before, within;
   ASSERT_GT(before.pid(), 0);

@@ -1,0 +1,96 @@
+// A profile on the bpf engine (issue 23): the event's program (a BpfMetric of Kind::kProfile)
+// counts each hit past the filter under (labels, process, kernel stack id, user stack id) in a
+// per-CPU hash, the ids from bpf_get_stackid() into a BPF_MAP_TYPE_STACK_TRACE map; Stacks()
+// reads both at request time. The counts are exact: every run past the filter adds 1 to one
+// series, and a series that does not fit (max_stacks series) is counted
+// (tracepoint_exporter_series_dropped_total{metric}).
+//
+// A stack that cannot be recorded keeps its sample: the series' id is bpf_get_stackid()'s
+// error, shown as one frame "[kernel stack lost: <reason>]" (StackCount::kernel_lost) and
+// counted by reason in tracepoint_exporter_profile_stacks_lost_total{profile, part, reason}:
+// "stack_map_full" (the stack map's max_stacks elements are in use), "hash_collision" (another
+// stack holds the id's bucket). A kernel thread has no user stack: that part is simply empty.
+//
+// Stack ids are never cleared while the profile lives (as bpftrace's maps): an id names one
+// stack until the map goes (a reload that changes the profile), so a series read at any time
+// resolves to the stack that was counted — deleting an id a program may hand out again at once
+// could name another stack's samples. Ids are cached after their first read.
+//
+// Exited processes: user frames are named through the mappings the pipeline learns from the
+// per-CPU mmap tracking event the plan adds for a bpf profile with user stacks (plan.h), as on
+// the perf engine.
+//
+// Thread-safety: Create/Attach/Detach on the owning (main) thread; Stacks, EngineStats from any
+// thread (map reads are syscalls; the id cache is guarded by a mutex).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bpf/bpf_metric.h"
+#include "collectors/profile.h"
+
+namespace tpe::bpf {
+
+class BpfProfile : public Collector, public StackProfile {
+ public:
+  // `spec.kind` must be kProfile (InvalidArgument otherwise). Errors as BpfMetric::Create.
+  static StatusOr<std::unique_ptr<BpfProfile>> Create(BpfMetricSpec spec);
+  // Checked, not loaded (a reload keeps the running profile in its place): BpfMetric::CreateUnloaded.
+  static StatusOr<std::unique_ptr<BpfProfile>> CreateUnloaded(BpfMetricSpec spec);
+
+  const std::string& name() const override { return metric_->name(); }
+  void OnSample(size_t, const Sample&, CommTable*) override {}  // the kernel aggregates
+  MetricSnapshot Snapshot() const override;                     // name and help: off /metrics
+  bool NeedsComm() const override { return false; }
+  bool NeedsOrdering() const override { return false; }
+  bool is_profile() const override { return true; }
+  const StackProfile* stack_profile() const override { return this; }
+  Status Attach() override { return metric_->Attach(); }
+  void Detach() override { metric_->Detach(); }
+  bool attached() const override { return metric_->attached(); }
+  void OnCostWindow(bool open) override { metric_->OnCostWindow(open); }
+  uint64_t series_dropped() const override { return metric_->series_dropped(); }
+  // The program's stats (BpfMetric::EngineStats), then tracepoint_exporter_profile_samples_total
+  // (samples counted into series, as on perf: dropped ones are series_dropped), _profile_stacks
+  // (series held) and
+  // _profile_stacks_lost_total by part and reason.
+  std::vector<EngineStat> EngineStats() const override;
+
+  // StackProfile: every series, its stacks read from the stack map (leaf first, zero padding
+  // cut). A stack id whose read fails keeps its samples as lost ("unreadable").
+  std::vector<StackCount> Stacks() const override;
+  double scale() const override { return 1; }
+  uint64_t instance() const override { return instance_; }
+  std::string value_type() const override { return "samples"; }
+  bool stamped() const override { return false; }  // the kernel counts: read as of the call
+
+  const BpfMetric& metric() const { return *metric_; }
+
+  // The reason a negative stack id stands for, as the lost frame and the self-metric name it:
+  // "stack_map_full", "hash_collision", or "error <errno>". Pure.
+  static std::string LostReason(int32_t id);
+
+ private:
+  explicit BpfProfile(std::unique_ptr<BpfMetric> metric)
+      : metric_(std::move(metric)), instance_(NextProfileInstance()) {}
+  struct Read {
+    std::vector<StackCount> stacks;
+    uint64_t samples = 0;
+    std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (part, reason) -> samples
+  };
+  Read ReadAll() const;
+  // The frames of stack `id` (cached). False when the stack map has no such id.
+  bool Frames(int32_t id, std::vector<uint64_t>* out) const;
+
+  std::unique_ptr<BpfMetric> metric_;
+  uint64_t instance_;
+  mutable std::mutex mu_;
+  mutable std::map<int32_t, std::vector<uint64_t>> frames_;  // stack id -> ips (ids are never reused)
+  mutable bool batch_ = true;                                // ReadMap's batch choice
+};
+
+}  // namespace tpe::bpf
