@@ -6,6 +6,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -127,8 +128,10 @@ int main(int argc, char** argv) {
     tpe::Pipeline& pipeline = **opened;
     const tpe::Plan& plan = pipeline.plan();
     if (config_check) {
+      const size_t tracepoints = static_cast<size_t>(
+          std::count_if(plan.events.begin(), plan.events.end(), [](const auto& ep) { return !ep->mmap_tracker; }));
       std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened and BPF program attached)\n",
-                  config_file.c_str(), plan.collectors.size(), plan.events.size());
+                  config_file.c_str(), plan.collectors.size(), tracepoints);
       for (size_t i = 0; i < plan.collectors.size(); ++i) {
         std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
                     plan.engine_reasons[i].c_str());

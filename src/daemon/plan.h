@@ -181,8 +181,10 @@ struct Plan {
 // Engines (per metric "engine"): "perf" always uses perf events. "bpf" needs `bpf.available`
 // (else PermissionDenied naming CAP_BPF) and a metric the program generator can express (else
 // InvalidArgument saying what). "auto" (the default) takes bpf when both hold, except for a
-// label-less counter, which the kernel already counts exactly in counting mode; otherwise perf,
-// with the reason in engine_reasons (and one log line by the daemon). Probe events (uprobes,
+// label-less counter, which the kernel already counts exactly in counting mode, and a profile,
+// whose perf callchains are exact where a stack map can lose stacks to hash collisions (a
+// "bpf" profile is a bpf::BpfProfile, plus the mmap tracking event when it takes user stacks);
+// otherwise perf, with the reason in engine_reasons (and one log line by the daemon). Probe events (uprobes,
 // USDT, kprobes) take the same choice: their bpf programs are BPF_PROG_TYPE_KPROBE ones that
 // compute the event's fields from pt_regs (bpf/probe_record.h); a metric reading a __probe_*
 // field runs on perf. bpf metrics' maps are

@@ -273,7 +273,7 @@ TEST_P(ProfileEngineTest, AUretprobeProfileHasBothPathsExactly) {
 
 // A kprobe profile, where the kernel has kprobe events (the matrix guests): kernel stacks of
 // do_nanosleep for 20 sleeps, exactly, each from its syscall path; elsewhere a clear refusal.
-TEST(ProfileDaemonTest, AKprobeProfileOrAClearRefusal) {
+TEST_P(ProfileEngineTest, AKprobeProfileOrAClearRefusal) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
