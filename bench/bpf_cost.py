@@ -56,9 +56,9 @@ FLOOR = "tracepoint:syscalls:sys_enter_getppid { }"
 TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter", 1.0),
            ("{comm} counter <= 0.85 x bpftrace @[comm] = count()", "{comm} counter", 0.85),
            ("latency start + end <= 0.7 x bpftrace's pair", "enter->exit latency, start + end", 0.7),
-           # Parity: both programs' time is the kernel's two frame-pointer unwinds in bpf_get_stackid()
-           # (~3.2 us of ~3.3 here); ours adds its run count (the exactness accounting).
-           ("stacks profile <= 1.05 x bpftrace @[kstack, ustack] = count()", "kernel + user stacks profile", 1.05)]
+           # Issue 23's target; both programs' time is mostly the kernel's two frame-pointer unwinds in
+           # bpf_get_stackid() (~3.2 us here).
+           ("stacks profile <= 1.0 x bpftrace @[kstack, ustack] = count()", "kernel + user stacks profile", 1.0)]
 DEFAULT_BUDGET_NS = 150.0
 # Shipped configs whose per-syscall price is reported: the default (the budget applies to it) and
 # the opt-in syscall metrics.
@@ -164,7 +164,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
                                                   "BPF_COST.md"), help="the Markdown report ('' = none)")
+    ap.add_argument("--only", default="", help="run only the jobs whose name contains this (no shipped configs, "
+                    "no report file: a quick look)")
     args = ap.parse_args()
+    if args.only:
+        JOBS[:] = [j for j in JOBS if args.only in j[0]]
+        SHIPPED[:] = []
+        args.out = ""
     loop = os.path.join(args.build, "bench", "workloads", "syscall_loop")
     with open("/proc/sys/kernel/bpf_stats_enabled") as f:
         saved = f.read().strip()
@@ -223,10 +229,12 @@ def main():
         out.append("| config/%s | %.0f ns | %.0f ns | %+.0f ns |" % (cfg, base, med[(cfg, "loop")],
                                                                med[(cfg, "loop")] - base))
     out.append("")
-    d = med[("default.json", "programs")]
+    d = med.get(("default.json", "programs"), 0)
     out += ["| target | measured | met |", "|---|---|---|"]
     ok = True
     for label, job, bound in TARGETS:
+        if (job, "ours") not in med:
+            continue
         o, b = med[(job, "ours")] - floor, med[(job, "bpftrace")] - floor
         hit = o <= bound * b
         ok &= hit

@@ -183,7 +183,7 @@ Status BpfMetric::Build(bool create) {
                          CreateMap(BPF_MAP_TYPE_STACK_TRACE, "tpe_stacks", 4, 8 * spec_.max_frames, spec_.max_stacks));
     fds.stacks = stacks_.get();
   }
-  if (spec_.kind != Kind::kCounter && !keyless_) {
+  if (spec_.kind != Kind::kCounter && spec_.kind != Kind::kProfile && !keyless_) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
     fds.zero = zero_.get();
   }

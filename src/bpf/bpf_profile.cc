@@ -33,6 +33,8 @@ std::string BpfProfile::LostReason(int32_t id) {
       return "stack_map_full";
     case kStackCollision:
       return "hash_collision";
+    case kStackEmpty:
+      return "no_callchain";
     default:
       return "error " + std::to_string(-id);
   }
@@ -53,7 +55,7 @@ bool BpfProfile::Frames(int32_t id, std::vector<uint64_t>* out) const {
   return true;
 }
 
-BpfProfile::Read BpfProfile::ReadAll() const {
+BpfProfile::Read BpfProfile::ReadAll(bool resolve) const {
   Read r;
   if (!metric_->loaded()) return r;
   const KeyLayout& layout = metric_->key_layout();
@@ -74,8 +76,11 @@ BpfProfile::Read BpfProfile::ReadAll() const {
     sc.pid = sk.tgid;
     sc.value = e.value[0];
     r.samples += sc.value;
+    // A kernel thread has no user stack (-EFAULT: empty, not lost); a kernel stack always has
+    // frames, so -EFAULT there is the kernel failing to take one (no_callchain).
     auto part = [&](const char* name, int32_t id, std::vector<uint64_t>* frames, std::string* lost) {
-      if (id == kStackNotTaken || id == kStackEmpty) return;
+      if (id == kStackNotTaken || (id == kStackEmpty && std::string(name) == "user")) return;
+      if (id >= 0 && !resolve) return;
       std::string reason = id >= 0 ? (Frames(id, frames) ? "" : "unreadable") : LostReason(id);
       if (reason.empty()) return;
       r.lost[{name, reason}] += sc.value;
@@ -88,11 +93,11 @@ BpfProfile::Read BpfProfile::ReadAll() const {
   return r;
 }
 
-std::vector<StackCount> BpfProfile::Stacks() const { return ReadAll().stacks; }
+std::vector<StackCount> BpfProfile::Stacks() const { return ReadAll(/*resolve=*/true).stacks; }
 
 std::vector<EngineStat> BpfProfile::EngineStats() const {
   std::vector<EngineStat> out = metric_->EngineStats();
-  Read r = ReadAll();
+  Read r = ReadAll(/*resolve=*/false);  // counts and reasons: no stack is copied for a scrape
   const std::string& name = metric_->spec().name;
   out.push_back({"tracepoint_exporter_profile_samples_total", {{"profile", name}}, static_cast<double>(r.samples)});
   out.push_back({"tracepoint_exporter_profile_stacks", {{"profile", name}}, static_cast<double>(r.stacks.size())});

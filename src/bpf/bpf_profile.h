@@ -11,10 +11,22 @@
 // "stack_map_full" (the stack map's max_stacks elements are in use), "hash_collision" (another
 // stack holds the id's bucket). A kernel thread has no user stack: that part is simply empty.
 //
-// Stack ids are never cleared while the profile lives (as bpftrace's maps): an id names one
+// Stack ids are never deleted while the profile lives (as bpftrace's maps): an id names one
 // stack until the map goes (a reload that changes the profile), so a series read at any time
 // resolves to the stack that was counted — deleting an id a program may hand out again at once
-// could name another stack's samples. Ids are cached after their first read.
+// could name another stack's samples. Each id is read once (then cached), and only to render:
+// the kernel's copy (bpf_stackmap_copy, kernel/bpf/stackmap.c) takes the id's bucket out while
+// it copies, and a different stack hashing to the same bucket in that instant (a collision
+// otherwise) is handed the id and then dropped for the old one: that one sample is named as the
+// old stack. The kernel has the same window when two CPUs insert different stacks into one empty
+// bucket at once. Both need a hash collision within the same microsecond.
+//
+// Collisions: the map has roundup_pow_of_two(max_stacks) buckets for kernel and user stacks
+// together, so a new stack finds its bucket taken about as often as the buckets are filled
+// (~6% with 1,000 distinct stacks at the default 10,000; ~25% with 5,000): raise
+// max_stacks_per_profile for profiles with many stacks. Memory: max_stacks x (8 x max_frames
+// + ~32) bytes, preallocated (10,000 x 127 frames: ~10.5 MB); refused over
+// settings.bpf_preallocate_max_bytes.
 //
 // Exited processes: user frames are named through the mappings the pipeline learns from the
 // per-CPU mmap tracking event the plan adds for a bpf profile with user stacks (plan.h), as on
@@ -71,7 +83,8 @@ class BpfProfile : public Collector, public StackProfile {
   const BpfMetric& metric() const { return *metric_; }
 
   // The reason a negative stack id stands for, as the lost frame and the self-metric name it:
-  // "stack_map_full", "hash_collision", or "error <errno>". Pure.
+  // "stack_map_full", "hash_collision", "no_callchain" (-EFAULT: the kernel took no stack), or
+  // "error <errno>". Pure.
   static std::string LostReason(int32_t id);
 
  private:
@@ -82,7 +95,8 @@ class BpfProfile : public Collector, public StackProfile {
     uint64_t samples = 0;
     std::map<std::pair<std::string, std::string>, uint64_t> lost;  // (part, reason) -> samples
   };
-  Read ReadAll() const;
+  // Every series; with `resolve` its stacks' frames too (else only the lost reasons).
+  Read ReadAll(bool resolve) const;
   // The frames of stack `id` (cached). False when the stack map has no such id.
   bool Frames(int32_t id, std::vector<uint64_t>* out) const;
 

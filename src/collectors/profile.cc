@@ -39,9 +39,22 @@ std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::
   };
   std::map<Key, uint64_t, Less> was;
   for (const StackCount& sc : before) was[&sc] += sc.value;
-  std::vector<StackCount> out;
-  out.reserve(after.size());
+  // Equal series of `after` (the bpf engine's keys can render the same: lost stacks under one
+  // reason) are summed first, at the first one's place: each is compared with `before` once.
+  std::map<Key, size_t, Less> first;  // keys point into `merged` (reserved: never reallocated)
+  std::vector<StackCount> merged;
+  merged.reserve(after.size());
   for (StackCount& sc : after) {
+    merged.push_back(std::move(sc));
+    auto [it, fresh] = first.emplace(&merged.back(), merged.size() - 1);
+    if (!fresh) {
+      merged[it->second].value += merged.back().value;
+      merged.pop_back();
+    }
+  }
+  std::vector<StackCount> out;
+  out.reserve(merged.size());
+  for (StackCount& sc : merged) {
     auto it = was.find(&sc);
     if (it != was.end()) {
       if (sc.value == it->second) continue;

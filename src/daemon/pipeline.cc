@@ -114,7 +114,9 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
     nfds += ep->OpenFdCount();
     if (ep->pid > 0) task_fds += ep->OpenFdCount();
   }
-  TPE_LOG_INFO("opened {} perf events ({} tracepoints x {} CPUs{}), {} rings of {} pages", nfds, plan_->events.size(),
+  const size_t tracepoints = static_cast<size_t>(
+      std::count_if(plan_->events.begin(), plan_->events.end(), [](const auto& ep) { return !ep->mmap_tracker; }));
+  TPE_LOG_INFO("opened {} perf events ({} tracepoints x {} CPUs{}), {} rings of {} pages", nfds, tracepoints,
                cpus.size(),
                task_fds > 0 ? ", " + std::to_string(task_fds) + " of them per thread of \"pid\" processes" : "",
                rings_.size(), plan_->settings.ring_buffer_pages);
@@ -339,6 +341,12 @@ void Pipeline::Stop() {
     for (auto& ep : plan_->events) DisableAll(ep.get());
   }
   StopThread();
+  {
+    // From here AddMark runs its callable at once: no round would run it. Under mu_, so that a
+    // mark queued before is run by the rounds below.
+    std::lock_guard<std::mutex> lock(mu_);
+    flushed_ = true;
+  }
   if (reader_) {
     reader_->Round(/*flush_all=*/true);
     reader_->Round(/*flush_all=*/true);

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -87,13 +88,21 @@ class Pipeline {
   static std::optional<ProfileData> ProfileOf(const Plan& plan, const std::string& name);
   // Calls `fn` on the reader thread with the running plan exactly at `at_ns` (CLOCK_MONOTONIC):
   // after every record stamped before it was dispatched, before any stamped at or after it
-  // (Reader::AddMark; kept across reloads, run at Stop). Before Start: at once. Any thread.
+  // (Reader::AddMark; kept across reloads, run at Stop). Before Start and after Stop: at once.
+  // Any thread.
   void AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const;
   // Whether the running plan's profile `name` is stamped (StackProfile::stamped(); a window's
   // bounds are then reader marks), or nullopt when there is none. Any thread.
   std::optional<bool> ProfileStamped(const std::string& name) const;
   // The names of the running plan's profiles, in config order. Any thread.
   std::vector<std::string> ProfileNames() const;
+  // What the last render of profile `name` (daemon/profiles.h) made of its frames
+  // (Symbolizer::Stats: all, no symbol in a known mapping, in no known mapping), for the
+  // self-metric tracepoint_exporter_profile_render_frames{profile, frames}. Any thread.
+  struct RenderFrames {
+    uint64_t frames = 0, no_symbol = 0, unknown_mapping = 0;
+  };
+  void RecordRender(const std::string& name, const RenderFrames& frames) const;
   // What the reader learnt of processes' mappings (for naming profiles' user frames). Any thread.
   const LearntMaps& learnt_maps() const { return learnt_maps_; }
 
@@ -165,13 +174,16 @@ class Pipeline {
   // What processes map, from the profiles' PERF_RECORD_MMAP2 and the task records (kept across
   // reloads: a profile kept by a reload keeps naming its stacks).
   LearntMaps learnt_maps_;
-  Sweeper sweeper_;                             // sweeps the bpf metrics' maps; runs while thread_ does
-  std::unique_ptr<CpuHotplugMonitor> hotplug_;  // null when uevents cannot be received
+  mutable std::mutex render_mu_;                         // guards renders_
+  mutable std::map<std::string, RenderFrames> renders_;  // by profile: its last render
+  Sweeper sweeper_;                                      // sweeps the bpf metrics' maps; runs while thread_ does
+  std::unique_ptr<CpuHotplugMonitor> hotplug_;           // null when uevents cannot be received
   ScopedFd epoll_fd_;
   ScopedFd stop_fd_;  // eventfd that wakes the reader to stop
   std::thread thread_;
   std::atomic<bool> running_{false};
   bool stopped_ = false;
+  bool flushed_ = false;  // Stop's final rounds began: marks run at once (guarded by mu_)
   uint64_t last_cpu_check_ns_ = 0;
   bool any_cpu_down_ = false;  // reader thread: a CPU traced before is offline now
   RelaxedCounter wakeups_;

@@ -53,11 +53,16 @@ std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name) 
 
 void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const {
   std::unique_lock<std::mutex> lock(mu_);
-  if (reader_) {
+  if (reader_ && !flushed_) {
     reader_->AddMark(at_ns, std::move(fn));
     return;
   }
   if (plan_) fn(*plan_);
+}
+
+void Pipeline::RecordRender(const std::string& name, const RenderFrames& frames) const {
+  std::lock_guard<std::mutex> lock(render_mu_);
+  renders_[name] = frames;
 }
 
 std::optional<bool> Pipeline::ProfileStamped(const std::string& name) const {
@@ -127,6 +132,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   };
   for (size_t i = 0; i < plan_->events.size(); ++i) {
     const EventPlan& ep = *plan_->events[i];
+    // No tracepoint: its side-band records lost with a full ring are the ring's
+    // (tracepoint_exporter_ring_lost_records_total), it has no hits or samples.
+    if (ep.mmap_tracker) continue;
     const EventPlan* sampled = ep.sampled ? &ep : nullptr;
     bool seen = false;
     for (size_t j = 0; j < plan_->events.size(); ++j) {
@@ -137,7 +145,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     }
     if (!seen) add_event(ep, sampled ? *sampled : ep);
   }
-  for (const auto& d : plan_->draining) add_event(*d, *d);
+  for (const auto& d : plan_->draining) {
+    if (!d->mmap_tracker) add_event(*d, *d);
+  }
   for (Group& g : groups) {
     Add(&hits, g.labels, static_cast<double>(g.hits));
     if (!g.sampled) continue;
@@ -288,6 +298,21 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                           MetricKind::kCounter);
     Add(&evicted, {}, static_cast<double>(learnt_maps_.evicted()));
     out.push_back(std::move(evicted));
+    auto rendered = Family("tracepoint_exporter_profile_render_frames",
+                           "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
+                           "address: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "
+                           "(no mapping known for the process: exited before its mappings were learnt, or not "
+                           "readable). Absent until the profile is rendered.",
+                           MetricKind::kGauge);
+    {
+      std::lock_guard<std::mutex> lock(render_mu_);
+      for (const auto& [name, f] : renders_) {
+        Add(&rendered, {{"profile", name}, {"frames", "all"}}, static_cast<double>(f.frames));
+        Add(&rendered, {{"profile", name}, {"frames", "no_symbol"}}, static_cast<double>(f.no_symbol));
+        Add(&rendered, {{"profile", name}, {"frames", "unknown_mapping"}}, static_cast<double>(f.unknown_mapping));
+      }
+    }
+    if (!rendered.series.empty()) out.push_back(std::move(rendered));
   }
 
   auto other = Family("tracepoint_exporter_ring_other_records_total",

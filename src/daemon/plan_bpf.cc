@@ -1,12 +1,14 @@
 // Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
 // buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
 #include "bpf/bpf_metric.h"
 #include "bpf/bpf_profile.h"
 #include "bpf/filter_compiler.h"
+#include "common/file_util.h"
 #include "common/utf8.h"
 #include "daemon/bpf_parts.h"
 #include "daemon/plan_internal.h"
@@ -103,6 +105,18 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
                              "\"perf\" or \"auto\"");
     }
+    // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
+    // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
+    const uint64_t bytes = cfg.settings.max_stacks_per_profile * (8ULL * cfg.settings.profile_max_frames + 24) +
+                           8ULL * cfg.settings.max_stacks_per_profile;
+    if (bytes > cfg.settings.bpf_preallocate_max_bytes) {
+      return InvalidArgument(where + ": \"bpf\" for " + m.name + ": its stack map of " +
+                             std::to_string(cfg.settings.max_stacks_per_profile) + " stacks of " +
+                             std::to_string(cfg.settings.profile_max_frames) + " frames preallocates " +
+                             std::to_string(bytes >> 20) + " MiB, over settings.bpf_preallocate_max_bytes (" +
+                             std::to_string(cfg.settings.bpf_preallocate_max_bytes >> 20) +
+                             " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
+    }
   }
   if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
@@ -165,6 +179,16 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       spec.max_series = cfg.settings.max_stacks_per_profile;
       spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
       spec.max_frames = static_cast<uint32_t>(cfg.settings.profile_max_frames);
+      // stack_map_alloc refuses more frames than kernel.perf_event_max_stack (EINVAL).
+      if (auto sysctl = ReadFileToString("/proc/sys/kernel/perf_event_max_stack"); sysctl.ok()) {
+        const long limit = std::strtol(sysctl->c_str(), nullptr, 10);
+        if (limit > 0 && static_cast<uint32_t>(limit) < spec.max_frames) {
+          spec.max_frames = static_cast<uint32_t>(limit);
+          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + ": stacks of at most " +
+                                   std::to_string(limit) + " frames (kernel.perf_event_max_stack), not " +
+                                   std::to_string(cfg.settings.profile_max_frames));
+        }
+      }
     }
     return spec;
   };

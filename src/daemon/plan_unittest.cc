@@ -213,6 +213,18 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
       v_plan.status().message(),
       "cfg.json: profiles[0].engine: \"bpf\" for p: a profile that sums a \"value\" field runs on the perf engine "
       "in this release; use \"perf\" or \"auto\"");
+
+  // A stack map is preallocated: 1,000,000 stacks of 127 frames would be ~1 GiB.
+  auto big = ParseConfig(R"({"settings": {"max_stacks_per_profile": 1000000},
+      "profiles": [{"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf"}]})",
+                         "cfg.json");
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  auto b_plan = BuildPlan(*big, kTracefs, KernelEnums(), false, bpf_ok);
+  ASSERT_FALSE(b_plan.ok());
+  EXPECT_EQ(b_plan.status().message(),
+            "cfg.json: profiles[0].engine: \"bpf\" for p: its stack map of 1000000 stacks of 127 frames preallocates "
+            "999 MiB, over settings.bpf_preallocate_max_bytes (64 MiB): lower settings.max_stacks_per_profile or "
+            "profile_max_frames, or raise it");
 }
 
 TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {

@@ -37,8 +37,8 @@ HttpAnswer UnknownFormat(const std::string& format) {
 // Symbolizes `data`'s stacks and renders them in `format` (checked by the caller). A process's
 // mappings: what the reader learnt of it when it has exited (its pid may be another process's
 // now), else its /proc/PID/maps, else what was learnt (a process the daemon may not read).
-HttpAnswer Render(const Pipeline& pipeline, Pipeline::ProfileData data, const std::string& format, int64_t time_ns,
-                  int64_t duration_ns) {
+HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::ProfileData data,
+                  const std::string& format, int64_t time_ns, int64_t duration_ns) {
   HttpAnswer a;
   auto kallsyms = Kallsyms::Read();
   Symbolizer symbolizer("/proc", kallsyms.ok() ? std::move(kallsyms).value() : Kallsyms());
@@ -61,6 +61,8 @@ HttpAnswer Render(const Pipeline& pipeline, Pipeline::ProfileData data, const st
   }
   PprofBuilder builder(data.value_type, "count");
   AddStacks(data.stacks, &symbolizer, &builder);
+  const Symbolizer::Stats& st = symbolizer.stats();
+  pipeline.RecordRender(name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping});
   builder.SetTime(time_ns, duration_ns);
   if (format == "folded") {
     a.body = FoldedStacks(builder.profile());
@@ -94,13 +96,34 @@ bool ParseSeconds(const std::string& text, int* seconds) {
   return true;
 }
 
+// Waits (at most 10 s) until the reader has dispatched every record stamped before now, so that
+// the mappings processes made until now are learnt (a bpf profile's counts are current at once,
+// the records naming its processes' frames come through the reader: without this a process that
+// exited an instant before the request would be [unknown]). A mark at now (Pipeline::AddMark).
+void CatchUpWithTheReader(const Pipeline& pipeline) {
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto d = std::make_shared<Done>();
+  pipeline.AddMark(MonotonicNs(), [d](const Plan&) {
+    std::lock_guard<std::mutex> lock(d->mu);
+    d->done = true;
+    d->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(d->mu);
+  d->cv.wait_for(lock, std::chrono::seconds(10), [&] { return d->done; });
+}
+
 }  // namespace
 
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format) {
   if (!KnownFormat(format)) return UnknownFormat(format);
+  if (pipeline.ProfileStamped(name) == false) CatchUpWithTheReader(pipeline);
   auto data = pipeline.Profile(name);
   if (!data) return UnknownProfile(pipeline, name);
-  return Render(pipeline, std::move(*data), format, NowNs(), 0);
+  return Render(pipeline, name, std::move(*data), format, NowNs(), 0);
 }
 
 PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
@@ -177,6 +200,7 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
       if (const uint64_t now = MonotonicNs(); now < end_ns) {
         std::this_thread::sleep_for(std::chrono::nanoseconds(end_ns - now));
       }
+      CatchUpWithTheReader(pipeline);
       auto data = pipeline.Profile(name);
       lock.lock();
       w->bounds[1] = std::move(data);
@@ -202,7 +226,7 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
     Pipeline::ProfileData data = std::move(*after);
     const int64_t start_ns = w->start_ns;
     lock.unlock();
-    return Render(pipeline, std::move(data), format, start_ns, duration_ns);
+    return Render(pipeline, name, std::move(data), format, start_ns, duration_ns);
   };
   return reply;
 }

@@ -75,6 +75,17 @@ TEST(RenderTest, LostPartsAreOneFrameNamingTheReason) {
   ASSERT_EQ(gained.size(), 1u);
   EXPECT_EQ(gained[0].user_lost, "hash_collision");
   EXPECT_EQ(gained[0].value, 3u);
+
+  // Two series that render the same (two stack ids both lost to collisions) are one: before
+  // 5 + 3, after 5 + 4 is 1 gained, not 9; nothing gained is nothing.
+  StackCount c = a, d = a, d2 = a;
+  c.value = 5;
+  d.value = 3;
+  d2.value = 4;
+  const std::vector<StackCount> once = StacksSince({c, d}, {c, d2});
+  ASSERT_EQ(once.size(), 1u);
+  EXPECT_EQ(once[0].value, 1u);
+  EXPECT_TRUE(StacksSince({c, d}, {c, d}).empty());
 }
 
 }  // namespace

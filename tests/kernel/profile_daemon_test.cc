@@ -123,6 +123,16 @@ TEST_P(ProfileEngineTest, ExactStacksServedAsFoldedAndPprof) {
   EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "getppid_stacks"}}),
             kPathA + kPathB);
   EXPECT_EQ(testing::Value(page, "tracepoint_exporter_profile_stacks", {{"profile", "getppid_stacks"}}), 2);
+  // The last render: every frame in a known mapping (the trigger was alive), at least
+  // main..tpe_leaf per stack; only the libc frame below main may be unnamed (Debian's libc has no
+  // .symtab, and __libc_start_call_main is not in .dynsym).
+  const auto frames = [&](const char* which) {
+    return testing::Value(page, "tracepoint_exporter_profile_render_frames",
+                          {{"profile", "getppid_stacks"}, {"frames", which}});
+  };
+  EXPECT_GE(frames("all"), 2 * 3);
+  EXPECT_LE(frames("no_symbol"), 2) << folded;  // at most libc's root frame, whose symbol is local
+  EXPECT_EQ(frames("unknown_mapping"), 0);
 }
 
 // The trigger has exited (and been reaped) before the profile is rendered: its frames are named
