@@ -78,16 +78,16 @@ BpfProfile::Read BpfProfile::ReadAll(bool resolve) const {
     r.samples += sc.value;
     // A kernel thread has no user stack (-EFAULT: empty, not lost); a kernel stack always has
     // frames, so -EFAULT there is the kernel failing to take one (no_callchain).
-    auto part = [&](const char* name, int32_t id, std::vector<uint64_t>* frames, std::string* lost) {
-      if (id == kStackNotTaken || (id == kStackEmpty && std::string(name) == "user")) return;
+    auto part = [&](const char* name, bool user, int32_t id, std::vector<uint64_t>* frames, std::string* lost) {
+      if (id == kStackNotTaken || (id == kStackEmpty && user)) return;
       if (id >= 0 && !resolve) return;
       std::string reason = id >= 0 ? (Frames(id, frames) ? "" : "unreadable") : LostReason(id);
       if (reason.empty()) return;
       r.lost[{name, reason}] += sc.value;
       *lost = std::move(reason);
     };
-    part("kernel", sk.kernel_id, &sc.kernel, &sc.kernel_lost);
-    part("user", sk.user_id, &sc.user, &sc.user_lost);
+    part("kernel", false, sk.kernel_id, &sc.kernel, &sc.kernel_lost);
+    part("user", true, sk.user_id, &sc.user, &sc.user_lost);
     r.stacks.push_back(std::move(sc));
   }
   return r;

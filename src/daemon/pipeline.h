@@ -80,7 +80,6 @@ class Pipeline {
     std::string value_type;  // "samples" or the value field's name
     double scale = 1;        // multiplies a value profile's raw integers
     uint64_t instance = 0;   // StackProfile::instance(): changes when a reload replaces it
-    bool stamped = true;     // StackProfile::stamped()
     std::vector<StackCount> stacks;
   };
   std::optional<ProfileData> Profile(const std::string& name) const;

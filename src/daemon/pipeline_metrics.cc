@@ -39,7 +39,7 @@ std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const
   for (const auto& c : plan.collectors) {
     if (c && c->stack_profile() != nullptr && c->name() == name) {
       const StackProfile& p = *c->stack_profile();
-      return ProfileData{p.value_type(), p.scale(), p.instance(), p.stamped(), p.Stacks()};
+      return ProfileData{p.value_type(), p.scale(), p.instance(), p.Stacks()};
     }
   }
   return std::nullopt;
