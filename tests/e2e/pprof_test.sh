@@ -133,29 +133,40 @@ check "folded: tpe_within's path a 3000 times" bash -c \
 
 # The yardstick: bpftrace's @[ustack] = count() on a third run gives the same counts as both
 # engines' profiles (the process is held alive until bpftrace has printed: it names frames then).
-bpftrace -e 'tracepoint:raw_syscalls:sys_enter /comm == "tpe_bt" && args->id == 110/ { @[ustack] = count(); }' \
-  >"$WORK/bt.out" 2>&1 &
-BT=$!
-for _ in $(seq 1 600); do grep -q Attaching "$WORK/bt.out" && break; sleep 0.1; done
-check "bpftrace attached" grep -q Attaching "$WORK/bt.out"
-run_trigger tpe_bt 9
-kill -INT $BT
-wait $BT
-exec 9>&-
-got=$(awk '/^@\[/ { blk = ""; next } /^\]: / { if (blk ~ /tpe_path_a/) a += $2; if (blk ~ /tpe_path_b/) b += $2; next }
-           { blk = blk " " $1 } END { print "tpe_path_a " a + 0; print "tpe_path_b " b + 0 }' "$WORK/bt.out")
-check "bpftrace @[ustack] = count(): 3000 via tpe_path_a, 1000 via tpe_path_b (got: ${got//$'\n'/, })" \
-  test "$got" == "$expect"
-for p in getppid_stacks getppid_stacks_bpf; do
-  # The perf engine's reader may not have dispatched the run's last samples yet: up to 15 s.
-  for _ in $(seq 1 30); do
-    curl -sf -o "$WORK/bt_$p.pb.gz" "$URL/debug/pprof/$p"
-    got=$(traces "$WORK/bt_$p.pb.gz" tpe_bt)
-    [[ "$got" == "$expect" ]] && break
-    sleep 0.5
+# bpftrace does not count the runs the kernel skips (a preempted syscall-tracepoint program on a
+# busy machine: 570 of 3000 lost beside stress-ng), so up to 3 runs, each checked on both profiles.
+bt_ok=0
+for attempt in 1 2 3; do
+  comm=tpe_bt$attempt
+  bpftrace -e "tracepoint:raw_syscalls:sys_enter /comm == \"$comm\" && args->id == 110/ { @[ustack] = count(); }" \
+    >"$WORK/bt.out" 2>&1 &
+  BT=$!
+  for _ in $(seq 1 600); do grep -q Attaching "$WORK/bt.out" && break; sleep 0.1; done
+  check "bpftrace attached" grep -q Attaching "$WORK/bt.out"
+  run_trigger $comm 9
+  kill -INT $BT
+  wait $BT
+  exec 9>&-
+  got=$(awk '/^@\[/ { blk = ""; next } /^\]: / { if (blk ~ /tpe_path_a/) a += $2; if (blk ~ /tpe_path_b/) b += $2; next }
+             { blk = blk " " $1 } END { print "tpe_path_a " a + 0; print "tpe_path_b " b + 0 }' "$WORK/bt.out")
+  echo "bpftrace @[ustack] = count(), run $attempt: ${got//$'\n'/, }"
+  for p in getppid_stacks getppid_stacks_bpf; do
+    # The perf engine's reader may not have dispatched the run's last samples yet: up to 15 s.
+    for _ in $(seq 1 30); do
+      curl -sf -o "$WORK/bt_$p.pb.gz" "$URL/debug/pprof/$p"
+      ours=$(traces "$WORK/bt_$p.pb.gz" $comm)
+      [[ "$ours" == "$expect" ]] && break
+      sleep 0.5
+    done
+    check "$p on the run bpftrace watched: 3000/1000 (got: ${ours//$'\n'/, })" test "$ours" == "$expect"
   done
-  check "$p on the same run as bpftrace: 3000/1000 (got: ${got//$'\n'/, })" test "$got" == "$expect"
+  if [[ "$got" == "$expect" ]]; then
+    bt_ok=1
+    break
+  fi
 done
+check "bpftrace @[ustack] = count() gave the same 3000 via tpe_path_a, 1000 via tpe_path_b in one of 3 runs" \
+  test $bt_ok == 1
 
 # Hostile input: clear 4xx, at once.
 code() { curl -s -o "$WORK/body" -w '%{http_code}' --max-time 5 "$URL$1"; }
