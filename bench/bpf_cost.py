@@ -5,13 +5,17 @@
 
 With the sysctl kernel.bpf_stats_enabled=1 (restored afterwards) the kernel times every run of
 every BPF program (bpf_prog_info run_time_ns / run_cnt, read with `bpftool prog show -j`). For
-each job, each tracer is started alone, its tracepoint programs are found (the ids that appeared),
-`syscall_loop SECONDS 1` (getppid() in a loop, pinned to CPU 0) runs, and the programs' deltas
-give ns per run. A job's cost is the sum over its programs (a latency's start + end). The floor
-is an empty bpftrace program on the same tracepoint: what the stats instrumentation and the
-dispatch cost whoever the program is. Each cell is the median of N rounds, tracers interleaved
-within a round so that machine noise hits both. Prints a Markdown table and the targets, writes
-them to docs/BPF_COST.md (--out), and exits 1 when a target is missed.
+each job, ours and bpftrace's are started one after the other, their tracepoint programs are found
+(the ids that appeared), `syscall_loop SECONDS 1` (getppid() in a loop, pinned to CPU 0) runs with
+both attached, so each syscall runs both programs back to back under the same noise, and the
+programs' deltas give ns per run. Every round does both orders: the program that runs second finds
+the caches the first warmed (a stack walk's ~300-550 ns), so a tracer's cost is the mean of its
+medians in the two places. Measured one at a time instead, rounds of the stacks job scattered by
++-10 % and medians of 5 rounds landed anywhere between 0.93 and 1.08 of bpftrace. A job's cost is
+the sum over its programs (a latency's start + end). The floor is an empty bpftrace program alone on
+the same tracepoint: what the stats instrumentation and the dispatch cost whoever the program is.
+Each cell is the median of N rounds. Prints a Markdown table and the targets, writes them to
+docs/BPF_COST.md (--out), and exits 1 when a target is missed.
 The shipped configs' rows are the sum of ns/run of their programs that run on every syscall of
 the loop (config/default.json has none since its syscall metrics moved to the opt-in
 config/syscalls.json); the "added per syscall" rows are the loop's own ns per getppid() with the
@@ -108,31 +112,49 @@ def quietly(fn, tries=20):
 
 
 def measure(cmd, loop, seconds, env=None):
-    return quietly(lambda: measure_once(cmd, loop, seconds, env))
+    """(calls, {prog id: (name, runs, ns)}, loop ns per call) of `cmd` alone."""
+    calls, results, per_call = quietly(lambda: measure_once([cmd], loop, seconds, env))
+    return calls, results[0], per_call
 
 
-def measure_once(cmd, loop, seconds, env=None):
-    """Starts `cmd`, runs the loop, returns {prog id: (name, runs, ns)} of its new programs."""
-    before = progs()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+def measure_pair(cmds, loop, seconds):
+    """[(calls, {prog id: (name, runs, ns)}, loop ns per call)] per command of `cmds`, all attached at
+    once: each syscall of the loop runs their programs back to back, in the order they were started
+    (the kernel appends a tracepoint's programs to its array), so that the machine's noise hits all."""
+    calls, results, per_call = quietly(lambda: measure_once(cmds, loop, seconds))
+    return [(calls, r, per_call) for r in results]
+
+
+def stop(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
-        ids = wait_new(before, proc)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a tracer that hangs printing its maps: its figures are taken
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def measure_once(cmds, loop, seconds, env=None):
+    """Starts `cmds` one after the other (each once its programs are loaded), runs the loop, and
+    returns (calls, [{prog id: (name, runs, ns)} of each command's new programs], ns per call)."""
+    procs, owned = [], []
+    try:
+        for cmd in cmds:
+            before = progs()
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                          start_new_session=True))
+            owned.append(wait_new(before, procs[-1]))
         a = progs()
         out = subprocess.run([loop, str(seconds), "1"], check=True, capture_output=True, text=True).stdout
         b = progs()
         calls = json.loads(out.strip().splitlines()[-1])["calls"]
-        return calls, {i: (b[i].get("name", "?"), b[i].get("run_cnt", 0) - a[i].get("run_cnt", 0),
-                           b[i].get("run_time_ns", 0) - a[i].get("run_time_ns", 0)) for i in ids if i in a and i in b}, \
-            seconds * 1e9 / calls
+        return calls, [{i: (b[i].get("name", "?"), b[i].get("run_cnt", 0) - a[i].get("run_cnt", 0),
+                            b[i].get("run_time_ns", 0) - a[i].get("run_time_ns", 0)) for i in ids if i in a and i in b}
+                       for ids in owned], seconds * 1e9 / calls
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a tracer that hangs printing its maps: its figures are taken
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        for proc in procs:
+            stop(proc)
 
 
 def loop_ns(loop, seconds):
@@ -186,8 +208,15 @@ def main():
                 cells.setdefault(("untraced", "loop"), []).append(quietly(lambda: loop_ns(loop, args.seconds)))
                 cell(("floor", "bpftrace"), ["bpftrace", "-e", FLOOR])
                 for name, metric, bt in JOBS:
-                    cell((name, "ours"), ours_cmd(args.build, [metric], tmp, "job"))
-                    cell((name, "bpftrace"), ["bpftrace", "-e", bt])
+                    # Both attached at once, in both orders: the program that runs second on a syscall
+                    # finds the caches its predecessor warmed (a stack walk's ~300-550 ns here), so
+                    # each tracer's cost is the mean of its two places.
+                    tracers = [("ours", ours_cmd(args.build, [metric], tmp, "job")),
+                               ("bpftrace", ["bpftrace", "-e", bt])]
+                    for order in (tracers, tracers[::-1]):
+                        res = measure_pair([cmd for _, cmd in order], loop, args.seconds)
+                        for place, ((who, _), one) in enumerate(zip(order, res)):
+                            cells.setdefault((name, who, place), []).append(ns_per_run(one))
                 # The shipped configs: their programs that run on every syscall, and what the
                 # loop's syscall costs more with the daemon running.
                 for cfg in SHIPPED:
@@ -201,22 +230,32 @@ def main():
             with open("/proc/sys/kernel/bpf_stats_enabled", "w") as f:
                 f.write(saved)
     med = {k: statistics.median(v) for k, v in cells.items()}
+    for name, _, _ in JOBS:
+        for who in ("ours", "bpftrace"):
+            med[(name, who)] = (med[(name, who, 0)] + med[(name, who, 1)]) / 2
     floor = med[("floor", "bpftrace")]
     out = ["# Cost per event of the bpf engine's programs\n",
            "Generated by `bench/bpf_cost.sh --rounds %d --seconds %g` on %s: Linux %s, %d CPUs. ns per program run "
-           "from the kernel's own accounting (`kernel.bpf_stats_enabled=1`, `bpftool prog show`), each tracer alone "
-           "on a pinned getppid() loop, tracers interleaved in every round, median of the rounds. The floor is an "
-           "empty bpftrace program on the same tracepoint (%.0f ns): the stats instrumentation and the dispatch, "
-           "whoever the program is; compare the columns over it. On hosts with PTI a syscall costs 1-1.5 us, so "
+           "from the kernel's own accounting (`kernel.bpf_stats_enabled=1`, `bpftool prog show`) on a pinned getppid() "
+           "loop, ours and bpftrace's attached at once so that each syscall runs both programs back to back, in both "
+           "orders every round: the program that runs second finds the caches its predecessor warmed, so a "
+           "tracer's figure is the mean of its medians in the two places (the last two columns show each order). "
+           "The floor is an empty bpftrace program alone on the same tracepoint (%.0f ns): the stats "
+           "instrumentation and the dispatch, whoever the program is; compare the columns over it. On hosts with PTI a syscall costs 1-1.5 us, so "
            "ratios of loop rates (docs/PERFORMANCE.md) hide differences of tens of ns; this is the figure that "
            "travels between machines.\n" % (args.rounds, args.seconds, time.strftime("%Y-%m-%d"), os.uname().release,
                                              os.cpu_count(), floor),
-           "| job | ours | bpftrace | ours over floor | bpftrace over floor | ratio over floor |",
-           "|---|---|---|---|---|---|"]
+           "| job | ours | bpftrace | ours over floor | bpftrace over floor | ratio over floor "
+           "| ratio, ours first | ratio, bpftrace first |",
+           "|---|---|---|---|---|---|---|---|"]
+
+    def ratio(o, b):
+        return (o - floor) / max(b - floor, 1e-9)
     for name, _, _ in JOBS:
         o, b = med[(name, "ours")], med[(name, "bpftrace")]
-        out.append("| %s | %.0f | %.0f | %.0f | %.0f | %.2f |" % (name, o, b, o - floor, b - floor,
-                                                               (o - floor) / max(b - floor, 1e-9)))
+        out.append("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |" % (
+            name, o, b, o - floor, b - floor, ratio(o, b), ratio(med[(name, "ours", 0)], med[(name, "bpftrace", 1)]),
+            ratio(med[(name, "ours", 1)], med[(name, "bpftrace", 0)])))
     base = med[("untraced", "loop")]
     for cfg in SHIPPED:
         p = med[(cfg, "programs")]
