@@ -151,6 +151,10 @@ PprofReply Daemon::Profile(const PprofRequest& request) {
   return ServeProfile(*pipeline_, request);
 }
 
+std::vector<std::string> Daemon::ProfileNames() {
+  return pipeline_ ? pipeline_->ProfileNames() : std::vector<std::string>{};
+}
+
 std::vector<MetricSnapshot> Daemon::Snapshot() {
   std::vector<MetricSnapshot> out;
   if (pipeline_) out = pipeline_->Snapshot();

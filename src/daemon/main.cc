@@ -181,7 +181,8 @@ int main(int argc, char** argv) {
   if (auto st = daemon.Start(); !st.ok()) return Fail(st);
   auto http = tpe::HttpExporter::Start(
       listen, telemetry, [&daemon] { return daemon.Snapshot(); }, web,
-      [&daemon](const tpe::PprofRequest& request) { return daemon.Profile(request); });
+      [&daemon](const tpe::PprofRequest& request) { return daemon.Profile(request); },
+      [&daemon] { return daemon.ProfileNames(); });
   if (!http.ok()) return Fail(http.status());
   std::string ports;
   for (int p : (*http)->ports()) ports += (ports.empty() ? "" : ",") + std::to_string(p);

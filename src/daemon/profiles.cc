@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "common/clock.h"
+#include "profile/flame_graph.h"
 #include "profile/render.h"
 
 namespace tpe {
@@ -17,6 +19,16 @@ namespace {
 int64_t NowNs() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+}
+
+// `ns` since the epoch as "2026-11-26 06:30:00 UTC".
+std::string WallClockText(int64_t ns) {
+  const std::time_t t = static_cast<std::time_t>(ns / 1000000000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
 }
 
 HttpAnswer BadRequest(std::string body) { return HttpAnswer{400, "text/plain; charset=utf-8", std::move(body)}; }
@@ -28,10 +40,12 @@ HttpAnswer UnknownProfile(const Pipeline& pipeline, const std::string& name) {
                     "no profile \"" + name + "\"; the config's profiles: " + (names.empty() ? "none" : names) + "\n"};
 }
 
-bool KnownFormat(const std::string& format) { return format.empty() || format == "pprof" || format == "folded"; }
+bool KnownFormat(const std::string& format) {
+  return format.empty() || format == "pprof" || format == "folded" || format == "flamegraph";
+}
 
 HttpAnswer UnknownFormat(const std::string& format) {
-  return BadRequest("format=" + format + " is not one of pprof (the default), folded\n");
+  return BadRequest("format=" + format + " is not one of pprof (the default), folded, flamegraph\n");
 }
 
 // Symbolizes `data`'s stacks and renders them in `format` (checked by the caller). A process's
@@ -66,6 +80,14 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
   builder.SetTime(time_ns, duration_ns);
   if (format == "folded") {
     a.body = FoldedStacks(builder.profile());
+    return a;
+  }
+  if (format == "flamegraph") {
+    a.content_type = "image/svg+xml";
+    const std::string when =
+        duration_ns > 0 ? ": the " + std::to_string(duration_ns / 1000000000) + " s from " + WallClockText(time_ns)
+                        : ": since start, at " + WallClockText(time_ns);
+    a.body = FlameGraphSvg(builder.profile(), FlameGraphOptions{name + when});
     return a;
   }
   auto gz = builder.Gzipped();

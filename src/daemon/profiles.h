@@ -1,6 +1,7 @@
 // Serving profiles (issue 23): a profile's stacks, symbolized at request time, as pprof
 // (perftools.profiles.Profile, gzip-compressed, as Go's /debug/pprof endpoints serve it) or as
-// folded stacks (flamegraph.pl, speedscope).
+// folded stacks (flamegraph.pl, speedscope), or drawn as a flame graph (profile/flame_graph.h, the
+// /flamegraph/<name> page).
 //
 // Symbolization (profile/symbolizer.h) runs per request: /proc/kallsyms for kernel frames, each
 // sampled process's /proc/PID/maps and the ELF files it maps (through /proc/PID/map_files or its
@@ -26,7 +27,8 @@ inline constexpr int kDefaultProfileSeconds = 30;
 
 // The answer to GET /debug/pprof/<name>[?format=...] with every sample since the profile
 // started (or changed at a reload): `format` "" or "pprof" (gzip-compressed protobuf,
-// application/octet-stream), or "folded" (text). 404 naming the profiles that exist for an
+// application/octet-stream), "folded" (text), or "flamegraph" (an SVG document, image/svg+xml,
+// titled with the profile's name and when its samples were taken). 404 naming the profiles that exist for an
 // unknown name; 400 naming the valid formats for another format.
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format);
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -141,11 +142,70 @@ MetricSnapshot Gauge(const std::string& name, const std::string& help, double v,
 }  // namespace
 
 // The page served at "/".
-std::string LandingPageHtml(const std::string& telemetry_path) {
-  return "<html><head><title>tracepoint_exporter</title></head><body>"
-         "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
-         "<p><a href=\"" +
-         telemetry_path + "\">Metrics</a></p></body></html>\n";
+namespace {
+
+std::string HtmlEscaped(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// `s` as one URL path segment (RFC 3986 unreserved characters kept, the rest %XX).
+std::string PathSegment(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string LandingPageHtml(const std::string& telemetry_path, const std::vector<std::string>& profiles) {
+  std::string html =
+      "<html><head><title>tracepoint_exporter</title></head><body>"
+      "<h1>tracepoint_exporter</h1><p>Linux kernel tracepoints as Prometheus metrics.</p>"
+      "<p><a href=\"" +
+      HtmlEscaped(telemetry_path) + "\">Metrics</a></p>";
+  if (!profiles.empty()) {
+    html += "<h2>Profiles</h2><ul>";
+    for (const std::string& name : profiles) {
+      const std::string seg = HtmlEscaped(PathSegment(name));
+      html += "<li>" + HtmlEscaped(name) + ": <a href=\"/flamegraph/" + seg +
+              "\">flame graph</a>, <a href=\"/flamegraph/" + seg +
+              "?seconds=30\">flame graph of the next 30 s</a>, <a href=\"/debug/pprof/" + seg +
+              "\">pprof</a>, <a href=\"/debug/pprof/" + seg + "?format=folded\">folded stacks</a></li>";
+    }
+    html += "</ul>";
+  }
+  return html + "</body></html>\n";
 }
 
 std::vector<MetricSnapshot> ProcessMetrics() {
@@ -193,7 +253,8 @@ struct HttpExporter::Impl {
 
 StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& listen_address,
                                                             const std::string& telemetry_path, SnapshotSource source,
-                                                            const WebConfig& web, ProfileSource profiles) {
+                                                            const WebConfig& web, ProfileSource profiles,
+                                                            ProfileNamesSource profile_names) {
   if (telemetry_path.empty() || telemetry_path[0] != '/' || telemetry_path == "/") {
     return InvalidArgument("--web.telemetry-path=" + telemetry_path +
                            " must start with / and not be / (e.g. /metrics)");
@@ -203,7 +264,9 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   HttpServerOptions o;
   o.listen_address = listen_address;
   o.telemetry_path = telemetry_path;
-  o.landing_html = LandingPageHtml(telemetry_path);
+  o.landing = [telemetry_path, profile_names = std::move(profile_names)] {
+    return LandingPageHtml(telemetry_path, profile_names ? profile_names() : std::vector<std::string>{});
+  };
   // Concurrent and pipelined scrapes share one rendered page per 100 ms, at most 3 pages alive
   // (PageCache); each response references the page, never copies it.
   auto cache = std::make_shared<PageCache>(

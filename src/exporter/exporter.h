@@ -31,15 +31,19 @@ namespace tpe {
 
 // Returns every metric family to expose (user metrics first, then self-metrics).
 using SnapshotSource = std::function<std::vector<MetricSnapshot>()>;
-// Answers "/debug/pprof/<name>[?format=folded][&seconds=N]" (see HttpServerOptions::pprof).
+// Answers "/debug/pprof/<name>[?format=folded][&seconds=N]" and "/flamegraph/<name>[?seconds=N]"
+// (see HttpServerOptions::pprof).
 using ProfileSource = std::function<PprofReply(const PprofRequest& request)>;
+// The profiles' names, for the landing page's links.
+using ProfileNamesSource = std::function<std::vector<std::string>()>;
 
 // process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
 // process_start_time_seconds, process_open_fds, process_max_fds — from /proc/self (proc(5)).
 std::vector<MetricSnapshot> ProcessMetrics();
 
-// The HTML landing page served at "/", linking `telemetry_path`.
-std::string LandingPageHtml(const std::string& telemetry_path);
+// The HTML landing page served at "/", linking `telemetry_path` and, for each of `profiles`
+// (names, as the config has them), its flame graph and pprof; names are HTML- and URL-escaped.
+std::string LandingPageHtml(const std::string& telemetry_path, const std::vector<std::string>& profiles = {});
 
 // Renders snapshots in the Prometheus text exposition format (prometheus-cpp's serializer).
 std::string SerializeText(const std::vector<MetricSnapshot>& metrics);
@@ -58,11 +62,14 @@ class HttpExporter {
   // path, or a certificate/key GnuTLS rejects (naming the file); Unavailable when the port is
   // in use; PermissionDenied for a privileged port; NotFound/PermissionDenied for an unreadable
   // certificate or key; Internal when libmicrohttpd cannot start.
-  // `profiles` (optional) serves /debug/pprof/<name> behind the same TLS and basic auth.
+  // `profiles` (optional) serves /debug/pprof/<name> and /flamegraph/<name> behind the same TLS
+  // and basic auth; `profile_names` (optional, called per request of "/") lists them on the
+  // landing page.
   static StatusOr<std::unique_ptr<HttpExporter>> Start(const std::string& listen_address,
                                                        const std::string& telemetry_path, SnapshotSource source,
                                                        const WebConfig& web = WebConfig(),
-                                                       ProfileSource profiles = nullptr);
+                                                       ProfileSource profiles = nullptr,
+                                                       ProfileNamesSource profile_names = nullptr);
   // Stops serving: waiting password checks are answered 503, the threads joined (this may wait
   // for one bcrypt in progress).
   ~HttpExporter();

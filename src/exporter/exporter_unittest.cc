@@ -248,5 +248,17 @@ TEST_F(LargePageTest, ClientsThatDoNotReadPinAtMostThreePages) {
   EXPECT_LT(peak, single_ + Pages(4)) << "responses nobody reads must not pin a page each";
 }
 
+TEST(LandingPageTest, LinksEachProfilesFlameGraphAndPprof) {
+  EXPECT_EQ(LandingPageHtml("/metrics").find("Profiles"), std::string::npos);
+  const std::string html = LandingPageHtml("/metrics", {"cpu", "a b<&>\"'"});
+  EXPECT_NE(html.find("<a href=\"/metrics\">Metrics</a>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<a href=\"/flamegraph/cpu\">flame graph</a>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<a href=\"/flamegraph/cpu?seconds=30\">"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"/debug/pprof/cpu\">pprof</a>"), std::string::npos);
+  // A name is text escaped for HTML, and one URL path segment in links.
+  EXPECT_NE(html.find("<li>a b&lt;&amp;&gt;&quot;&#39;: "), std::string::npos) << html;
+  EXPECT_NE(html.find("/flamegraph/a%20b%3C%26%3E%22%27\""), std::string::npos) << html;
+}
+
 }  // namespace
 }  // namespace tpe

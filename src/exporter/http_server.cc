@@ -247,11 +247,12 @@ struct HttpServer::Impl {
 
   // A pprof request: the handler's answer now, or (a reply with `later`) the connection suspended
   // until the delayed-answer thread has computed it.
-  MHD_Result ServePprof(MHD_Connection* connection, Request* request, std::string_view name) {
+  // `format`: the path's own (a /flamegraph/ page), or null for the request's "format" argument.
+  MHD_Result ServePprof(MHD_Connection* connection, Request* request, std::string_view name, const char* format) {
     if (request->later_ready.load()) return RespondAnswer(connection, std::move(*request->later));
     PprofRequest pr;
     pr.name = std::string(name);
-    const char* format = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "format");
+    if (format == nullptr) format = MHD_lookup_connection_value(connection, MHD_GET_ARGUMENT_KIND, "format");
     pr.format = format != nullptr ? format : "";
     const char* seconds = nullptr;
     size_t seconds_size = 0;
@@ -423,12 +424,19 @@ struct HttpServer::Impl {
       return MHD_YES;
     }
     if (std::strcmp(url, "/") == 0) {
-      return Respond(connection, MHD_HTTP_OK, impl->opt.landing_html, "text/html; charset=utf-8");
+      std::string html;
+      try {  // nothing may unwind through libmicrohttpd's C frames
+        if (impl->opt.landing) html = impl->opt.landing();
+      } catch (const std::exception& e) {
+        TPE_LOG_ERROR("landing page failed: {}", e.what());
+      }
+      return Respond(connection, MHD_HTTP_OK, std::move(html), "text/html; charset=utf-8");
     }
-    static constexpr std::string_view kPprof = "/debug/pprof/";
+    static constexpr std::string_view kPprof = "/debug/pprof/", kFlameGraph = "/flamegraph/";
     const std::string_view path = url;
     const bool pprof = impl->opt.pprof && path.starts_with(kPprof) && path.size() > kPprof.size();
-    if (url != impl->opt.telemetry_path && !pprof) {
+    const bool flame_graph = impl->opt.pprof && path.starts_with(kFlameGraph) && path.size() > kFlameGraph.size();
+    if (url != impl->opt.telemetry_path && !pprof && !flame_graph) {
       return Respond(connection, MHD_HTTP_NOT_FOUND, "Not Found\n", "text/plain; charset=utf-8");
     }
     if (impl->auth) {
@@ -446,7 +454,8 @@ struct HttpServer::Impl {
           break;
       }
     }
-    if (pprof) return impl->ServePprof(connection, request, path.substr(kPprof.size()));
+    if (pprof) return impl->ServePprof(connection, request, path.substr(kPprof.size()), nullptr);
+    if (flame_graph) return impl->ServePprof(connection, request, path.substr(kFlameGraph.size()), "flamegraph");
     std::shared_ptr<const RenderedPage> body;
     try {  // nothing may unwind through libmicrohttpd's C frames
       body = impl->opt.metrics();

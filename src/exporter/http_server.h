@@ -17,8 +17,9 @@
 //    (MHD_suspend_connection), never on an event loop; answers are cached (BasicAuth). At most
 //    `auth_queue` checks wait; beyond that a request gets 503 at once.
 //  - HTTP/1.1 keep-alive, pipelining (answered in order), HEAD and "Connection: close" are
-//    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing_html`, `telemetry_path` is
-//    `metrics()`, "/debug/pprof/<name>" is `pprof(request)`, anything else 404.
+//    libmicrohttpd's. GET/HEAD only (else 405); "/" is `landing()`, `telemetry_path` is
+//    `metrics()`, "/debug/pprof/<name>" and "/flamegraph/<name>" are `pprof(request)`, anything
+//    else 404.
 //  - Answers that wait (a pprof reply with `later`, e.g. "?seconds=30"): the connection is
 //    suspended, the answer computed by a DelayedRunner thread once the delay has passed, and the
 //    request deadline of that connection grows by the delay. At most `max_delayed_answers` wait;
@@ -75,9 +76,10 @@ struct HttpServerOptions {
   // it is sent (never copied); several responses may share one. Null is answered 500.
   std::function<std::shared_ptr<const RenderedPage>()> metrics;
   std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
-  std::string landing_html;  // the body served at "/"
-  // "/debug/pprof/<name>[?format=...][&seconds=N]": called on a server thread, behind the same
-  // basic auth as telemetry_path. Unset: 404.
+  std::function<std::string()> landing;  // the HTML served at "/", called per request; unset: empty
+  // "/debug/pprof/<name>[?format=...][&seconds=N]", and "/flamegraph/<name>[?seconds=N]" as the
+  // format "flamegraph" (any "format" argument ignored): called on a server thread, behind the
+  // same basic auth as telemetry_path. Unset: 404.
   std::function<PprofReply(const PprofRequest& request)> pprof;
   size_t max_delayed_answers = 16;  // replies with `later` waiting at once; beyond: 429
   // TLS: both set = HTTPS only. Paths are for error messages; the PEM text is what is served.

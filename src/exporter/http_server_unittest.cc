@@ -31,7 +31,7 @@ HttpServerOptions Options() {
   o.listen_address = "127.0.0.1:0";
   o.telemetry_path = "/metrics";
   o.metrics = [] { return std::make_shared<const RenderedPage>(RenderedPage::FromText("up 1\n")); };
-  o.landing_html = "<html>landing</html>";
+  o.landing = [] { return std::string("<html>landing</html>"); };
   return o;
 }
 
@@ -231,6 +231,10 @@ TEST(HttpServerTest, PprofAnswersNowOrAfterTheDelayWithoutHoldingTheEventLoop) {
   std::string out = Get(port, "/debug/pprof/cpu?format=folded");
   EXPECT_NE(out.find("\r\n\r\ncpu folded - now"), std::string::npos) << out;
   EXPECT_EQ(StatusLines(Get(port, "/debug/pprof/")), std::vector<std::string>{"HTTP/1.1 404 Not Found"});
+  // A /flamegraph/ page is the handler's "flamegraph" format, whatever format the query names.
+  out = Get(port, "/flamegraph/cpu?format=folded");
+  EXPECT_NE(out.find("\r\n\r\ncpu flamegraph - now"), std::string::npos) << out;
+  EXPECT_EQ(StatusLines(Get(port, "/flamegraph/")), std::vector<std::string>{"HTTP/1.1 404 Not Found"});
 
   const auto start = Clock::now();
   ScopedFd waiting = Connect(port);

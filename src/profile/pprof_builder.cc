@@ -117,32 +117,45 @@ std::string Hex(uint64_t v) {
 
 }  // namespace
 
-std::string FoldedStacks(const perftools::profiles::Profile& p) {
+std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profile& p) {
   auto str = [&](int64_t i) -> std::string {
     return i >= 0 && i < p.string_table_size() ? p.string_table(static_cast<int>(i)) : std::string();
   };
-  std::map<uint64_t, std::string> frame_names;  // location id -> folded name
   std::map<uint64_t, const perftools::profiles::Function*> functions;
   for (const auto& f : p.function()) functions[f.id()] = &f;
   std::map<uint64_t, const perftools::profiles::Mapping*> mappings;
   for (const auto& m : p.mapping()) mappings[m.id()] = &m;
+  std::map<uint64_t, LocationName> out;
   for (const auto& loc : p.location()) {
-    std::string name;
+    LocationName& n = out[loc.id()];
     if (loc.line_size() > 0) {
       auto fit = functions.find(loc.line(0).function_id());
-      if (fit != functions.end()) name = str(fit->second->name());
+      if (fit != functions.end()) n.name = str(fit->second->name());
     }
-    if (name.empty()) {
-      auto mit = mappings.find(loc.mapping_id());
-      if (mit != mappings.end()) {
-        const auto& m = *mit->second;
-        name = str(m.filename()) + "+" + Hex(loc.address() - m.memory_start() + m.file_offset());
+    auto mit = mappings.find(loc.mapping_id());
+    if (mit != mappings.end()) {
+      const auto& m = *mit->second;
+      const std::string file = str(m.filename());
+      if (file == "[kernel.kallsyms]") {
+        n.kind = FrameKind::kKernel;
+      } else if (file == "[unknown]") {
+        n.kind = FrameKind::kUnknown;
+      } else if (file.starts_with("/") || file == "[vdso]" || file == "[vsyscall]") {
+        n.kind = FrameKind::kUser;
       } else {
-        name = Hex(loc.address());
+        n.kind = FrameKind::kJit;
       }
+      if (n.name.empty()) n.name = file + "+" + Hex(loc.address() - m.memory_start() + m.file_offset());
+    } else if (n.name.empty()) {
+      n.name = Hex(loc.address());
     }
-    frame_names[loc.id()] = Sanitized(name);
   }
+  return out;
+}
+
+std::string FoldedStacks(const perftools::profiles::Profile& p) {
+  std::map<uint64_t, std::string> frame_names;  // location id -> folded name
+  for (const auto& [id, n] : NameLocations(p)) frame_names[id] = Sanitized(n.name);
   std::map<std::string, int64_t> folded;
   for (const auto& s : p.sample()) {
     std::string line;

@@ -72,6 +72,22 @@ class PprofBuilder {
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string>, uint64_t> mappings_;
 };
 
+// What a Location's code is, from its Mapping's file (as the Symbolizer names them):
+// "[kernel.kallsyms]" kernel; a path or "[vdso]"/"[vsyscall]" user; other anonymous executable
+// memory ("", "[anon:...]", "//anon") JIT code; "[unknown]", or no mapping (a lost stack's
+// frame), unknown.
+enum class FrameKind { kUser, kKernel, kJit, kUnknown };
+
+// A Location as a reader shows it: its function's name; unsymbolized, "<file>+0x<offset>" when
+// its mapping is known, else "0x<address>".
+struct LocationName {
+  std::string name;
+  FrameKind kind = FrameKind::kUnknown;
+};
+
+// Every Location of `profile` by id.
+std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profile& profile);
+
 // Folded stacks ("root;caller;leaf <value>\n" per distinct stack, sorted) of a profile's first
 // value, as flamegraph.pl and speedscope read them. An unsymbolized frame is written as
 // "<file>+0x<offset>" when its mapping is known, else "0x<address>"; ';' and spaces in names are

@@ -1,0 +1,274 @@
+#include "profile/flame_graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "profile/pprof_builder.h"
+
+namespace tpe {
+namespace {
+
+constexpr double kFrameHeight = 16;  // a row, pixels (the frame 15, one between)
+constexpr double kTop = 62;          // title, subtitle and legend above the frames
+constexpr double kBottom = 10;
+constexpr double kSide = 10;
+constexpr double kCharWidth = 7.2;  // of the 12 px monospace font the labels use
+
+struct Node {
+  std::string name;
+  FrameKind kind = FrameKind::kUnknown;
+  int64_t value = 0;
+  std::map<std::pair<std::string, FrameKind>, size_t> children;  // in name order
+};
+
+// The length of the valid UTF-8 sequence at s[i], or 0.
+size_t Utf8Length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  }
+  return n;
+}
+
+// `s` as XML character data: markup characters escaped, control bytes and invalid UTF-8 as '?'
+// (a symbol name is bytes; the document must stay well-formed).
+std::string Escaped(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8Length(s, i);
+    if (n == 0 || (n == 1 && static_cast<unsigned char>(s[i]) < 0x20)) {
+      out += '?';
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    switch (s[i]) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += s[i];
+    }
+    ++i;
+  }
+  return out;
+}
+
+// At most `chars` characters of `name` (whole UTF-8 sequences), ending in ".." when cut; "" when
+// not even 3 fit.
+std::string Label(std::string_view name, size_t chars) {
+  if (chars < 3) return "";
+  size_t count = 0, i = 0;
+  while (i < name.size() && count < chars) {
+    const size_t n = std::max<size_t>(1, Utf8Length(name, i));
+    i += n;
+    ++count;
+  }
+  if (i >= name.size()) return std::string(name);
+  // Cut: room for "..".
+  size_t keep = 0, j = 0;
+  while (j < name.size() && keep < chars - 2) {
+    j += std::max<size_t>(1, Utf8Length(name, j));
+    ++keep;
+  }
+  return std::string(name.substr(0, j)) + "..";
+}
+
+uint32_t NameHash(std::string_view s) {  // FNV-1a: a function keeps its shade
+  uint32_t h = 2166136261u;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return h;
+}
+
+std::string Rgb(int r, int g, int b) {
+  return "rgb(" + std::to_string(r) + "," + std::to_string(g) + "," + std::to_string(b) + ")";
+}
+
+std::string Fill(FrameKind kind, std::string_view name) {
+  const uint32_t h = NameHash(name);
+  const double v1 = static_cast<double>(h & 0xff) / 255, v2 = static_cast<double>((h >> 8) & 0xff) / 255;
+  const double v3 = static_cast<double>((h >> 16) & 0xff) / 255;
+  auto c = [](double base, double span, double v) { return static_cast<int>(base + span * v); };
+  switch (kind) {
+    case FrameKind::kUser:  // flamegraph.pl's "hot"
+      return Rgb(c(205, 50, v3), c(0, 230, v1), c(0, 55, v2));
+    case FrameKind::kKernel:
+      return Rgb(c(70, 60, v1), c(130, 60, v1), c(205, 50, v2));
+    case FrameKind::kJit:
+      return Rgb(c(50, 60, v1), c(170, 60, v2), c(50, 60, v1));
+    case FrameKind::kUnknown:
+      break;
+  }
+  const int grey = c(165, 40, v1);
+  return Rgb(grey, grey, grey);
+}
+
+const char* KindName(FrameKind kind) {
+  switch (kind) {
+    case FrameKind::kUser:
+      return "user";
+    case FrameKind::kKernel:
+      return "kernel";
+    case FrameKind::kJit:
+      return "jit";
+    case FrameKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
+std::string Percent(int64_t part, int64_t total) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%%", 100.0 * static_cast<double>(part) / static_cast<double>(total));
+  return buf;
+}
+
+struct Drawn {
+  const Node* node;
+  double x, width;
+  int depth;
+};
+
+}  // namespace
+
+std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGraphOptions& options) {
+  auto str = [&](int64_t i) -> std::string {
+    return i >= 0 && i < p.string_table_size() ? p.string_table(static_cast<int>(i)) : std::string();
+  };
+  // What a value is: "samples" for counts, else the unit ("bytes", "nanoseconds").
+  std::string what = "samples";
+  if (p.sample_type_size() > 0) {
+    const std::string type = str(p.sample_type(0).type()), unit = str(p.sample_type(0).unit());
+    what = unit == "count" || unit.empty() ? type : unit;
+  }
+  const std::map<uint64_t, LocationName> names = NameLocations(p);
+  std::vector<Node> nodes(1);
+  nodes[0].name = "all";
+  size_t stacks = 0;
+  for (const auto& s : p.sample()) {
+    const int64_t v = s.value_size() > 0 ? s.value(0) : 0;
+    if (v <= 0) continue;
+    ++stacks;
+    size_t at = 0;
+    nodes[0].value += v;
+    for (int i = s.location_id_size() - 1; i >= 0; --i) {  // root first
+      auto it = names.find(s.location_id(i));
+      std::pair<std::string, FrameKind> key =
+          it != names.end() ? std::make_pair(it->second.name, it->second.kind)
+                            : std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown);
+      auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
+      if (added) {
+        nodes.push_back(Node{key.first, key.second, 0, {}});
+      }
+      at = child->second;
+      nodes[at].value += v;
+    }
+  }
+  const int64_t total = nodes[0].value;
+  const double width = std::max(options.width_px, 200.0);
+  const double scale = total > 0 ? (width - 2 * kSide) / static_cast<double>(total) : 0;
+  // Lay out first: the height depends on the deepest frame drawn.
+  std::vector<Drawn> drawn;
+  size_t left_out = 0;
+  int depth_max = 0;
+  std::vector<Drawn> todo{Drawn{&nodes[0], kSide, 0, 0}};
+  todo[0].width = static_cast<double>(total) * scale;
+  while (!todo.empty() && total > 0) {
+    Drawn d = todo.back();
+    todo.pop_back();
+    drawn.push_back(d);
+    depth_max = std::max(depth_max, d.depth);
+    double x = d.x;
+    for (const auto& [key, index] : d.node->children) {
+      const Node& child = nodes[index];
+      const double w = static_cast<double>(child.value) * scale;
+      if (w < options.min_frame_px) {
+        ++left_out;
+      } else {
+        todo.push_back(Drawn{&child, x, w, d.depth + 1});
+      }
+      x += w;
+    }
+  }
+  const double height = kTop + kBottom + kFrameHeight * (depth_max + 1) + (total > 0 ? 0 : kFrameHeight);
+  std::string out;
+  out.reserve(256 + drawn.size() * 160);
+  out += "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n";
+  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + Num(width) + "\" height=\"" +
+         Num(height) + "\" viewBox=\"0 0 " + Num(width) + " " + Num(height) +
+         "\" font-family=\"monospace\" font-size=\"12\">\n";
+  out += "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"rgb(248,248,244)\"/>\n";
+  out += "<text x=\"" + Num(width / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"16\">" +
+         Escaped(options.title) + "</text>\n";
+  std::string subtitle = std::to_string(total) + " " + what + " in " + std::to_string(stacks) + " stacks";
+  if (left_out > 0) {
+    subtitle += "; " + std::to_string(left_out) + " frames narrower than " + Num(options.min_frame_px) + " px left out";
+  }
+  out += "<text x=\"" + Num(kSide) + "\" y=\"40\">" + Escaped(subtitle) + "</text>\n";
+  // The legend, right-aligned on the subtitle's line.
+  const std::pair<const char*, FrameKind> legend[] = {{"user", FrameKind::kUser},
+                                                      {"kernel", FrameKind::kKernel},
+                                                      {"JIT", FrameKind::kJit},
+                                                      {"unknown", FrameKind::kUnknown}};
+  double lx = width - kSide - 4 * 80;
+  for (const auto& [label, kind] : legend) {
+    out += "<rect x=\"" + Num(lx) + "\" y=\"30\" width=\"12\" height=\"12\" fill=\"" + Fill(kind, "") +
+           "\"/><text x=\"" + Num(lx + 16) + "\" y=\"40\">" + label + "</text>\n";
+    lx += 80;
+  }
+  if (total <= 0) {
+    out += "<text x=\"" + Num(width / 2) + "\" y=\"" + Num(kTop + 12) +
+           "\" text-anchor=\"middle\">no samples</text>\n</svg>\n";
+    return out;
+  }
+  std::sort(drawn.begin(), drawn.end(),
+            [](const Drawn& a, const Drawn& b) { return a.depth != b.depth ? a.depth < b.depth : a.x < b.x; });
+  for (const Drawn& d : drawn) {
+    const Node& n = *d.node;
+    const double y = height - kBottom - kFrameHeight * (d.depth + 1);
+    const std::string name = Escaped(n.name);
+    out += "<g class=\"" + std::string(d.depth == 0 ? "root" : KindName(n.kind)) + "\"><title>" + name + " (" +
+           std::to_string(n.value) + " " + what + ", " + Percent(n.value, total) + ")</title><rect x=\"" + Num(d.x) +
+           "\" y=\"" + Num(y) + "\" width=\"" + Num(d.width) + "\" height=\"" + Num(kFrameHeight - 1) +
+           "\" rx=\"2\" fill=\"" + (d.depth == 0 ? Rgb(200, 200, 200) : Fill(n.kind, n.name)) + "\"/>";
+    const std::string label = Label(n.name, static_cast<size_t>(std::max(0.0, (d.width - 6) / kCharWidth)));
+    if (!label.empty())
+      out += "<text x=\"" + Num(d.x + 3) + "\" y=\"" + Num(y + 11.5) + "\">" + Escaped(label) + "</text>";
+    out += "</g>\n";
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace tpe
