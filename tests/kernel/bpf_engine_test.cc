@@ -296,22 +296,14 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   // CPU (bpf_disable_instrumentation raises bpf_prog_active), and on PREEMPT_RT a task can
   // preempt the sweeper there: 8-10 of 6,000 calls went missing on Debian's 6.1-rt (README, Kernel
   // support). This test is about the sweep, so it keeps the two apart.
-  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  struct RestoreAffinity {
-    cpu_set_t saved;
-    RestoreAffinity() { sched_getaffinity(0, sizeof(saved), &saved); }
-    ~RestoreAffinity() { sched_setaffinity(0, sizeof(saved), &saved); }
-  } restore;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(static_cast<int>(ncpu - 1), &one);
-  sched_setaffinity(0, sizeof(one), &one);  // inherited by the threads Start() creates
+  testing::DaemonOnLastCpu pin;  // inherited by the threads Start() creates
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*plan)).ok());
   ASSERT_TRUE(pipeline.Start().ok());
+  cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(0, &one);
-  sched_setaffinity(0, sizeof(one), &one);  // inherited by the tasks
+  sched_setaffinity(0, sizeof(one), &one);  // inherited by the tasks (`pin` restores the affinity)
   const Collector& c = *pipeline.plan().collectors[0];
   for (int i = 0; i < kTasks; ++i) {
     pid_t p = fork();

@@ -134,6 +134,28 @@ inline pid_t ForkSleeper(const char* comm, int sleeps, int* go_fd) {
   return child;
 }
 
+// Pins the calling thread, and the threads it creates while in scope (a pipeline's reader and
+// sweeper), to the last online CPU; restores the thread's affinity at the end of the scope. A test
+// that counts a child pinned to CPU 0 exactly keeps the daemon's map syscalls off the child's CPU:
+// before Linux 6.7 the kernel skips a program run, uncounted, while a BPF map syscall is under
+// way on that CPU, and on PREEMPT_RT the child can preempt one there (README, Kernel support).
+class DaemonOnLastCpu {
+ public:
+  DaemonOnLastCpu() {
+    sched_getaffinity(0, sizeof(saved_), &saved_);
+    cpu_set_t last;
+    CPU_ZERO(&last);
+    CPU_SET(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN) - 1), &last);
+    sched_setaffinity(0, sizeof(last), &last);
+  }
+  ~DaemonOnLastCpu() { sched_setaffinity(0, sizeof(saved_), &saved_); }
+  DaemonOnLastCpu(const DaemonOnLastCpu&) = delete;
+  DaemonOnLastCpu& operator=(const DaemonOnLastCpu&) = delete;
+
+ private:
+  cpu_set_t saved_;
+};
+
 // Forks a child that optionally pins itself to `cpu`, waits for Release() (or RunToExit()),
 // renames itself `name`, makes `calls` getppid() and exits.
 class Child {
