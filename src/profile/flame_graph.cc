@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
 #include "profile/pprof_builder.h"
 
 namespace tpe {
@@ -27,35 +28,13 @@ struct Node {
   std::map<std::pair<std::string, FrameKind>, size_t> children;  // in name order
 };
 
-// The length of the valid UTF-8 sequence at s[i], or 0.
-size_t Utf8Length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
-  }
-  return n;
-}
-
-// `s` as XML character data: markup characters escaped, control bytes and invalid UTF-8 as '?'
-// (a symbol name is bytes; the document must stay well-formed).
+// `s` (well-formed UTF-8: SanitizeUtf8) as XML character data: markup characters escaped, control
+// characters (not XML characters) as '?'.
 std::string Escaped(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = Utf8Length(s, i);
-    if (n == 0 || (n == 1 && static_cast<unsigned char>(s[i]) < 0x20)) {
-      out += '?';
-      ++i;
-      continue;
-    }
-    if (n > 1) {
-      out.append(s.substr(i, n));
-      i += n;
-      continue;
-    }
-    switch (s[i]) {
+  for (char c : s) {
+    switch (c) {
       case '&':
         out += "&amp;";
         break;
@@ -72,31 +51,22 @@ std::string Escaped(std::string_view s) {
         out += "&apos;";
         break;
       default:
-        out += s[i];
+        out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
     }
-    ++i;
   }
   return out;
 }
 
-// At most `chars` characters of `name` (whole UTF-8 sequences), ending in ".." when cut; "" when
-// not even 3 fit.
+// At most `chars` characters of `name` (well-formed UTF-8), ending in ".." when cut; "" when not
+// even 3 fit.
 std::string Label(std::string_view name, size_t chars) {
   if (chars < 3) return "";
-  size_t count = 0, i = 0;
-  while (i < name.size() && count < chars) {
-    const size_t n = std::max<size_t>(1, Utf8Length(name, i));
-    i += n;
-    ++count;
+  std::vector<size_t> starts;  // byte offset of each character
+  for (size_t i = 0; i < name.size(); ++i) {
+    if ((static_cast<unsigned char>(name[i]) & 0xc0) != 0x80) starts.push_back(i);
   }
-  if (i >= name.size()) return std::string(name);
-  // Cut: room for "..".
-  size_t keep = 0, j = 0;
-  while (j < name.size() && keep < chars - 2) {
-    j += std::max<size_t>(1, Utf8Length(name, j));
-    ++keep;
-  }
-  return std::string(name.substr(0, j)) + "..";
+  if (starts.size() <= chars) return std::string(name);
+  return std::string(name.substr(0, starts[chars - 2])) + "..";
 }
 
 uint32_t NameHash(std::string_view s) {  // FNV-1a: a function keeps its shade
@@ -187,6 +157,7 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
       std::pair<std::string, FrameKind> key =
           it != names.end() ? std::make_pair(it->second.name, it->second.kind)
                             : std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown);
+      key.first = SanitizeUtf8(key.first);  // symbol names are bytes; the document must parse
       auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
       if (added) {
         nodes.push_back(Node{key.first, key.second, 0, {}});
@@ -230,7 +201,7 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
          "\" font-family=\"monospace\" font-size=\"12\">\n";
   out += "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"rgb(248,248,244)\"/>\n";
   out += "<text x=\"" + Num(width / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"16\">" +
-         Escaped(options.title) + "</text>\n";
+         Escaped(SanitizeUtf8(options.title)) + "</text>\n";
   std::string subtitle = std::to_string(total) + " " + what + " in " + std::to_string(stacks) + " stacks";
   if (left_out > 0) {
     subtitle += "; " + std::to_string(left_out) + " frames narrower than " + Num(options.min_frame_px) + " px left out";
