@@ -12,6 +12,11 @@ PprofBuilder::PprofBuilder(const std::string& value_type, const std::string& val
   auto* st = profile_.add_sample_type();
   st->set_type(Str(value_type));
   st->set_unit(Str(value_unit));
+  // One sample stands for one of its unit (Go's goroutine profile does the same): servers that
+  // weigh samples by the period (Parca's graphs and merged views) would count 0 without it.
+  profile_.mutable_period_type()->set_type(Str(value_type));
+  profile_.mutable_period_type()->set_unit(Str(value_unit));
+  profile_.set_period(1);
 }
 
 int64_t PprofBuilder::Str(const std::string& s) {

@@ -39,7 +39,8 @@ struct ProfileMapping {
 class PprofBuilder {
  public:
   // `value_type`/`value_unit`: the one sample value, e.g. ("samples", "count") or ("bytes",
-  // "bytes"). `period_type`/`period` name what one sample stands for (pprof's period_type).
+  // "bytes"). The profile's period_type is the same type and unit, its period 1: what one sample
+  // stands for (Parca weighs samples by it).
   PprofBuilder(const std::string& value_type, const std::string& value_unit);
 
   // Adds a mapping and returns its id (1, 2, ...); an identical mapping returns the earlier id.

@@ -46,6 +46,9 @@ TEST(PprofBuilderTest, SharesLocationsFunctionsAndStrings) {
   EXPECT_EQ(p.string_table(0), "");
   EXPECT_EQ(p.string_table(p.sample_type(0).type()), "samples");
   EXPECT_EQ(p.string_table(p.sample_type(0).unit()), "count");
+  EXPECT_EQ(p.string_table(p.period_type().type()), "samples");
+  EXPECT_EQ(p.string_table(p.period_type().unit()), "count");
+  EXPECT_EQ(p.period(), 1);
   EXPECT_EQ(p.mapping_size(), 2);
   EXPECT_EQ(p.location_size(), 7);  // sys, leaf, path_a, main@a, path_b, main@b, the unknown one
   EXPECT_EQ(p.function_size(), 5);  // __x64_sys_getppid, leaf, path_a, path_b, main

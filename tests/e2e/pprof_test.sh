@@ -10,6 +10,7 @@
 #  - ?seconds=N: only the samples of the next N seconds (a run before the window is left out),
 #    duration N s;
 #  - bpftrace's @[ustack] = count() on a run gives the same counts as both profiles;
+#  - the requests Parca and Grafana Alloy send get what those scrapers accept;
 #  - ?format=folded the same counts; /flamegraph/<name> an SVG with the same weights, linked from
 #    the landing page; hostile input gets a clear 4xx; more waiting ?seconds=
 #    requests than the server holds get 429 at once while scrapes are answered.
@@ -200,6 +201,27 @@ for attempt in 1 2 3; do
 done
 check "bpftrace @[ustack] = count() gave the same 3000 via tpe_path_a, 1000 via tpe_path_b in one of 3 runs" \
   test $bt_ok == 1
+
+# The requests Parca and Grafana Alloy send (deploy/profiling/README.md: their scrape code): no
+# Accept, no Accept-Encoding, their User-Agent; a delta profile with ?seconds=<interval> (Parca)
+# or <interval - 1> (Alloy, which also requires Content-Type application/octet-stream), a
+# cumulative one without. The answer: 200, that content type, gzip, a pprof whose period_type is
+# the sample type with period 1 (Parca weighs samples by it), duration N s for a window.
+scrape_as() {  # USER_AGENT QUERY OUT: prints "<code> <content type>"
+  curl -s -H 'Accept:' -H "User-Agent: $1" -o "$3" -w '%{http_code} %{content_type}' \
+    "$URL/debug/pprof/getppid_stacks$2"
+}
+for who in "conprof/v0.23.1|" "Alloy/v1.11.0 (linux; binary)|?seconds=2"; do
+  ua=${who%%|*} q=${who#*|}
+  got=$(scrape_as "$ua" "$q" "$WORK/scraped.pb.gz")
+  check "as $ua sends it (${q:-cumulative}): 200 application/octet-stream (got $got)" \
+    test "$got" == "200 application/octet-stream"
+  check "as $ua: a gzip body" test "$(head -c2 "$WORK/scraped.pb.gz" | od -An -tx1 | tr -d ' ')" == 1f8b
+  go tool pprof -symbolize=none -raw "$WORK/scraped.pb.gz" >"$WORK/scraped.raw" 2>&1
+  check "as $ua: period type samples/count, period 1" bash -c \
+    "grep -qx 'PeriodType: samples count' '$WORK/scraped.raw' && grep -qx 'Period: 1' '$WORK/scraped.raw'"
+  [[ -n "$q" ]] && check "as $ua: a 2 s window" grep -qE 'Duration: 2(\.0+)?s' "$WORK/scraped.raw"
+done
 
 # Hostile input: clear 4xx, at once.
 code() { curl -s -o "$WORK/body" -w '%{http_code}' --max-time 5 "$URL$1"; }
