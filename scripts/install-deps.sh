@@ -15,7 +15,7 @@ COMPILE=(build-essential cmake ninja-build pkg-config
          libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libelf-dev
          libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev zlib1g-dev)
 BUILD=("${COMPILE[@]}" git libgtest-dev libgmock-dev libbenchmark-dev
-       python3 help2man dpkg-dev openssl curl prometheus golang-go bpftrace clang-format clang-tidy clang libclang-rt-14-dev stress-ng systemtap-sdt-dev
+       python3 help2man dpkg-dev openssl curl prometheus golang-go bpftrace bpftool clang-format clang-tidy clang libclang-rt-14-dev stress-ng systemtap-sdt-dev
        chromium-headless-shell fonts-dejavu-core)
 
 case "${1:-}" in

@@ -57,7 +57,7 @@ class Daemon {
   // GET /debug/pprof/<name>[?seconds=N] (daemon/profiles.h ServeProfile on the running
   // pipeline; a reply's `later` is valid for the daemon's life). Same threads as Snapshot.
   PprofReply Profile(const PprofRequest& request);
-  // The running config's profile names, sorted (the landing page's links). Same threads.
+  // The running config's profile names, in config order (the landing page's links). Same threads.
   std::vector<std::string> ProfileNames();
   // Warnings of the last successful plan (e.g. symbolic names without BTF).
   std::vector<std::string> warnings();

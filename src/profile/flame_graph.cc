@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <queue>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -28,12 +30,18 @@ struct Node {
   std::map<std::pair<std::string, FrameKind>, size_t> children;  // in name order
 };
 
-// `s` (well-formed UTF-8: SanitizeUtf8) as XML character data: markup characters escaped, control
-// characters (not XML characters) as '?'.
+// `s` (well-formed UTF-8: SanitizeUtf8) as XML character data: markup characters escaped; what is
+// no XML 1.0 character replaced: control characters by '?', U+FFFE and U+FFFF by U+FFFD.
 std::string Escaped(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '\xEF' && i + 2 < s.size() && s[i + 1] == '\xBF' && (s[i + 2] == '\xBE' || s[i + 2] == '\xBF')) {
+      out += "\xEF\xBF\xBD";
+      i += 2;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";
@@ -128,7 +136,13 @@ struct Drawn {
   const Node* node;
   double x, width;
   int depth;
+  bool operator<(const Drawn& o) const { return width < o.width; }  // the widest first
 };
+
+// a + b (b > 0), at most INT64_MAX: a value profile's sums may pass it.
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
 
 }  // namespace
 
@@ -140,9 +154,12 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
   std::string what = "samples";
   if (p.sample_type_size() > 0) {
     const std::string type = str(p.sample_type(0).type()), unit = str(p.sample_type(0).unit());
-    what = unit == "count" || unit.empty() ? type : unit;
+    what = SanitizeUtf8(unit == "count" || unit.empty() ? type : unit);
   }
-  const std::map<uint64_t, LocationName> names = NameLocations(p);
+  // Each location's name made well-formed UTF-8 once (symbol names are bytes; the document must
+  // parse).
+  std::map<uint64_t, std::pair<std::string, FrameKind>> keys;
+  for (auto& [id, n] : NameLocations(p)) keys.emplace(id, std::make_pair(SanitizeUtf8(n.name), n.kind));
   std::vector<Node> nodes(1);
   nodes[0].name = "all";
   size_t stacks = 0;
@@ -151,33 +168,37 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
     if (v <= 0) continue;
     ++stacks;
     size_t at = 0;
-    nodes[0].value += v;
+    nodes[0].value = SaturatingAdd(nodes[0].value, v);
     for (int i = s.location_id_size() - 1; i >= 0; --i) {  // root first
-      auto it = names.find(s.location_id(i));
-      std::pair<std::string, FrameKind> key =
-          it != names.end() ? std::make_pair(it->second.name, it->second.kind)
-                            : std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown);
-      key.first = SanitizeUtf8(key.first);  // symbol names are bytes; the document must parse
-      auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
-      if (added) {
-        nodes.push_back(Node{key.first, key.second, 0, {}});
-      }
-      at = child->second;
-      nodes[at].value += v;
+      auto it = keys.find(s.location_id(i));
+      const std::pair<std::string, FrameKind> key =
+          it != keys.end() ? it->second
+                           : std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown);
+      const auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
+      const size_t index = child->second;  // before nodes grows
+      if (added) nodes.push_back(Node{key.first, key.second, 0, {}});
+      at = index;
+      nodes[at].value = SaturatingAdd(nodes[at].value, v);
     }
   }
   const int64_t total = nodes[0].value;
   const double width = std::max(options.width_px, 200.0);
   const double scale = total > 0 ? (width - 2 * kSide) / static_cast<double>(total) : 0;
-  // Lay out first: the height depends on the deepest frame drawn.
+  // Lay out first (the height depends on the deepest frame drawn), the widest frames first: a
+  // frame is never wider than its caller, so the max_frames drawn are the widest, each with the
+  // frames below it.
   std::vector<Drawn> drawn;
   size_t left_out = 0;
   int depth_max = 0;
-  std::vector<Drawn> todo{Drawn{&nodes[0], kSide, 0, 0}};
-  todo[0].width = static_cast<double>(total) * scale;
-  while (!todo.empty() && total > 0) {
-    Drawn d = todo.back();
-    todo.pop_back();
+  std::priority_queue<Drawn> todo;
+  if (total > 0) todo.push(Drawn{&nodes[0], kSide, static_cast<double>(total) * scale, 0});
+  while (!todo.empty()) {
+    if (drawn.size() >= options.max_frames) {
+      left_out += todo.size();
+      break;
+    }
+    Drawn d = todo.top();
+    todo.pop();
     drawn.push_back(d);
     depth_max = std::max(depth_max, d.depth);
     double x = d.x;
@@ -187,7 +208,7 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
       if (w < options.min_frame_px) {
         ++left_out;
       } else {
-        todo.push_back(Drawn{&child, x, w, d.depth + 1});
+        todo.push(Drawn{&child, x, w, d.depth + 1});
       }
       x += w;
     }
@@ -204,7 +225,8 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
          Escaped(SanitizeUtf8(options.title)) + "</text>\n";
   std::string subtitle = std::to_string(total) + " " + what + " in " + std::to_string(stacks) + " stacks";
   if (left_out > 0) {
-    subtitle += "; " + std::to_string(left_out) + " frames narrower than " + Num(options.min_frame_px) + " px left out";
+    subtitle += "; " + std::to_string(left_out) + " frames left out with the frames above them (narrower than " +
+                Num(options.min_frame_px) + " px, or past the " + std::to_string(options.max_frames) + " widest)";
   }
   out += "<text x=\"" + Num(kSide) + "\" y=\"40\">" + Escaped(subtitle) + "</text>\n";
   // The legend, right-aligned on the subtitle's line.
@@ -230,8 +252,8 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
     const double y = height - kBottom - kFrameHeight * (d.depth + 1);
     const std::string name = Escaped(n.name);
     out += "<g class=\"" + std::string(d.depth == 0 ? "root" : KindName(n.kind)) + "\"><title>" + name + " (" +
-           std::to_string(n.value) + " " + what + ", " + Percent(n.value, total) + ")</title><rect x=\"" + Num(d.x) +
-           "\" y=\"" + Num(y) + "\" width=\"" + Num(d.width) + "\" height=\"" + Num(kFrameHeight - 1) +
+           std::to_string(n.value) + " " + Escaped(what) + ", " + Percent(n.value, total) + ")</title><rect x=\"" +
+           Num(d.x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(d.width) + "\" height=\"" + Num(kFrameHeight - 1) +
            "\" rx=\"2\" fill=\"" + (d.depth == 0 ? Rgb(200, 200, 200) : Fill(n.kind, n.name)) + "\"/>";
     const std::string label = Label(n.name, static_cast<size_t>(std::max(0.0, (d.width - 6) / kCharWidth)));
     if (!label.empty())

@@ -8,8 +8,9 @@
 // function keeps its colour across renders. Each frame is a <g class="root|user|kernel|jit|unknown">
 // holding its <title>, <rect> and (when it fits) <text>.
 //
-// Frames narrower than FlameGraphOptions::min_frame_px are left out with everything above them and
-// counted in the subtitle, so a profile of 10,000 stacks stays a document a browser draws at once.
+// Frames narrower than FlameGraphOptions::min_frame_px, and frames past the max_frames widest, are
+// left out with everything above them and counted in the subtitle: the document's size is bounded
+// (about 200 bytes a frame) whatever the profile. Values summing past INT64_MAX saturate.
 //
 // Thread-safety: a pure function.
 #pragma once
@@ -24,6 +25,7 @@ struct FlameGraphOptions {
   std::string title;          // the heading, e.g. "tcp_retransmits: since start"
   double width_px = 1200;     // the document's width, pixels
   double min_frame_px = 0.1;  // narrower frames are left out (flamegraph.pl's --minwidth)
+  size_t max_frames = 20000;  // at most this many frames drawn, the widest (~4 MB of SVG)
 };
 
 // The SVG document (UTF-8, starting "<?xml") of `profile`'s samples. A profile without samples

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@ namespace tpe {
 namespace {
 
 // Whether `svg` is well-formed as far as a flame graph needs: every tag closed in order, every
-// '&' one of XML's five entities, no control byte.
+// '&' one of XML's five entities, no control byte, no U+FFFE or U+FFFF.
 ::testing::AssertionResult WellFormed(const std::string& svg) {
   std::vector<std::string> open;
   size_t i = svg.find("?>");
@@ -21,6 +22,9 @@ namespace {
     const char c = svg[i];
     if (static_cast<unsigned char>(c) < 0x20 && c != '\n')
       return ::testing::AssertionFailure() << "control byte at " << i;
+    if (svg.compare(i, 3, "\xEF\xBF\xBE") == 0 || svg.compare(i, 3, "\xEF\xBF\xBF") == 0) {
+      return ::testing::AssertionFailure() << "U+FFFE or U+FFFF (no XML character) at " << i;
+    }
     if (c == '&') {
       bool known = false;
       for (const char* e : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"})
@@ -138,7 +142,9 @@ TEST(FlameGraphTest, NarrowFramesAreLeftOutAndCounted) {
   }
   const std::string svg = FlameGraphSvg(b.profile(), FlameGraphOptions{"t"});
   EXPECT_TRUE(WellFormed(svg));
-  EXPECT_NE(svg.find("1001000 samples in 1001 stacks; 1000 frames narrower than 0.1 px left out"), std::string::npos);
+  EXPECT_NE(svg.find("1001000 samples in 1001 stacks; 1000 frames left out with the frames above them (narrower than "
+                     "0.1 px, or past the 20000 widest)"),
+            std::string::npos);
   EXPECT_EQ(svg.find("cold"), std::string::npos);
   EXPECT_EQ(svg.find("callee"), std::string::npos);
   EXPECT_FALSE(Frame(svg, "hot (1000000 samples, 99.90%)").empty());
@@ -159,6 +165,33 @@ TEST(FlameGraphTest, KindsOfCodeAndValueUnits) {
   EXPECT_EQ(Attr(Frame(svg, "[user stack lost: hash_collision] (256 bytes, 25.00%)"), "class"), "unknown");
   EXPECT_EQ(Attr(Frame(svg, "__vdso_clock_gettime"), "class"), "user");
   EXPECT_NE(svg.find("1024 bytes in 3 stacks"), std::string::npos);
+}
+
+TEST(FlameGraphTest, AtMostMaxFramesAreDrawnTheWidestFirst) {
+  FlameGraphOptions options{"t"};
+  options.max_frames = 3;  // all, main, path_a (885 px); path_b (295 px) and path_a's callee are not
+  const std::string svg = FlameGraphSvg(TwoPaths().profile(), options);
+  EXPECT_TRUE(WellFormed(svg));
+  EXPECT_FALSE(Frame(svg, "path_a (3000").empty());
+  EXPECT_TRUE(Frame(svg, "path_b").empty());
+  EXPECT_TRUE(Frame(svg, "leaf").empty());
+  EXPECT_NE(svg.find("; 2 frames left out with the frames above them"), std::string::npos) << svg;
+  // The height is that of the frames drawn: depths 0 to 2.
+  EXPECT_EQ(Attr(svg.substr(svg.find("<svg")), "height"), "120.0");
+}
+
+TEST(FlameGraphTest, NoXmlCharactersAndSumsPastInt64Saturate) {
+  PprofBuilder b("bytes", "bytes");
+  const uint64_t exe = b.AddMapping({0x400000, 0x402000, 0, "/usr/bin/x", ""});
+  const int64_t big = std::numeric_limits<int64_t>::max() / 2 + 1;
+  b.AddSample(std::vector<ProfileFrame>{{0x401000, exe, "a\xEF\xBF\xBF\xEF\xBF\xBE"}}, {}, big);
+  b.AddSample(std::vector<ProfileFrame>{{0x401100, exe, "b"}}, {}, big);
+  const std::string svg = FlameGraphSvg(b.profile(), FlameGraphOptions{"t"});
+  EXPECT_TRUE(WellFormed(svg));
+  EXPECT_NE(svg.find("<title>a\xEF\xBF\xBD\xEF\xBF\xBD ("), std::string::npos) << svg;
+  const std::string max = std::to_string(std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(Frame(svg, "all (" + max + " bytes, 100.00%)").empty()) << svg;
+  EXPECT_NE(svg.find(max + " bytes in 2 stacks"), std::string::npos);
 }
 
 TEST(FlameGraphTest, AProfileWithoutSamplesSaysSo) {
