@@ -160,8 +160,9 @@ check "headless Chromium drew the flame graph ($(stat -c %s "$WORK/flame.png" 2>
 
 # The yardstick: bpftrace's @[ustack] = count() on a third run gives the same counts as both
 # engines' profiles (the process is held alive until bpftrace has printed: it names frames then).
-# bpftrace does not count the runs the kernel skips (a preempted syscall-tracepoint program on a
-# busy machine: 570 of 3000 lost beside stress-ng), so up to 3 runs, each checked on both profiles.
+# The shortfalls once blamed on skipped runs (570 of 3000 beside stress-ng) were the trigger
+# starting before bpftrace had attached: since the wait below, 5 of 5 first runs gave 3000/1000
+# (2 beside stress-ng). Up to 3 runs are kept for a bpftrace that hangs on its way out.
 bt_ok=0
 for attempt in 1 2 3; do
   comm=tpe_bt$attempt
