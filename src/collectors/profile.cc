@@ -66,12 +66,13 @@ std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::
 }
 
 ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
-                                   std::optional<FieldExtractor> value, double scale)
+                                   std::optional<FieldExtractor> value, double scale, std::optional<ClockWeight> clock)
     : name_(std::move(name)),
       help_(std::move(help)),
       labels_(std::move(labels)),
       value_(std::move(value)),
       scale_(scale),
+      clock_(clock),
       instance_(NextProfileInstance()),
       series_(max_stacks) {
   key_.reserve(2048);
@@ -90,6 +91,9 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
       return;
     }
     add = static_cast<uint64_t>(raw);
+  } else if (clock_) {
+    if (s.pid == 0 && !clock_->include_idle) return;
+    add = s.period;
   }
   const size_t nr = s.callchain.size() / sizeof(uint64_t);
   // The callchain's bytes are not 8-byte aligned in every ring position: copied out.

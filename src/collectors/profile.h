@@ -59,8 +59,10 @@ class StackProfile {
   virtual double scale() const = 0;
   // NextProfileInstance() of this profile.
   virtual uint64_t instance() const = 0;
-  // What a series' value counts: "samples", or the value field's name.
+  // What a series' value counts, and in what unit (pprof's sample type): ("samples", "count"),
+  // a value profile's (field name, "count"), or a CPU profile's ("cpu", "nanoseconds").
   virtual std::string value_type() const = 0;
+  virtual std::string value_unit() const { return "count"; }
   // True when the profile is fed samples stamped with their time, in time order (the reader
   // thread): Stacks() read in a reader mark (Pipeline::AddMark) is the profile exactly as of the
   // mark's time. False when the kernel counts (the bpf engine): Stacks() is the profile as of
@@ -68,11 +70,20 @@ class StackProfile {
   virtual bool stamped() const { return true; }
 };
 
+// A CPU profile's weighting (ProfileCollector): each sample adds the ns of the clock it stands
+// for (Sample::period), and samples of the idle task (pid 0) are dropped unless `include_idle`
+// (the kernel leaves them out already with attr.exclude_idle; this holds whatever it sends).
+struct ClockWeight {
+  bool include_idle = false;
+};
+
 class ProfileCollector : public Collector, public StackProfile {
  public:
   // `max_stacks`: distinct (label set, stack) series kept. `value`/`scale`: see CounterCollector.
+  // `clock`: a CPU profile (value type "cpu", unit "nanoseconds"; no `value`).
   ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
-                   std::optional<FieldExtractor> value = std::nullopt, double scale = 1);
+                   std::optional<FieldExtractor> value = std::nullopt, double scale = 1,
+                   std::optional<ClockWeight> clock = std::nullopt);
 
   const std::string& name() const override { return name_; }
   const std::string& help() const { return help_; }
@@ -91,13 +102,15 @@ class ProfileCollector : public Collector, public StackProfile {
   std::vector<StackCount> Stacks() const override;
   double scale() const override { return scale_; }
   uint64_t instance() const override { return instance_; }
-  std::string value_type() const override { return value_ ? value_->field().name : "samples"; }
+  std::string value_type() const override { return clock_ ? "cpu" : value_ ? value_->field().name : "samples"; }
+  std::string value_unit() const override { return clock_ ? "nanoseconds" : "count"; }
 
  private:
   std::string name_, help_;
   LabelSet labels_;
   std::optional<FieldExtractor> value_;
   double scale_ = 1;
+  std::optional<ClockWeight> clock_;
   uint64_t instance_;
   SeriesTable<RelaxedCounter> series_;
   RelaxedCounter samples_, stacks_, other_frames_;

@@ -400,7 +400,12 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   return Status::Ok();
 }
 
-Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event) {
+Status CheckEventName(const Checker& c, const std::string& jp, const std::string& event, bool profile = false) {
+  if (IsClockEvent(event) && !profile) {
+    return c.Error(jp, Quote(event) +
+                           " is a perf software clock, for a CPU profile (a \"profiles\" entry); a metric "
+                           "counts a tracepoint (\"system:event\") or a probe");
+  }
   if (IsProbeEvent(event)) {
     for (unsigned char ch : event) {
       if (ch < ' ' || ch == 0x7f) return c.Error(jp, Quote(event) + " holds a control character");
@@ -420,7 +425,36 @@ Status CheckEventName(const Checker& c, const std::string& jp, const std::string
   if (!ok) {
     return c.Error(jp, Quote(event) +
                            " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (uprobe:, "
-                           "uretprobe:, usdt:, kprobe:, kretprobe:)");
+                           "uretprobe:, usdt:, kprobe:, kretprobe:)" +
+                           (profile ? " nor a clock (\"cpu-clock\", \"task-clock\")" : ""));
+  }
+  return Status::Ok();
+}
+
+// A CPU profile's sampling: "frequency_hz" or "period", "include_idle". A clock event has no
+// fields: no filter, value, args, pid or maxactive.
+Status ParseClockSampling(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
+  for (const char* key : {"filter", "value", "args", "pid", "maxactive"}) {
+    if (j.contains(key)) {
+      return c.Error(jp + "." + key,
+                     Quote(key) + " is for tracepoints and probes; " + Quote(m->event) +
+                         " is a perf software clock with no fields (a CPU profile samples every "
+                         "task on every CPU; use labels such as comm, pid or cgroup to tell them apart)");
+    }
+  }
+  if (j.contains("frequency_hz") && j.contains("period")) {
+    return c.Error(jp,
+                   "give \"frequency_hz\" (samples per second on each CPU) or \"period\" (ns of the clock "
+                   "between samples), not both");
+  }
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "frequency_hz", 1, kMaxProfileFrequencyHz, &m->frequency_hz));
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "period", kMinProfilePeriodNs, kMaxProfilePeriodNs, &m->period_ns));
+  if (m->frequency_hz == 0 && m->period_ns == 0) m->frequency_hz = kDefaultProfileFrequencyHz;
+  if (auto it = j.find("include_idle"); it != j.end()) {
+    if (!it->is_boolean()) {
+      return c.Error(jp + ".include_idle", "must be true or false, not " + std::string(it->type_name()));
+    }
+    m->include_idle = it->get<bool>();
   }
   return Status::Ok();
 }
@@ -635,8 +669,9 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   const bool latency = m->type == "latency";
   if (profile) {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(
-        j, jp, {"name", "help", "event", "filter", "stack", "labels", "value", "engine", "args", "pid", "maxactive"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
+                                   {"name", "help", "event", "filter", "stack", "labels", "value", "engine", "args",
+                                    "pid", "maxactive", "frequency_hz", "period", "include_idle"}));
     m->stack = "both";
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
     if (m->stack.empty()) m->stack = "both";
@@ -685,8 +720,17 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (latency && !m->name.ends_with("_seconds")) {
     return c.Error(jp + ".name", "latency \"" + m->name + "\" is in seconds and must end in _seconds");
   }
-  if (!latency) {
-    TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", m->event));
+  if (profile && IsClockEvent(m->event)) {
+    TPE_RETURN_IF_ERROR(ParseClockSampling(c, j, jp, m));
+  } else if (!latency) {
+    for (const char* key : {"frequency_hz", "period", "include_idle"}) {
+      if (j.contains(key)) {
+        return c.Error(jp + "." + key, Quote(key) +
+                                           " is for a CPU profile (\"event\": \"cpu-clock\" or \"task-clock\"); " +
+                                           Quote(m->event) + " is sampled at every hit");
+      }
+    }
+    TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", m->event, profile));
     TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, m->event, &m->args));
     TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, m->event, &m->pid));
     TPE_RETURN_IF_ERROR(ParseMaxactive(c, j, jp, m->event, &m->maxactive));
@@ -800,6 +844,9 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
       {"stack", m.stack},
+      {"frequency_hz", m.frequency_hz},
+      {"period", m.period_ns},
+      {"include_idle", m.include_idle},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
         {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -115,6 +116,14 @@ struct MetricConfig {
   // profile (a "profiles" entry, type "profile"): which stacks a sample carries: "kernel",
   // "user" or "both".
   std::string stack;
+  // A CPU profile (a profile whose "event" is a software clock, IsClockEvent): "frequency_hz",
+  // samples per second on each CPU (kDefaultProfileFrequencyHz when neither is given,
+  // 1..kMaxProfileFrequencyHz), or "period", every this many ns of the clock
+  // (kMinProfilePeriodNs..kMaxProfilePeriodNs); one of the two is 0. "include_idle": keep the
+  // samples of the CPUs' idle task (left out by default).
+  uint64_t frequency_hz = 0;
+  uint64_t period_ns = 0;
+  bool include_idle = false;
   std::string json_path;  // "metrics[0]"
   // Every field above that changes what the metric counts or exports (all but json_path), with
   // defaults filled in and numbers normalized, plus the settings a collector uses
@@ -159,6 +168,17 @@ struct Settings {
   uint64_t profile_max_frames = 127;
 };
 inline constexpr uint64_t kMaxProfileFrames = 127;
+// A CPU profile's sampling: 19 Hz by default, the prime continuous profilers use so that samples
+// do not fall in step with timers; the kernel's hrtimer-based clock events run at most every
+// 10 us (perf_swevent_init_hrtimer), and kernel.perf_event_max_sample_rate caps the frequency.
+inline constexpr uint64_t kDefaultProfileFrequencyHz = 19;
+inline constexpr uint64_t kMaxProfileFrequencyHz = 10000;
+inline constexpr uint64_t kMinProfilePeriodNs = 10000;
+inline constexpr uint64_t kMaxProfilePeriodNs = 10000000000;  // 10 s
+
+// True for the perf software clock events a profile may sample instead of a tracepoint (a CPU
+// profile): "cpu-clock" (PERF_COUNT_SW_CPU_CLOCK) and "task-clock" (PERF_COUNT_SW_TASK_CLOCK).
+inline bool IsClockEvent(std::string_view event) { return event == "cpu-clock" || event == "task-clock"; }
 inline constexpr uint64_t kMaxBpfPreallocateBytes = 1ULL << 40;
 
 struct Config {

@@ -791,8 +791,8 @@ TEST(ConfigTest, ProfileErrors) {
   EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "all"}]})"),
             "cfg.json: profiles[0].stack: \"all\" is not one of kernel, user, both");
   EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "type": "counter"}]})"),
-            "cfg.json: profiles[0]: unknown key \"type\" (valid keys: args, engine, event, filter, help, labels, "
-            "maxactive, name, pid, stack, value)");
+            "cfg.json: profiles[0]: unknown key \"type\" (valid keys: args, engine, event, filter, frequency_hz, help, "
+            "include_idle, labels, maxactive, name, period, pid, stack, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "p_total", "type": "counter", "event": "s:e"}],
                     "profiles": [{"name": "p_total", "event": "s:e"}]})"),
             "cfg.json: profiles[0].name: duplicate metric name \"p_total\"");
@@ -802,6 +802,53 @@ TEST(ConfigTest, ProfileErrors) {
             "cfg.json: settings.profile_max_frames: 128 is out of range 1..127");
   EXPECT_EQ(Err(R"({"profiles": []})"),
             "cfg.json: profiles: must be a non-empty array (a config needs a metric or a profile)");
+}
+
+// A CPU profile: a profile on "cpu-clock" or "task-clock", 19 Hz unless told otherwise.
+TEST(ConfigTest, CpuProfiles) {
+  auto c = ParseConfig(R"({"profiles": [{"name": "cpu", "event": "cpu-clock"},
+                   {"name": "cpu99", "event": "task-clock", "frequency_hz": 99, "include_idle": true},
+                   {"name": "cpu_ms", "event": "cpu-clock", "period": 1e6, "labels": [{"name": "comm", "source": "comm"}]}]})",
+                       "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->metrics[0].frequency_hz, 19u);
+  EXPECT_EQ(c->metrics[0].period_ns, 0u);
+  EXPECT_FALSE(c->metrics[0].include_idle);
+  EXPECT_EQ(c->metrics[0].help, "cpu-clock profile");
+  EXPECT_EQ(c->metrics[1].frequency_hz, 99u);
+  EXPECT_TRUE(c->metrics[1].include_idle);
+  EXPECT_EQ(c->metrics[2].frequency_hz, 0u);
+  EXPECT_EQ(c->metrics[2].period_ns, 1000000u);
+  // The sampling is part of the profile's identity at a reload.
+  auto d = ParseConfig(R"({"profiles": [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 20}]})", "cfg.json");
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->metrics[0].canonical, c->metrics[0].canonical);
+}
+
+TEST(ConfigTest, CpuProfileErrors) {
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "cpu-clock", "frequency_hz": 19, "period": 1e6}]})"),
+            "cfg.json: profiles[0]: give \"frequency_hz\" (samples per second on each CPU) or \"period\" (ns of the "
+            "clock between samples), not both");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "cpu-clock", "frequency_hz": 0}]})"),
+            "cfg.json: profiles[0].frequency_hz: 0 is out of range 1..10000");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "cpu-clock", "period": 5000}]})"),
+            "cfg.json: profiles[0].period: 5000 is out of range 10000..10000000000");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "cpu-clock", "include_idle": 1}]})"),
+            "cfg.json: profiles[0].include_idle: must be true or false, not number");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "cpu-clock", "filter": "pid == 1"}]})"),
+            "cfg.json: profiles[0].filter: \"filter\" is for tracepoints and probes; \"cpu-clock\" is a perf software "
+            "clock with no fields (a CPU profile samples every task on every CPU; use labels such as comm, pid or "
+            "cgroup to tell them apart)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "sched:sched_switch", "frequency_hz": 19}]})"),
+            "cfg.json: profiles[0].frequency_hz: \"frequency_hz\" is for a CPU profile (\"event\": \"cpu-clock\" or "
+            "\"task-clock\"); \"sched:sched_switch\" is sampled at every hit");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "cpu-clock"}]})"),
+            "cfg.json: metrics[0].event: \"cpu-clock\" is a perf software clock, for a CPU profile (a \"profiles\" "
+            "entry); a metric counts a tracepoint (\"system:event\") or a probe");
+  EXPECT_EQ(
+      Err(R"({"profiles": [{"name": "p", "event": "cycles"}]})"),
+      "cfg.json: profiles[0].event: \"cycles\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\") "
+      "nor a probe (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:) nor a clock (\"cpu-clock\", \"task-clock\")");
 }
 
 }  // namespace

@@ -77,7 +77,8 @@ class Pipeline {
   // Profile `name` so far (collectors/profile.h), or nullopt when the running plan has no
   // profile of that name. Any thread.
   struct ProfileData {
-    std::string value_type;  // "samples" or the value field's name
+    std::string value_type;  // "samples", the value field's name, or "cpu"
+    std::string value_unit;  // "count", or "nanoseconds" (a CPU profile)
     double scale = 1;        // multiplies a value profile's raw integers
     uint64_t instance = 0;   // StackProfile::instance(): changes when a reload replaces it
     std::vector<StackCount> stacks;

@@ -39,7 +39,7 @@ std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const
   for (const auto& c : plan.collectors) {
     if (c && c->stack_profile() != nullptr && c->name() == name) {
       const StackProfile& p = *c->stack_profile();
-      return ProfileData{p.value_type(), p.scale(), p.instance(), p.Stacks()};
+      return ProfileData{p.value_type(), p.value_unit(), p.scale(), p.instance(), p.Stacks()};
     }
   }
   return std::nullopt;
@@ -112,6 +112,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     LabelPairs labels;
     uint64_t hits = 0, samples = 0, lost = 0, unaccounted = 0;
     bool sampled = false, lost_known = true;
+    bool clock = false;  // a CPU profile's clock event: its kernel count is ns, not hits
   };
   std::vector<Group> groups;
   auto add_event = [&](const EventPlan& ep, const EventPlan& counted) {
@@ -122,6 +123,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       g = groups.end() - 1;
     }
     const EventCount c = counted.ReadCounts();
+    g->clock |= counted.clock();
     g->hits += c.count;
     if (!counted.sampled) return;
     g->sampled = true;
@@ -149,13 +151,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (!d->mmap_tracker) add_event(*d, *d);
   }
   for (Group& g : groups) {
-    Add(&hits, g.labels, static_cast<double>(g.hits));
+    if (!g.clock) Add(&hits, g.labels, static_cast<double>(g.hits));
     if (!g.sampled) continue;
     Add(&samples, g.labels, static_cast<double>(g.samples));
     // Without PERF_FORMAT_LOST (before Linux 6.0) the kernel gives no per-event count: no series
     // rather than a false 0 (the rings' PERF_RECORD_LOST still count per CPU).
     if (g.lost_known) Add(&lost, g.labels, static_cast<double>(g.lost));
-    Add(&unaccounted, g.labels, static_cast<double>(g.unaccounted));
+    if (!g.clock) Add(&unaccounted, g.labels, static_cast<double>(g.unaccounted));
   }
   out.push_back(std::move(hits));
   out.push_back(std::move(samples));

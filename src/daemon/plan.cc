@@ -463,12 +463,41 @@ StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig
   return *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
 }
 
+// A CPU profile's software clock event (EventPlan::software_clock), shared by the profiles that
+// sample it alike: no tracefs, no format. Named "perf:<clock>", shown as "<clock> stacks".
+EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, uint8_t callchain) {
+  auto ep = std::make_unique<EventPlan>();
+  ep->event = EventName{"perf", m.event};
+  ep->display = m.event + " stacks";
+  ep->sampled = true;
+  ep->software_clock = m.event == "task-clock" ? PERF_COUNT_SW_TASK_CLOCK : PERF_COUNT_SW_CPU_CLOCK;
+  ep->frequency_hz = m.frequency_hz;
+  ep->period_ns = m.period_ns;
+  ep->include_idle = m.include_idle;
+  ep->callchain = callchain;
+  ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
+  for (auto& e : plan->events) {
+    if (e->SamePerfEvents(*ep)) return e.get();
+  }
+  plan->events.push_back(std::move(ep));
+  return plan->events.back().get();
+}
+
 // A profile (a "profiles" entry): its own sampled event with callchains, a ProfileCollector.
 Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   const uint8_t callchain = m.stack == "kernel" ? EventPlan::kCallchainKernel
                             : m.stack == "user" ? EventPlan::kCallchainUser
                                                 : EventPlan::kCallchainKernel | EventPlan::kCallchainUser;
+  if (IsClockEvent(m.event)) {
+    EventPlan* ep = GetClockEvent(plan, cfg, m, callchain);
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+                                                std::nullopt, 1, ClockWeight{m.include_idle});
+    AddSampledCollector(plan, {ep}, std::move(c), m.canonical);
+    if ((callchain & EventPlan::kCallchainUser) != 0) plan->needs_ordering = true;
+    return Status::Ok();
+  }
   TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path,
                                                               tracefs, enums, check_filters, callchain));
   EventPlan* ep = eps[0];

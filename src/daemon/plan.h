@@ -74,6 +74,15 @@ struct EventPlan {
   // engine's profiles with user stacks (their programs send no samples to learn them from).
   // Sampled into the CPU rings; no consumers, no format. Part of the perf events' identity.
   bool mmap_tracker = false;
+  // Not a tracepoint: a CPU profile's software clock event (TracepointEventOptions::
+  // software_clock: PERF_COUNT_SW_CPU_CLOCK or _TASK_CLOCK; kSoftwareClockNone for a
+  // tracepoint), sampled with PERF_SAMPLE_PERIOD at `frequency_hz` or every `period_ns`,
+  // without the idle task unless `include_idle`. No format, no filter; its kernel count is
+  // the clock's ns, not hits. Part of the perf events' identity.
+  int software_clock = TracepointEventOptions::kSoftwareClockNone;
+  uint64_t frequency_hz = 0, period_ns = 0;
+  bool include_idle = false;
+  bool clock() const { return software_clock != TracepointEventOptions::kSoftwareClockNone; }
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
@@ -110,11 +119,12 @@ struct EventPlan {
   // Re-reads `ids` from fds and task_fds (after either changed).
   void CollectIds();
   // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid,
-  // callchain, max_stack, mmap_tracker).
+  // callchain, max_stack, mmap_tracker, software clock and its sampling).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
            pid == other.pid && callchain == other.callchain && max_stack == other.max_stack &&
-           mmap_tracker == other.mmap_tracker;
+           mmap_tracker == other.mmap_tracker && software_clock == other.software_clock &&
+           frequency_hz == other.frequency_hz && period_ns == other.period_ns && include_idle == other.include_idle;
   }
 };
 

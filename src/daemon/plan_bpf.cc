@@ -105,6 +105,10 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
                              "\"perf\" or \"auto\"");
     }
+    if (IsClockEvent(m.event)) {
+      return Unimplemented(where + ": \"bpf\" for " + m.name + ": a CPU profile (\"" + m.event +
+                           "\") runs on the perf engine in this release; use \"perf\" or \"auto\"");
+    }
     // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
     // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
     const uint64_t bytes = cfg.settings.max_stacks_per_profile * (8ULL * cfg.settings.profile_max_frames + 24) +

@@ -227,6 +227,48 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
             "profile_max_frames, or raise it");
 }
 
+// A CPU profile: a sampled cpu-clock event with callchains and the period in its samples, no
+// tracefs format; two profiles sampling alike share it, another frequency gets its own.
+TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
+  auto cfg = ParseConfig(R"({"profiles": [{"name": "a", "event": "cpu-clock"},
+      {"name": "b", "event": "cpu-clock", "labels": [{"name": "comm", "source": "comm"}]},
+      {"name": "c", "event": "cpu-clock", "frequency_hz": 99, "include_idle": true, "stack": "kernel"}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  ASSERT_EQ(p.events.size(), 2u);
+  const EventPlan& e = *p.events[0];
+  EXPECT_EQ(e.display, "cpu-clock stacks");
+  EXPECT_TRUE(e.clock());
+  EXPECT_EQ(e.software_clock, PERF_COUNT_SW_CPU_CLOCK);
+  EXPECT_EQ(e.frequency_hz, 19u);
+  EXPECT_FALSE(e.include_idle);
+  EXPECT_TRUE(e.sampled);
+  EXPECT_EQ(e.callchain, EventPlan::kCallchainKernel | EventPlan::kCallchainUser);
+  EXPECT_EQ(e.consumers.size(), 2u);
+  EXPECT_EQ(p.events[1]->frequency_hz, 99u);
+  EXPECT_TRUE(p.events[1]->include_idle);
+  EXPECT_EQ(p.engines, (std::vector<std::string>{"perf", "perf", "perf"}));
+  ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
+  EXPECT_EQ(p.collectors[0]->stack_profile()->value_type(), "cpu");
+  EXPECT_EQ(p.collectors[0]->stack_profile()->value_unit(), "nanoseconds");
+  // The attr: a software clock at 19 Hz, the period in each sample, the idle task left out.
+  TracepointEventOptions o;
+  o.sampled = true;
+  o.software_clock = e.software_clock;
+  o.frequency_hz = e.frequency_hz;
+  o.exclude_idle = true;
+  const perf_event_attr a = MakeTracepointAttr(o);
+  EXPECT_EQ(a.type, PERF_TYPE_SOFTWARE);
+  EXPECT_EQ(a.config, PERF_COUNT_SW_CPU_CLOCK);
+  EXPECT_EQ(a.freq, 1u);
+  EXPECT_EQ(a.sample_freq, 19u);
+  EXPECT_EQ(a.exclude_idle, 1u);
+  EXPECT_EQ(a.sample_type & PERF_SAMPLE_PERIOD, PERF_SAMPLE_PERIOD);
+}
+
 TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {
   auto plan = Build(R"(
     {"name": "a_total", "type": "counter", "event": "syscalls:sys_enter_getppid",

@@ -73,7 +73,7 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
     for (StackCount& sc : data.stacks)
       sc.value = static_cast<uint64_t>(static_cast<double>(sc.value) * data.scale + 0.5);
   }
-  PprofBuilder builder(data.value_type, "count");
+  PprofBuilder builder(data.value_type, data.value_unit);
   AddStacks(data.stacks, &symbolizer, &builder);
   const Symbolizer::Stats& st = symbolizer.stats();
   pipeline.RecordRender(name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping});

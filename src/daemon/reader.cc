@@ -99,7 +99,7 @@ void Reader::HoldAndRelease(CpuRing* r) {
 void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
   switch (p.type) {
     case PERF_RECORD_SAMPLE: {
-      // The event (from its identifier, first) says the layout: with or without a cgroup id.
+      // The event (from its identifier, first) says the layout: which optional fields it has.
       uint64_t id = 0;
       if (!SampleId(p.bytes, &id)) {
         sample_errors_.Add(1);
@@ -107,7 +107,10 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       }
       EventPlan* ep = FindEvent(id);
       Sample s;
-      if (!ParseSample(p.bytes, &s, ep != nullptr && ep->cgroup, ep != nullptr && ep->callchain != 0)) {
+      const SampleLayout layout =
+          ep == nullptr ? SampleLayout{}
+                        : SampleLayout{.cgroup = ep->cgroup, .callchain = ep->callchain != 0, .period = ep->clock()};
+      if (!ParseSample(p.bytes, &s, layout)) {
         sample_errors_.Add(1);
         return;
       }
@@ -204,7 +207,8 @@ void Reader::StartGapCheck() {
 
 void Reader::FinishGapCheck() {
   for (auto& ep : plan_->events) {
-    if (!ep->sampled) continue;
+    // A clock event's kernel count is ns of the clock, not hits: no gap to measure.
+    if (!ep->sampled || ep->clock()) continue;
     const uint64_t seen = ep->samples.Get() - ep->samples_after_check + ep->check_counts.lost;
     if (ep->check_counts.count > seen && ep->check_counts.count - seen > ep->unaccounted.Get()) {
       ep->unaccounted.v.store(ep->check_counts.count - seen, std::memory_order_relaxed);

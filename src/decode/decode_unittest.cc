@@ -393,7 +393,7 @@ TEST(DecodeTest, SampleWithCgroupIdByteExact) {
       "efbeadde00000000");        // cgroup id 0xdeadbeef
   ASSERT_EQ(rec.size(), 56u);
   Sample s;
-  ASSERT_TRUE(ParseSample(Bytes(rec), &s, /*with_cgroup=*/true));
+  ASSERT_TRUE(ParseSample(Bytes(rec), &s, SampleLayout{.cgroup = true}));
   EXPECT_EQ(s.id, 42u);
   EXPECT_EQ(s.pid, 12345u);
   EXPECT_EQ(s.tid, 12346u);
@@ -409,7 +409,7 @@ TEST(DecodeTest, SampleWithCgroupIdByteExact) {
   // A record cut anywhere inside the cgroup id is rejected.
   for (size_t n = 48; n < 56; ++n) {
     Sample t;
-    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, true)) << n;
+    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, SampleLayout{.cgroup = true})) << n;
   }
 }
 
@@ -429,7 +429,7 @@ TEST(DecodeTest, SampleWithCallchainByteExact) {
       "01020304");          // raw
   ASSERT_EQ(rec.size(), 72u);
   Sample s;
-  ASSERT_TRUE(ParseSample(Bytes(rec), &s, /*with_cgroup=*/false, /*with_callchain=*/true));
+  ASSERT_TRUE(ParseSample(Bytes(rec), &s, SampleLayout{.callchain = true}));
   EXPECT_EQ(s.time_ns, 4096u);
   ASSERT_EQ(s.callchain.size(), 24u);
   uint64_t ip = 0;
@@ -440,12 +440,40 @@ TEST(DecodeTest, SampleWithCallchainByteExact) {
   // Cut anywhere, or an nr larger than the record, is rejected (never read past the record).
   for (size_t n = 32; n < 72; ++n) {
     Sample t;
-    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, false, true)) << n;
+    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, SampleLayout{.callchain = true})) << n;
   }
   std::vector<uint8_t> huge = rec;
   huge[32] = 0xff, huge[33] = 0xff, huge[38] = 0xff;  // nr = 0x00ff00000000ffff
   Sample t;
-  EXPECT_FALSE(ParseSample(Bytes(huge), &t, false, true));
+  EXPECT_FALSE(ParseSample(Bytes(huge), &t, SampleLayout{.callchain = true}));
+}
+
+// A cpu-clock sample of a CPU profile: PERF_SAMPLE_PERIOD between TIME and CALLCHAIN, the empty
+// raw payload the kernel writes for a software event (size 4, zeros; perf_output_sample):
+// { header; id; pid, tid; time; u64 period; u64 nr; u64 ips[nr]; u32 size; u32 0 }.
+TEST(DecodeTest, ClockSampleWithPeriodByteExact) {
+  const std::vector<uint8_t> rec = testing::ParseHex(
+      "09000000 0000 4800"   // header: PERF_RECORD_SAMPLE, misc 0, size 72
+      "2b00000000000000"     // id 43
+      "39300000 39300000"    // pid 12345, tid 12345
+      "0020000000000000"     // time 8192
+      "1a18230300000000"     // period 52,631,578 ns (1e9 / 19 Hz, truncated)
+      "0200000000000000"     // nr 2
+      "00feffffffffffff"     // PERF_CONTEXT_USER
+      "3611400000000000"     // 0x401136
+      "04000000 00000000");  // raw size 4, empty
+  ASSERT_EQ(rec.size(), 72u);
+  Sample s;
+  ASSERT_TRUE(ParseSample(Bytes(rec), &s, SampleLayout{.callchain = true, .period = true}));
+  EXPECT_EQ(s.id, 43u);
+  EXPECT_EQ(s.time_ns, 8192u);
+  EXPECT_EQ(s.period, 52631578u);
+  ASSERT_EQ(s.callchain.size(), 16u);
+  EXPECT_EQ(s.raw.size(), 4u);
+  for (size_t n = 32; n < 72; ++n) {
+    Sample t;
+    EXPECT_FALSE(ParseSample(Bytes(rec.data(), n), &t, SampleLayout{.callchain = true, .period = true})) << n;
+  }
 }
 
 }  // namespace

@@ -4,15 +4,17 @@
 
 namespace tpe {
 
-bool ParseSample(Bytes record, Sample* out, bool with_cgroup, bool with_callchain) {
+bool ParseSample(Bytes record, Sample* out, SampleLayout layout) {
   ByteReader r(record);
   uint32_t raw_size = 0;
   if (!r.Skip(sizeof(perf_event_header)) || !r.Read(&out->id) || !r.Read(&out->pid) || !r.Read(&out->tid) ||
       !r.Read(&out->time_ns)) {
     return false;
   }
+  out->period = 0;
+  if (layout.period && !r.Read(&out->period)) return false;
   out->callchain = {};
-  if (with_callchain) {
+  if (layout.callchain) {
     uint64_t nr = 0;
     // nr is bounded by the record (at most 64 KiB): checked before multiplying.
     if (!r.Read(&nr) || nr > record.size() / sizeof(uint64_t) || !r.ReadSpan(nr * sizeof(uint64_t), &out->callchain)) {
@@ -22,7 +24,7 @@ bool ParseSample(Bytes record, Sample* out, bool with_cgroup, bool with_callchai
   if (!r.Read(&raw_size)) return false;
   if (!r.ReadSpan(raw_size, &out->raw)) return false;
   out->cgroup_id = 0;
-  return !with_cgroup || r.Read(&out->cgroup_id);
+  return !layout.cgroup || r.Read(&out->cgroup_id);
 }
 
 }  // namespace tpe

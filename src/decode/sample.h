@@ -13,6 +13,9 @@
 // which sits between TIME and RAW:
 //   { header; u64 id; u32 pid, tid; u64 time; u64 nr; u64 ips[nr]; u32 size; u8 raw[size]; ... }
 // (ips: instruction pointers and PERF_CONTEXT_* markers, decode/callchain.h splits them).
+// A CPU profile's software clock event also sets PERF_SAMPLE_PERIOD, between TIME and
+// CALLCHAIN: { ...; u64 time; u64 period; u64 nr; ... } (the ns of the clock the sample
+// stands for), and its raw payload is empty (size 4, zeros).
 // The reader knows which event a sample is from by its
 // first field (PERF_SAMPLE_IDENTIFIER, perf/records.h SampleId) and so which layout to parse.
 //
@@ -34,11 +37,18 @@ struct Sample {
   Bytes raw;               // tracepoint payload; points into the record
   uint64_t cgroup_id = 0;  // PERF_SAMPLE_CGROUP: the task's cgroup v2 id (0 when not sampled)
   Bytes callchain;         // PERF_SAMPLE_CALLCHAIN: ips[nr] as 8 * nr bytes (empty when not sampled)
+  uint64_t period = 0;     // PERF_SAMPLE_PERIOD: the events (a clock's ns) it stands for (0 when not sampled)
 };
 
-// Decodes `record` (header included); `with_cgroup` / `with_callchain`: the event's sample_type
-// has PERF_SAMPLE_CGROUP / PERF_SAMPLE_CALLCHAIN. False if it is truncated or its callchain's nr
-// or raw size overruns it.
-bool ParseSample(Bytes record, Sample* out, bool with_cgroup = false, bool with_callchain = false);
+// Which optional fields the event's sample_type adds to kSampleType (perf/perf_event.h).
+struct SampleLayout {
+  bool cgroup = false;     // PERF_SAMPLE_CGROUP
+  bool callchain = false;  // PERF_SAMPLE_CALLCHAIN
+  bool period = false;     // PERF_SAMPLE_PERIOD
+};
+
+// Decodes `record` (header included) laid out as `layout` says. False if it is truncated or its
+// callchain's nr or raw size overruns it.
+bool ParseSample(Bytes record, Sample* out, SampleLayout layout = {});
 
 }  // namespace tpe

@@ -81,8 +81,12 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   perf_event_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.size = sizeof(attr);
-  attr.type = opts.dummy ? static_cast<uint32_t>(PERF_TYPE_SOFTWARE) : static_cast<uint32_t>(PERF_TYPE_TRACEPOINT);
-  attr.config = opts.dummy ? static_cast<uint64_t>(PERF_COUNT_SW_DUMMY) : opts.tracepoint_id;
+  const bool clock = opts.software_clock != TracepointEventOptions::kSoftwareClockNone;
+  attr.type =
+      opts.dummy || clock ? static_cast<uint32_t>(PERF_TYPE_SOFTWARE) : static_cast<uint32_t>(PERF_TYPE_TRACEPOINT);
+  attr.config = opts.dummy ? static_cast<uint64_t>(PERF_COUNT_SW_DUMMY)
+                : clock    ? static_cast<uint64_t>(opts.software_clock)
+                           : opts.tracepoint_id;
   attr.disabled = 1;
   attr.read_format = ReadFormat(opts.format_lost);
   attr.use_clockid = 1;
@@ -92,6 +96,16 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   if (opts.sampled) {
     attr.sample_period = 1;
     attr.sample_type = opts.cgroup ? kSampleTypeCgroup : kSampleType;
+    if (clock) {
+      attr.sample_type |= PERF_SAMPLE_PERIOD;
+      attr.exclude_idle = opts.exclude_idle;
+      if (opts.frequency_hz > 0) {
+        attr.freq = 1;
+        attr.sample_freq = opts.frequency_hz;
+      } else {
+        attr.sample_period = opts.period_ns;
+      }
+    }
     if (opts.callchain_kernel || opts.callchain_user) {
       attr.sample_type |= PERF_SAMPLE_CALLCHAIN;
       attr.exclude_callchain_kernel = !opts.callchain_kernel;

@@ -61,6 +61,20 @@ struct TracepointEventOptions {
   bool callchain_kernel = false;
   bool callchain_user = false;
   uint16_t max_stack = 127;
+  // Not a tracepoint: a software clock event, PERF_COUNT_SW_CPU_CLOCK or PERF_COUNT_SW_TASK_CLOCK
+  // (kSoftwareClockNone: none), sampled with PERF_SAMPLE_PERIOD added to the sample_type (it sits
+  // between TIME and CALLCHAIN: each sample says how many ns of the clock it stands for; RAW
+  // stays, the kernel writes an empty 4-byte payload for an event without raw data) at
+  // `frequency_hz` (attr.freq = 1, sample_freq; the kernel turns it into a fixed period of
+  // 1e9 / frequency_hz ns for these hrtimer events, perf_swevent_init_hrtimer) or, when
+  // frequency_hz is 0, every `period_ns` ns of the clock (sample_period; the kernel's floor is
+  // 10,000 ns). `exclude_idle`: no samples while the CPU runs its idle task (attr.exclude_idle).
+  // tracepoint_id and the filter are then meaningless. Source: perf_event_open(2).
+  static constexpr int kSoftwareClockNone = -1;
+  int software_clock = kSoftwareClockNone;
+  uint64_t frequency_hz = 0;
+  uint64_t period_ns = 0;
+  bool exclude_idle = false;
 };
 
 // What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).

@@ -75,7 +75,7 @@ void Sample(bool kernel_stacks, Trigger* t, ProfileCollector* profile) {
       if (rec.type == PERF_RECORD_LOST) ++lost;
       if (rec.type != PERF_RECORD_SAMPLE) continue;
       tpe::Sample s;
-      ASSERT_TRUE(ParseSample(rec.bytes, &s, false, /*with_callchain=*/true));
+      ASSERT_TRUE(ParseSample(rec.bytes, &s, SampleLayout{.callchain = true}));
       profile->OnSample(0, s, &comms);
     }
     r.StoreTail(cur.position());

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 namespace tpe::testing {
 
@@ -16,7 +18,12 @@ inline constexpr int kPathA = 3000, kPathB = 1000;
 // `Release`.
 class Trigger {
  public:
-  Trigger() {
+  // stack_paths kPathA kPathB tpe_stacks hold, or with `args` stack_paths ARGS... hold; on `cpu`
+  // alone when it is >= 0.
+  explicit Trigger(std::vector<std::string> args = {}, int cpu = -1) {
+    if (args.empty()) args = {std::to_string(kPathA), std::to_string(kPathB), "tpe_stacks"};
+    args.insert(args.begin(), TPE_STACK_PATHS);
+    args.push_back("hold");
     if (pipe(go_) != 0 || pipe(out_) != 0 || pipe(in_) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
@@ -26,8 +33,16 @@ class Trigger {
       dup2(out_[1], 1);
       dup2(in_[0], 0);
       close(in_[1]);
-      const std::string a = std::to_string(kPathA), b = std::to_string(kPathB);
-      execl(TPE_STACK_PATHS, TPE_STACK_PATHS, a.c_str(), b.c_str(), "tpe_stacks", "hold", nullptr);
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) _exit(5);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(TPE_STACK_PATHS, argv.data());
       _exit(4);
     }
     close(go_[0]);

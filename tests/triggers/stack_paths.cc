@@ -1,9 +1,10 @@
 // Calls getppid() through two known call paths, for the profile tests' exact stacks:
 //   main -> tpe_path_a -> tpe_leaf   N1 times
 //   main -> tpe_path_b -> tpe_leaf   N2 times
-// Usage: stack_paths N1 N2 [comm [hold]]   (comm: the thread's name while it calls, default
-// tpe_stacks; hold: then print "done" and wait for stdin to close before exiting, so a test can
-// read the process's mappings)
+//   main -> tpe_spin             for S seconds of its CPU time, in user mode (the CPU profile tests)
+// Usage: stack_paths N1 N2 [comm [hold]]      (comm: the thread's name while it calls, default
+//        stack_paths spin S [comm [hold]]      tpe_stacks; hold: then print "done" and wait for
+// stdin to close before exiting, so a test can read the process's mappings and /proc/PID/stat)
 //
 // Built with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (tests/triggers/CMakeLists.txt)
 // so a frame-pointer unwind (the kernel's for PERF_SAMPLE_CALLCHAIN and bpf_get_stackid's
@@ -13,6 +14,7 @@
 // so .symtab names them.
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +45,20 @@ __attribute__((noinline)) long tpe_path_b(int n) {
   return sum;
 }
 
+// Spins in user mode until the process has used `seconds` of CPU time: the clock (a syscall for
+// a CPU-time clock) is read once per 2^20 iterations, so nearly every sample lands in this loop.
+__attribute__((noinline)) long tpe_spin(double seconds) {
+  volatile long sink = 0;
+  for (;;) {
+    for (long i = 0; i < (1 << 20); ++i) sink = sink + i;
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    if (static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9 >= seconds) break;
+  }
+  asm volatile("" ::: "memory");
+  return sink + 1;
+}
+
 }  // extern "C"
 
 int main(int argc, char** argv) {
@@ -51,8 +67,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
-  const long a = tpe_path_a(std::atoi(argv[1]));
-  const long b = tpe_path_b(std::atoi(argv[2]));
+  const bool spin = std::string_view(argv[1]) == "spin";
+  const long a = spin ? tpe_spin(std::atof(argv[2])) : tpe_path_a(std::atoi(argv[1]));
+  const long b = spin ? 1 : tpe_path_b(std::atoi(argv[2]));
   if (argc > 4 && std::string_view(argv[4]) == "hold") {
     std::printf("done\n");
     std::fflush(stdout);
