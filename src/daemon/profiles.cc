@@ -54,8 +54,9 @@ HttpAnswer UnknownFormat(const std::string& format) {
 HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::ProfileData data,
                   const std::string& format, int64_t time_ns, int64_t duration_ns) {
   HttpAnswer a;
-  auto kallsyms = Kallsyms::Read();
-  Symbolizer symbolizer("/proc", kallsyms.ok() ? std::move(kallsyms).value() : Kallsyms());
+  static KallsymsCache* kallsyms = new KallsymsCache();  // for the process's life
+  static ElfCache* elf_files = new ElfCache();
+  Symbolizer symbolizer("/proc", kallsyms->Get(MonotonicNs()), elf_files);
   std::set<uint32_t> pids;
   for (const StackCount& sc : data.stacks) {
     if (!sc.user.empty()) pids.insert(sc.pid);
@@ -76,6 +77,7 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
   PprofBuilder builder(data.value_type, data.value_unit);
   AddStacks(data.stacks, &symbolizer, &builder);
   const Symbolizer::Stats& st = symbolizer.stats();
+  if (!symbolizer.kernel_misses().empty()) kallsyms->MarkMissed(symbolizer.kernel_misses());
   pipeline.RecordRender(name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping});
   builder.SetTime(time_ns, duration_ns);
   if (format == "folded") {

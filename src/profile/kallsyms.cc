@@ -54,6 +54,39 @@ StatusOr<Kallsyms> Kallsyms::Read(const std::string& path) {
   return table;
 }
 
+KallsymsCache::KallsymsCache(std::string path, uint64_t max_age_ns, uint64_t min_age_ns)
+    : path_(std::move(path)), max_age_ns_(max_age_ns), min_age_ns_(min_age_ns) {}
+
+std::shared_ptr<const Kallsyms> KallsymsCache::Get(uint64_t now_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t age = now_ns - read_at_ns_;
+  const bool stale = !table_ || age >= max_age_ns_ || ((missed_ || failed_) && age >= min_age_ns_);
+  if (stale) {
+    auto read = Kallsyms::Read(path_);
+    failed_ = !read.ok();
+    table_ = std::make_shared<const Kallsyms>(read.ok() ? std::move(read).value() : Kallsyms());
+    read_at_ns_ = now_ns;
+    missed_ = false;
+    // Misses that made this read and are still misses stay known until the next full refresh.
+    if (age >= max_age_ns_) known_misses_.clear();
+    ++reads_;
+  }
+  return table_;
+}
+
+void KallsymsCache::MarkMissed(const std::set<uint64_t>& addresses) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t a : addresses) {
+    if (known_misses_.size() >= 4096) break;
+    if (known_misses_.insert(a).second) missed_ = true;
+  }
+}
+
+uint64_t KallsymsCache::reads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reads_;
+}
+
 Kallsyms::Hit Kallsyms::Lookup(uint64_t address) const {
   if (address == 0 || symbols_.empty()) return {};
   auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,

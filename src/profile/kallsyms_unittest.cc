@@ -1,6 +1,10 @@
 #include "profile/kallsyms.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 
 namespace tpe {
 namespace {
@@ -51,6 +55,45 @@ TEST(KallsymsTest, AMalformedLineIsNamed) {
   auto t = Kallsyms::Parse("ffffffff81000000 T _stext\nnot a kallsyms line\n");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace tpe
+
+namespace tpe {
+namespace {
+
+// The cache reads the file once, again when the table is older than max_age, and after a miss
+// of a new address once it is older than min_age; a miss it already knew asks for nothing.
+TEST(KallsymsCacheTest, ReadsOnceAndAgainWhenStaleOrMissing) {
+  char path[] = "/tmp/tpe_kallsyms_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "ffffffff81000000 T _stext\nffffffff81001000 T do_one\nffffffff81002000 T end\n";
+  KallsymsCache cache(path, /*max_age_ns=*/1000, /*min_age_ns=*/100);
+  auto t = cache.Get(1);
+  EXPECT_EQ(t->size(), 3u);
+  EXPECT_EQ(cache.Get(50).get(), t.get());
+  EXPECT_EQ(cache.reads(), 1u);
+  cache.MarkMissed({0xffffffffa0000000});  // a module loaded since
+  EXPECT_EQ(cache.Get(60).get(), t.get()) << "younger than min_age";
+  std::ofstream(path) << "ffffffff81000000 T _stext\nffffffffa0000000 t mod_fn\t[mod]\nffffffffa0001000 t x\t[mod]\n";
+  auto t2 = cache.Get(200);
+  EXPECT_EQ(cache.reads(), 2u);
+  EXPECT_EQ(t2->Lookup(0xffffffffa0000010).symbol->module, "mod");
+  cache.MarkMissed({0xffffffffb0000000});
+  EXPECT_EQ(cache.Get(400).get(), cache.Get(400).get());
+  EXPECT_EQ(cache.reads(), 3u);
+  cache.MarkMissed({0xffffffffb0000000});  // still no symbol holds it: no more re-reads for it
+  cache.Get(600);
+  EXPECT_EQ(cache.reads(), 3u);
+  cache.Get(1500);
+  EXPECT_EQ(cache.reads(), 4u) << "older than max_age";
+  cache.MarkMissed({0xffffffffb0000000});  // forgotten at the refresh for age: news again
+  cache.Get(1700);
+  EXPECT_EQ(cache.reads(), 5u);
+  unlink(path);
 }
 
 }  // namespace

@@ -15,7 +15,36 @@ ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, ~0ull,
 }  // namespace
 
 Symbolizer::Symbolizer(std::string proc_root, Kallsyms kallsyms)
-    : proc_root_(std::move(proc_root)), kallsyms_(std::move(kallsyms)) {}
+    : Symbolizer(std::move(proc_root), std::make_shared<const Kallsyms>(std::move(kallsyms))) {}
+
+Symbolizer::Symbolizer(std::string proc_root, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache)
+    : proc_root_(std::move(proc_root)),
+      kallsyms_(kallsyms ? std::move(kallsyms) : std::make_shared<const Kallsyms>()),
+      elf_cache_(elf_cache) {}
+
+std::shared_ptr<const elf::ElfFile> ElfCache::Find(const std::string& identity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(identity);
+  if (it == files_.end()) return nullptr;
+  it->second.used = ++clock_;
+  return it->second.file;
+}
+
+void ElfCache::Put(const std::string& identity, std::shared_ptr<const elf::ElfFile> file) {
+  if (file == nullptr || max_files_ == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (files_.size() >= max_files_ && files_.count(identity) == 0) {
+    auto oldest = std::min_element(files_.begin(), files_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    files_.erase(oldest);
+  }
+  files_[identity] = Entry{std::move(file), ++clock_};
+}
+
+size_t ElfCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_.size();
+}
 
 bool Symbolizer::LoadProcessMaps(uint32_t pid) {
   auto text = ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/maps");
@@ -49,7 +78,8 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
     // Through the process's root: a container's /usr/bin/app is not the host's. A file deleted
     // or replaced since ("PATH (deleted)") is still reachable as long as the process maps it,
     // through /proc/PID/map_files/START-END.
-    std::shared_ptr<const elf::ElfFile> file;
+    std::shared_ptr<const elf::ElfFile> file = elf_cache_ != nullptr ? elf_cache_->Find(identity) : nullptr;
+    if (file != nullptr) return elf_by_identity_.emplace(identity, std::move(file)).first->second.get();
     char range[64];
     std::snprintf(range, sizeof(range), "%lx-%lx", static_cast<unsigned long>(m.start),
                   static_cast<unsigned long>(m.end));
@@ -70,6 +100,7 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
       auto opened = elf::ElfFile::Open(m.path);
       if (opened.ok()) file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
     }
+    if (elf_cache_ != nullptr) elf_cache_->Put(identity, file);
     it = elf_by_identity_.emplace(identity, std::move(file)).first;
   }
   return it->second.get();
@@ -122,13 +153,15 @@ void Symbolizer::AppendKernel(std::span<const uint64_t> ips, PprofBuilder* build
   const uint64_t kernel = builder->AddMapping(Pseudo("[kernel.kallsyms]"));
   for (size_t i = 0; i < ips.size(); ++i) {
     ++stats_.frames;
-    const Kallsyms::Hit hit = kallsyms_.Lookup(i == 0 ? ips[i] : ips[i] - 1);
+    const Kallsyms::Hit hit = kallsyms_->Lookup(i == 0 ? ips[i] : ips[i] - 1);
     ProfileFrame frame{ips[i], kernel, ""};
     if (hit.symbol != nullptr) {
       frame.function =
           hit.symbol->module.empty() ? hit.symbol->name : hit.symbol->name + " [" + hit.symbol->module + "]";
     } else {
       ++stats_.unsymbolized;
+      ++stats_.kernel_unsymbolized;
+      if (kernel_misses_.size() < 1024) kernel_misses_.insert(ips[i]);
     }
     out->push_back(std::move(frame));
   }

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,17 +29,48 @@
 
 namespace tpe {
 
+// ELF symbol tables of mapped files by identity ("MAJOR:MINOR:INODE": a file replaced under its
+// path is another inode), shared by the renders of a process's life so that each file is read
+// once, not at every scrape (reading them was 55 % of a render once /proc/kallsyms was cached).
+// Holds at most `max_files`; past that the least recently used goes. Only files that were read
+// are kept: one unreadable now may be readable through another process's root later.
+// Thread-safety: every method from any thread.
+class ElfCache {
+ public:
+  explicit ElfCache(size_t max_files = 128) : max_files_(max_files) {}
+  // The file read before under `identity`, or null.
+  std::shared_ptr<const elf::ElfFile> Find(const std::string& identity);
+  // Keeps `file` (not null) under `identity`.
+  void Put(const std::string& identity, std::shared_ptr<const elf::ElfFile> file);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const elf::ElfFile> file;
+    uint64_t used = 0;
+  };
+  size_t max_files_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> files_;
+  uint64_t clock_ = 0;
+};
+
 class Symbolizer {
  public:
   struct Stats {
-    uint64_t frames = 0;           // frames named or not
-    uint64_t unsymbolized = 0;     // in a known mapping, but no symbol holds the address
-    uint64_t unknown_mapping = 0;  // user frames in no mapping known for their process
+    uint64_t frames = 0;               // frames named or not
+    uint64_t unsymbolized = 0;         // in a known mapping, but no symbol holds the address
+    uint64_t unknown_mapping = 0;      // user frames in no mapping known for their process
+    uint64_t kernel_unsymbolized = 0;  // kernel frames no symbol holds (part of unsymbolized)
   };
 
   // `proc_root`: where /proc is (tests use a fake tree); `kallsyms`: the kernel's symbols (an
   // empty or hidden table names no kernel frame).
+  // The shared form: a table read once for many renders (KallsymsCache).
   Symbolizer(std::string proc_root, Kallsyms kallsyms);
+  // `elf_cache` (optional, outliving this): files read by earlier renders, and where this one
+  // keeps those it reads.
+  Symbolizer(std::string proc_root, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache = nullptr);
 
   // Sets what `pid` maps (replacing what was known). Returns false when /proc/PID/maps cannot be
   // read (the process exited) and nothing was known; mappings learnt before stay.
@@ -58,6 +91,8 @@ class Symbolizer {
   void AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out);
 
   const Stats& stats() const { return stats_; }
+  // Kernel addresses no symbol held (at most 1024 of them), for KallsymsCache::MarkMissed.
+  const std::set<uint64_t>& kernel_misses() const { return kernel_misses_; }
 
  private:
   struct Process {
@@ -68,10 +103,12 @@ class Symbolizer {
   uint64_t MappingId(const ProcMapping& m, const elf::ElfFile* elf, PprofBuilder* builder);
 
   std::string proc_root_;
-  Kallsyms kallsyms_;
+  std::shared_ptr<const Kallsyms> kallsyms_;  // never null
+  ElfCache* elf_cache_ = nullptr;
   std::map<uint32_t, Process> processes_;
   std::map<std::string, std::shared_ptr<const elf::ElfFile>> elf_by_identity_;  // null: unreadable
   Stats stats_;
+  std::set<uint64_t> kernel_misses_;
 };
 
 }  // namespace tpe

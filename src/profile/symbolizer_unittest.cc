@@ -40,6 +40,28 @@ TEST(SymbolizerTest, NamesThisProcessFunctions) {
   EXPECT_EQ(sym.stats().unsymbolized, 0u);
 }
 
+// A shared ElfCache: the second render finds the file the first one read (the same object), and
+// a full cache lets the least recently used file go.
+TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
+  ElfCache cache(/*max_files=*/1);
+  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
+  const std::vector<uint64_t> ips = {f};
+  for (int render = 0; render < 2; ++render) {
+    Symbolizer sym("/proc", std::make_shared<const Kallsyms>(), &cache);
+    PprofBuilder b("samples", "count");
+    std::vector<ProfileFrame> frames;
+    sym.AppendUser(static_cast<uint32_t>(getpid()), ips, &b, &frames);
+    ASSERT_EQ(frames.size(), 1u);
+    EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
+    EXPECT_EQ(cache.size(), 1u);
+  }
+  auto other = elf::ElfFile::Open("/proc/self/exe");
+  ASSERT_TRUE(other.ok());
+  cache.Put("0:0:1", std::make_shared<const elf::ElfFile>(std::move(other).value()));
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_NE(cache.Find("0:0:1"), nullptr);
+}
+
 // A process that is gone: no /proc for it (a proc root that does not exist), its mappings as
 // LearntMaps recorded them; the file is found by its path in our root when its inode matches,
 // and left unnamed (address and mapping kept) when it does not.
