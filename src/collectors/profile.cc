@@ -5,6 +5,8 @@
 #include <map>
 #include <tuple>
 
+#include "common/clock.h"
+
 namespace tpe {
 namespace {
 
@@ -83,6 +85,12 @@ ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet 
 
 void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTable* comms) {
   if (s.time_ns < active_since_ns_) return;
+  const uint64_t started_ns = MonotonicNs();
+  struct Timed {
+    RelaxedCounter* into;
+    uint64_t from;
+    ~Timed() { into->Add(MonotonicNs() - from); }
+  } timed{&sample_ns_, started_ns};
   uint64_t add = 1;
   if (value_) {
     int64_t raw = 0;
@@ -150,6 +158,7 @@ std::vector<EngineStat> ProfileCollector::EngineStats() const {
       {"tracepoint_exporter_profile_other_context_frames_total",
        {{"profile", name_}},
        static_cast<double>(other_frames_.Get())},
+      {"tracepoint_exporter_profile_sample_seconds_total", {{"profile", name_}}, sample_ns_.Get() * 1e-9},
   };
 }
 

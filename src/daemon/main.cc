@@ -163,6 +163,9 @@ int main(int argc, char** argv) {
     tpe::PrintReport(snap, std::cout);
     for (const std::string& name : profiles) {
       tpe::PrintTopStacks(name, tpe::RenderProfile(pipeline, name, "folded").body, 10, std::cout);
+      for (tpe::MetricCost& c : costs) {
+        if (c.name == name) c.profile_render_ns = static_cast<double>(pipeline.RenderCpuNs(name));
+      }
     }
     tpe::PrintCosts(costs, seconds, stats.ok() ? "" : stats.status().message(), std::cout);
     opened->reset();

@@ -99,10 +99,14 @@ class Pipeline {
   // What the last render of profile `name` (daemon/profiles.h) made of its frames
   // (Symbolizer::Stats: all, no symbol in a known mapping, in no known mapping), for the
   // self-metric tracepoint_exporter_profile_render_frames{profile, frames}. Any thread.
+  // `cpu_ns`: the rendering thread's CPU time for it (CLOCK_THREAD_CPUTIME_ID: symbolization,
+  // pprof, gzip), added to tracepoint_exporter_profile_render_cpu_seconds_total{profile}.
   struct RenderFrames {
     uint64_t frames = 0, no_symbol = 0, unknown_mapping = 0;
   };
-  void RecordRender(const std::string& name, const RenderFrames& frames) const;
+  void RecordRender(const std::string& name, const RenderFrames& frames, uint64_t cpu_ns = 0) const;
+  // CPU time spent rendering profile `name` so far, ns (0 when never rendered). Any thread.
+  uint64_t RenderCpuNs(const std::string& name) const;
   // What the reader learnt of processes' mappings (for naming profiles' user frames). Any thread.
   const LearntMaps& learnt_maps() const { return learnt_maps_; }
 
@@ -174,10 +178,11 @@ class Pipeline {
   // What processes map, from the profiles' PERF_RECORD_MMAP2 and the task records (kept across
   // reloads: a profile kept by a reload keeps naming its stacks).
   LearntMaps learnt_maps_;
-  mutable std::mutex render_mu_;                         // guards renders_
-  mutable std::map<std::string, RenderFrames> renders_;  // by profile: its last render
-  Sweeper sweeper_;                                      // sweeps the bpf metrics' maps; runs while thread_ does
-  std::unique_ptr<CpuHotplugMonitor> hotplug_;           // null when uevents cannot be received
+  mutable std::mutex render_mu_;                           // guards renders_
+  mutable std::map<std::string, RenderFrames> renders_;    // by profile: its last render
+  mutable std::map<std::string, uint64_t> render_cpu_ns_;  // by profile: all its renders
+  Sweeper sweeper_;                                        // sweeps the bpf metrics' maps; runs while thread_ does
+  std::unique_ptr<CpuHotplugMonitor> hotplug_;             // null when uevents cannot be received
   ScopedFd epoll_fd_;
   ScopedFd stop_fd_;  // eventfd that wakes the reader to stop
   std::thread thread_;

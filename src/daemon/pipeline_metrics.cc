@@ -60,9 +60,16 @@ void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) cons
   if (plan_) fn(*plan_);
 }
 
-void Pipeline::RecordRender(const std::string& name, const RenderFrames& frames) const {
+void Pipeline::RecordRender(const std::string& name, const RenderFrames& frames, uint64_t cpu_ns) const {
   std::lock_guard<std::mutex> lock(render_mu_);
   renders_[name] = frames;
+  render_cpu_ns_[name] += cpu_ns;
+}
+
+uint64_t Pipeline::RenderCpuNs(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(render_mu_);
+  auto it = render_cpu_ns_.find(name);
+  return it == render_cpu_ns_.end() ? 0 : it->second;
 }
 
 std::optional<bool> Pipeline::ProfileStamped(const std::string& name) const {
@@ -315,6 +322,18 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       }
     }
     if (!rendered.series.empty()) out.push_back(std::move(rendered));
+    auto render_cpu = Family("tracepoint_exporter_profile_render_cpu_seconds_total",
+                             "CPU time the exporter spent rendering a profile for its requests (symbolization, "
+                             "pprof, flame graph, gzip), by profile. Its sample handling is "
+                             "tracepoint_exporter_profile_sample_seconds_total (perf engine) or "
+                             "tracepoint_exporter_bpf_program_cpu_seconds_total (bpf).",
+                             MetricKind::kCounter);
+    {
+      std::lock_guard<std::mutex> lock(render_mu_);
+      for (const auto& [name, ns] : render_cpu_ns_)
+        Add(&render_cpu, {{"profile", name}}, static_cast<double>(ns) * 1e-9);
+    }
+    if (!render_cpu.series.empty()) out.push_back(std::move(render_cpu));
   }
 
   auto other = Family("tracepoint_exporter_ring_other_records_total",
@@ -398,6 +417,12 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
   auto profile_other =
       Family("tracepoint_exporter_profile_other_context_frames_total",
              "Hypervisor and guest frames of callchains, left out of a profile's stacks.", MetricKind::kCounter);
+  auto profile_sample_seconds =
+      Family("tracepoint_exporter_profile_sample_seconds_total",
+             "Time the reader thread spent handling a perf-engine profile's samples (splitting the callchain, "
+             "keying and counting the stack; CLOCK_MONOTONIC around each sample), by profile. Rendering is "
+             "tracepoint_exporter_profile_render_cpu_seconds_total.",
+             MetricKind::kCounter);
   auto profile_lost = Family("tracepoint_exporter_profile_stacks_lost_total",
                              "Samples of a bpf-engine profile whose kernel or user stack (part) the stack map could "
                              "not hold, by reason: stack_map_full (settings.max_stacks_per_profile distinct stacks "
@@ -410,8 +435,9 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory,
-                                &profile_samples, &profile_stacks, &profile_other, &profile_lost}) {
+      for (MetricSnapshot* f :
+           {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory, &profile_samples,
+            &profile_stacks, &profile_other, &profile_lost, &profile_sample_seconds}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -426,6 +452,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(profile_stacks));
     out->push_back(std::move(profile_other));
     if (!profile_lost.series.empty()) out->push_back(std::move(profile_lost));
+    if (!profile_sample_seconds.series.empty()) out->push_back(std::move(profile_sample_seconds));
   }
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));

@@ -100,6 +100,14 @@ void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std:
     std::snprintf(line, sizeof(line), "  %-40s %-4s %12llu %s (%.1f/s)", c.name.c_str(), c.engine.c_str(),
                   static_cast<unsigned long long>(c.events), c.engine == "bpf" ? "runs" : "events", rate);
     out << line;
+    if (c.profile_sample_ns || c.profile_render_ns) {
+      // A profile: the exporter's own time on it (on bpf its programs' time comes on top).
+      const double ns = c.profile_sample_ns.value_or(0) + c.profile_render_ns.value_or(0);
+      std::snprintf(line, sizeof(line), ", exporter %.1f ms (samples %.1f ms, rendering %.1f ms), %.4f%% of a CPU",
+                    ns * 1e-6, c.profile_sample_ns.value_or(0) * 1e-6, c.profile_render_ns.value_or(0) * 1e-6,
+                    seconds > 0 ? 100 * ns * 1e-9 / seconds : 0.0);
+      out << line;
+    }
     if (c.engine != "bpf") {
       out << ", ns/event: see README \"Cost per event\" (perf output is not timed per event)\n";
     } else if (!c.kernel_ns) {
@@ -129,6 +137,7 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
         if (st.family == "tracepoint_exporter_bpf_program_run_seconds_total") ns += st.value * 1e9;
       }
       if (stats_on) c.kernel_ns = ns;
+      if (collector->is_profile()) c.profile_sample_ns = 0;
     } else if (i < plan.counting_events.size() && !plan.counting_events[i].empty()) {
       for (const EventPlan* ep : plan.counting_events[i]) c.events += ep->ReadCounts().count;
     } else {
@@ -136,6 +145,9 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
         for (const auto& consumer : ep->consumers) {
           if (consumer.first == collector) c.events += ep->samples.Get();
         }
+      }
+      for (const EngineStat& st : collector->EngineStats()) {
+        if (st.family == "tracepoint_exporter_profile_sample_seconds_total") c.profile_sample_ns = st.value * 1e9;
       }
     }
     out.push_back(std::move(c));

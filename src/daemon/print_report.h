@@ -32,6 +32,10 @@ struct MetricCost {
   // bpf: kernel CPU time of the programs over the run (bpf_prog_info run_time_ns while
   // BPF_ENABLE_STATS was held), ns; absent when the stats could not be turned on.
   std::optional<double> kernel_ns;
+  // A profile: the exporter's own time on it, ns: handling its samples in the reader (perf
+  // engine: tracepoint_exporter_profile_sample_seconds_total) and rendering it (CPU time,
+  // tracepoint_exporter_profile_render_cpu_seconds_total). Absent for other metrics.
+  std::optional<double> profile_sample_ns, profile_render_ns;
 };
 
 // A profile's `top` heaviest stacks, bpftrace-style (frames leaf first, one per line, then the

@@ -23,15 +23,23 @@ TEST(ParseDurationTest, UnitsAndBounds) {
 
 TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
   std::ostringstream out;
-  PrintCosts({{"a_total", "bpf", 2000, 100000.0}, {"b_seconds", "perf", 50, std::nullopt}, {"c_total", "bpf", 0, 0.0}},
+  PrintCosts({{"a_total", "bpf", 2000, 100000.0, std::nullopt, std::nullopt},
+              {"b_seconds", "perf", 50, std::nullopt, std::nullopt, std::nullopt},
+              {"c_total", "bpf", 0, 0.0, std::nullopt, std::nullopt},
+              {"cpu", "perf", 38, std::nullopt, 1.5e6, 4e6}},
              2.0, "", out);
   const std::string s = out.str();
   EXPECT_NE(s.find("a_total"), std::string::npos) << s;
   EXPECT_NE(s.find("2000 runs (1000.0/s), 50 ns/event, 0.0050% of a CPU"), std::string::npos) << s;
   EXPECT_NE(s.find("50 events (25.0/s), ns/event: see README"), std::string::npos) << s;
   EXPECT_NE(s.find("0 runs (0.0/s), no runs"), std::string::npos) << s;
+  // A profile: the exporter's own time on it, samples and rendering.
+  EXPECT_NE(s.find("38 events (19.0/s), exporter 5.5 ms (samples 1.5 ms, rendering 4.0 ms), 0.2750% of a CPU"),
+            std::string::npos)
+      << s;
   std::ostringstream no;
-  PrintCosts({{"a_total", "bpf", 10, std::nullopt}}, 1.0, "BPF_ENABLE_STATS: Operation not permitted", no);
+  PrintCosts({{"a_total", "bpf", 10, std::nullopt, std::nullopt, std::nullopt}}, 1.0,
+             "BPF_ENABLE_STATS: Operation not permitted", no);
   EXPECT_NE(no.str().find("ns/event unknown: BPF_ENABLE_STATS: Operation not permitted"), std::string::npos)
       << no.str();
 }

@@ -31,6 +31,13 @@ std::string WallClockText(int64_t ns) {
   return buf;
 }
 
+// This thread's CPU time (clock_gettime(2) CLOCK_THREAD_CPUTIME_ID), ns.
+uint64_t ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 HttpAnswer BadRequest(std::string body) { return HttpAnswer{400, "text/plain; charset=utf-8", std::move(body)}; }
 
 HttpAnswer UnknownProfile(const Pipeline& pipeline, const std::string& name) {
@@ -54,6 +61,7 @@ HttpAnswer UnknownFormat(const std::string& format) {
 HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::ProfileData data,
                   const std::string& format, int64_t time_ns, int64_t duration_ns) {
   HttpAnswer a;
+  const uint64_t cpu_at_start = ThreadCpuNs();
   static KallsymsCache* kallsyms = new KallsymsCache();  // for the process's life
   static ElfCache* elf_files = new ElfCache();
   Symbolizer symbolizer("/proc", kallsyms->Get(MonotonicNs()), elf_files);
@@ -78,7 +86,14 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
   AddStacks(data.stacks, &symbolizer, &builder);
   const Symbolizer::Stats& st = symbolizer.stats();
   if (!symbolizer.kernel_misses().empty()) kallsyms->MarkMissed(symbolizer.kernel_misses());
-  pipeline.RecordRender(name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping});
+  // Recorded when the render is done, whichever the format: its frames and its CPU time.
+  struct Record {
+    const Pipeline& pipeline;
+    const std::string& name;
+    Pipeline::RenderFrames frames;
+    uint64_t cpu_at_start;
+    ~Record() { pipeline.RecordRender(name, frames, ThreadCpuNs() - cpu_at_start); }
+  } record{pipeline, name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping}, cpu_at_start};
   builder.SetTime(time_ns, duration_ns);
   if (format == "folded") {
     a.body = FoldedStacks(builder.profile());
@@ -120,10 +135,12 @@ bool ParseSeconds(const std::string& text, int* seconds) {
   return true;
 }
 
-// Waits (at most 10 s) until the reader has dispatched every record stamped before now, so that
-// the mappings processes made until now are learnt (a bpf profile's counts are current at once,
-// the records naming its processes' frames come through the reader: without this a process that
-// exited an instant before the request would be [unknown]). A mark at now (Pipeline::AddMark).
+// Waits (at most 10 s) until the reader has dispatched every record stamped before now: a perf
+// profile's samples until now are counted (the last ones may wait in a ring under its wakeup
+// watermark), and the mappings processes made until now are learnt (a bpf profile's counts are
+// current at once, the records naming its processes' frames come through the reader: without
+// this a process that exited an instant before the request would be [unknown]). A mark at now
+// (Pipeline::AddMark).
 void CatchUpWithTheReader(const Pipeline& pipeline) {
   struct Done {
     std::mutex mu;
@@ -144,7 +161,10 @@ void CatchUpWithTheReader(const Pipeline& pipeline) {
 
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format) {
   if (!KnownFormat(format)) return UnknownFormat(format);
-  if (pipeline.ProfileStamped(name) == false) CatchUpWithTheReader(pipeline);
+  // Every record stamped before the request dispatched first (at most one reader round, ~100 ms):
+  // a perf profile's last samples may wait in a ring under its wakeup watermark, and a bpf
+  // profile's processes' mappings come through the reader.
+  if (pipeline.ProfileStamped(name).has_value()) CatchUpWithTheReader(pipeline);
   auto data = pipeline.Profile(name);
   if (!data) return UnknownProfile(pipeline, name);
   return Render(pipeline, name, std::move(*data), format, NowNs(), 0);

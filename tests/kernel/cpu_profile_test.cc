@@ -112,6 +112,9 @@ TEST(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
   // The idle task is left out: no stack through the idle loop (kernel/sched/idle.c).
   EXPECT_EQ(folded.find("do_idle"), std::string::npos) << folded;
   EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "cpu"}}), 150);
+  // The exporter's own time on the profile: handling its samples, rendering it (twice above).
+  EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_sample_seconds_total", {{"profile", "cpu"}}), 0);
+  EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_render_cpu_seconds_total", {{"profile", "cpu"}}), 0);
   // A clock's kernel count is ns, not hits: no hits series for it, samples and lost are there.
   EXPECT_EQ(
       testing::Value(page, "tracepoint_exporter_event_hits_total", {{"event", "cpu-clock stacks"}, {"filter", ""}}),
