@@ -13,7 +13,9 @@
 #  - the requests Parca and Grafana Alloy send get what those scrapers accept;
 #  - ?format=folded the same counts; /flamegraph/<name> an SVG with the same weights, linked from
 #    the landing page; hostile input gets a clear 4xx; more waiting ?seconds=
-#    requests than the server holds get 429 at once while scrapes are answered.
+#    requests than the server holds get 429 at once while scrapes are answered;
+#  - a CPU profile (cpu-clock, 99 Hz): go tool pprof -top gives a child spinning 2 s of CPU its
+#    time within 10 % of /proc/PID/stat, >= 90 % under tpe_spin; its flame graph names tpe_spin.
 set -uo pipefail
 BIN=$1 STACKS=$2 SRC=$3
 WORK=$(mktemp -d)
@@ -261,6 +263,40 @@ exec 7>&- 8>&-
 kill -TERM "$PID"
 wait "$PID"
 check "clean exit on SIGTERM" test $? == 0
+PID=""
+
+# A CPU profile (cpu-clock at 99 Hz, every CPU): stack_paths spins in tpe_spin for 2 s of CPU on
+# CPU 0. go tool pprof -top gives its seconds to tpe_spin (cum); the flame graph names it.
+cat >"$WORK/cpu.json" <<JSON
+{"profiles": [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 99,
+               "labels": [{"name": "comm", "source": "comm"}]}]}
+JSON
+start_daemon_or_exit "$BIN" "$WORK/cpu.json" "$WORK/cpu.log"
+mkfifo "$WORK/hold_spin" "$WORK/out_spin"
+taskset -c 0 "$STACKS" spin 2 tpe_spin hold <"$WORK/hold_spin" >"$WORK/out_spin" &
+SPIN=$!
+exec 9>"$WORK/hold_spin"
+read -r done_line <"$WORK/out_spin"
+spin_ticks=$(awk '{print $14 + $15}' "/proc/$SPIN/stat")
+curl -s -o "$WORK/cpu.pb.gz" "$URL/debug/pprof/cpu"
+curl -s -o "$WORK/cpu.svg" "$URL/flamegraph/cpu"
+exec 9>&-
+wait "$SPIN"
+go tool pprof -symbolize=none -top -nodefraction=0 -tagfocus=comm=tpe_spin "$WORK/cpu.pb.gz" >"$WORK/cpu.top" 2>&1
+cat "$WORK/cpu.top" | head -12
+check "CPU profile: go tool pprof reads sample type cpu" grep -q '^Type: cpu' "$WORK/cpu.top"
+# "Showing nodes accounting for 2s, 96% of 2.08s total": the first figure is the comm's (the
+# focus), the second the whole profile's; tpe_spin's cum. Within 10 % of /proc/PID/stat.
+ms() { awk 'function ms(v) { sub(/,$/, "", v); if (v ~ /ms$/) { sub(/ms$/, "", v); return int(v) } sub(/s$/, "", v); return int(v * 1000) } '"$1"; }
+total_ms=$(ms '/accounting for/ { for (i = 1; i <= NF; i++) if ($i == "for") print ms($(i + 1)) }' <"$WORK/cpu.top" | head -1)
+spin_cum=$(ms '$NF == "tpe_spin" { print ms($4) }' <"$WORK/cpu.top" | head -1)
+spin_ms=$((spin_ticks * 1000 / $(getconf CLK_TCK)))
+check "CPU profile: tpe_spin's comm totals ${total_ms:-?} ms, /proc/PID/stat ${spin_ms} ms (within 10 %)" \
+  test "${total_ms:-0}" -ge $((spin_ms * 9 / 10)) -a "${total_ms:-0}" -le $((spin_ms * 11 / 10))
+check "CPU profile: tpe_spin holds >= 90 % of it (cum ${spin_cum:-?} ms)" test "${spin_cum:-0}" -ge $((total_ms * 9 / 10))
+check "CPU profile's flame graph names tpe_spin" grep -q '>tpe_spin<\|tpe_spin (' "$WORK/cpu.svg"
+kill -TERM "$PID"
+wait "$PID"
 PID=""
 echo "$passes passed, $fails failed"
 [[ $fails == 0 ]]
