@@ -1,14 +1,18 @@
 // Kernel tier, CPU profiles (issue 24): a "profiles" entry on the "cpu-clock" software event,
 // sampled on every CPU, each sample weighted by its period. A child (tests/triggers/stack_paths
 // spin) spins in tpe_spin on CPU 0 for 2 s of CPU time: at least 90 % of its weight in the profile
-// is under tpe_spin, and its total is within 10 % of the CPU time /proc/PID/stat gives it.
+// is under tpe_spin, and its total is within 10 % of the CPU time /proc/PID/stat gives it. The
+// idle task only with include_idle; a CPU that went offline and came back is sampled again.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -133,6 +137,68 @@ TEST(CpuProfileTest, IncludeIdleKeepsTheIdleTask) {
     folded = RenderProfile(pipeline, "cpu", "folded").body;
   });
   EXPECT_NE(folded.find("do_idle"), std::string::npos) << folded.substr(0, 2000);
+}
+
+// CPU hotplug: cpu1 goes offline and comes back; its clock event is reopened (as tracepoints'
+// are) and a thread spinning on it afterwards has its CPU time in the profile, within 10 %.
+TEST(CpuProfileTest, ACpuThatCameBackIsSampledAgain) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  const std::string online = "/sys/devices/system/cpu/cpu1/online";
+  if (access(online.c_str(), W_OK) != 0) {
+    if (testing::KernelRequired()) FAIL() << online << " is not writable: cannot take cpu1 offline";
+    GTEST_SKIP() << online << " is not writable (one CPU, or no hotplug): cannot take cpu1 offline";
+  }
+  const auto set_online = [&](bool on) { std::ofstream(online) << (on ? "1" : "0"); };
+  struct Restore {
+    std::function<void(bool)> set;
+    ~Restore() { set(true); }
+  } restore{set_online};
+  const std::string config = R"({"profiles": [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 99,
+      "labels": [{"name": "comm", "source": "comm"}]}]})";
+  int64_t spun_ns = 0, profiled_ns = 0;
+  testing::RunPipelineWith(config, [&](Pipeline& pipeline) {
+    const auto wait_for = [&](const char* metric, double want) {
+      return testing::WaitFor(
+          pipeline,
+          [&](const std::vector<MetricSnapshot>& s) {
+            return testing::Value(s, metric, {{"cpu", "1"}}) >= want;
+          },
+          10);
+    };
+    set_online(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    set_online(true);
+    ASSERT_TRUE(wait_for("tracepoint_exporter_cpu_reopens_total", 1)) << "cpu1's events were not reopened";
+    std::thread spin([&] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(1, &set);
+      sched_setaffinity(0, sizeof(set), &set);
+      prctl(PR_SET_NAME, "tpe_hot_spin");
+      const auto cpu_now = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+      };
+      volatile uint64_t sink = 0;
+      while (cpu_now() < 1000000000) {
+        for (int i = 0; i < 100000; ++i) sink = sink + static_cast<uint64_t>(i);
+      }
+      spun_ns = cpu_now();
+    });
+    spin.join();
+    RenderProfile(pipeline, "cpu", "folded");  // waits for the reader to catch up with now
+    auto data = pipeline.Profile("cpu");
+    ASSERT_TRUE(data.has_value());
+    for (const StackCount& sc : data->stacks) {
+      for (const auto& [k, v] : sc.labels) {
+        if (k == "comm" && v == "tpe_hot_spin") profiled_ns += static_cast<int64_t>(sc.value);
+      }
+    }
+  });
+  std::printf("after cpu1 came back: %lld ns profiled, %lld ns spun\n", static_cast<long long>(profiled_ns),
+              static_cast<long long>(spun_ns));
+  EXPECT_NEAR(static_cast<double>(profiled_ns), static_cast<double>(spun_ns), 0.1 * static_cast<double>(spun_ns));
 }
 
 }  // namespace
