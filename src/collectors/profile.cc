@@ -83,14 +83,46 @@ ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet 
   chain_.user.reserve(128);
 }
 
+ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
+                                   OffCpuPairing off_cpu)
+    : ProfileCollector(std::move(name), std::move(help), std::move(labels), max_stacks) {
+  off_cpu_ = std::move(off_cpu);
+}
+
+bool ProfileCollector::BuildKey(const Sample& s, CommTable* comms) {
+  const size_t nr = s.callchain.size() / sizeof(uint64_t);
+  // The callchain's bytes are not 8-byte aligned in every ring position: copied out.
+  ips_.resize(nr);  // within the reserved capacity for chains up to the kernel's 127 frames
+  if (nr != 0) std::memcpy(ips_.data(), s.callchain.data(), nr * sizeof(uint64_t));
+  if (!SplitCallchain(ips_, &chain_).ok() || !labels_.BuildKey(s, comms, &key_)) {
+    decode_errors_.Add(1);
+    return false;
+  }
+  other_frames_.Add(chain_.other);
+  Append(&key_, s.pid);
+  Append(&key_, static_cast<uint16_t>(chain_.kernel.size()));
+  Append(&key_, static_cast<uint16_t>(chain_.user.size()));
+  key_.append(reinterpret_cast<const char*>(chain_.kernel.data()), chain_.kernel.size() * sizeof(uint64_t));
+  key_.append(reinterpret_cast<const char*>(chain_.user.data()), chain_.user.size() * sizeof(uint64_t));
+  return true;
+}
+
 void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTable* comms) {
   if (s.time_ns < active_since_ns_) return;
-  const uint64_t started_ns = MonotonicNs();
+  // One sample in kTimeEvery is timed and counts for kTimeEvery: two clock reads per sample
+  // would be a syscall each where the clocksource has no vDSO (some VMs).
+  constexpr uint64_t kTimeEvery = 16;
   struct Timed {
     RelaxedCounter* into;
     uint64_t from;
-    ~Timed() { into->Add(MonotonicNs() - from); }
-  } timed{&sample_ns_, started_ns};
+    ~Timed() {
+      if (from != 0) into->Add((MonotonicNs() - from) * kTimeEvery);
+    }
+  } timed{&sample_ns_, ++timed_calls_ % kTimeEvery == 0 ? MonotonicNs() : 0};
+  if (off_cpu_) {
+    OnSwitch(s, comms);
+    return;
+  }
   uint64_t add = 1;
   if (value_) {
     int64_t raw = 0;
@@ -103,20 +135,7 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     if (s.pid == 0 && !clock_->include_idle) return;
     add = s.period;
   }
-  const size_t nr = s.callchain.size() / sizeof(uint64_t);
-  // The callchain's bytes are not 8-byte aligned in every ring position: copied out.
-  ips_.resize(nr);  // within the reserved capacity for chains up to the kernel's 127 frames
-  if (nr != 0) std::memcpy(ips_.data(), s.callchain.data(), nr * sizeof(uint64_t));
-  if (!SplitCallchain(ips_, &chain_).ok() || !labels_.BuildKey(s, comms, &key_)) {
-    decode_errors_.Add(1);
-    return;
-  }
-  other_frames_.Add(chain_.other);
-  Append(&key_, s.pid);
-  Append(&key_, static_cast<uint16_t>(chain_.kernel.size()));
-  Append(&key_, static_cast<uint16_t>(chain_.user.size()));
-  key_.append(reinterpret_cast<const char*>(chain_.kernel.data()), chain_.kernel.size() * sizeof(uint64_t));
-  key_.append(reinterpret_cast<const char*>(chain_.user.data()), chain_.user.size() * sizeof(uint64_t));
+  if (!BuildKey(s, comms)) return;
   RelaxedCounter* c = series_.FindOrInsert(key_, [this](RelaxedCounter&) { stacks_.Add(1); });
   if (c == nullptr) {
     series_dropped_.Add(1);
@@ -124,6 +143,51 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
   }
   samples_.Add(1);
   c->Add(add);
+}
+
+void ProfileCollector::OnSwitch(const Sample& s, CommTable* comms) {
+  const OffCpuPairing& p = *off_cpu_;
+  int64_t prev = 0, next = 0, state = 0;
+  if (!p.prev_pid.ReadInteger(s.raw, &prev) || !p.next_pid.ReadInteger(s.raw, &next) ||
+      !p.prev_state.ReadInteger(s.raw, &state)) {
+    decode_errors_.Add(1);
+    return;
+  }
+  // The task switched in: its time off CPU ends now, under the stack it left with.
+  if (next > 0) {
+    auto it = blocked_.find(static_cast<uint32_t>(next));
+    if (it != blocked_.end()) {
+      const uint64_t ns = s.time_ns > it->second.since_ns ? s.time_ns - it->second.since_ns : 0;
+      if (ns < p.min_block_ns) {
+        short_blocks_.Add(1);
+      } else if (RelaxedCounter* c = series_.FindOrInsert(it->second.key, [this](RelaxedCounter&) { stacks_.Add(1); });
+                 c == nullptr) {
+        series_dropped_.Add(1);
+      } else {
+        samples_.Add(1);
+        c->Add(ns);
+      }
+      blocked_.erase(it);
+      blocked_gauge_.v.store(blocked_.size(), std::memory_order_relaxed);
+    }
+  }
+  // The task switched out (the sample is its: its pid, comm and stack): off CPU from now on.
+  // EXIT_DEAD (0x10) and EXIT_ZOMBIE (0x20) in the TASK_REPORT bits: it will not come back.
+  constexpr int64_t kExiting = 0x10 | 0x20;
+  if (prev <= 0 || s.pid == p.own_pid || (state & kExiting) != 0) return;
+  if (!BuildKey(s, comms)) return;
+  auto [it, fresh] = blocked_.try_emplace(static_cast<uint32_t>(prev));
+  // Switched out again with no switch-in seen since: the kernel did not deliver it (on some
+  // kernels a CPU's switches out of its idle task are not traced). That block is lost, counted.
+  if (!fresh) unpaired_.Add(1);
+  if (fresh && blocked_.size() > p.max_blocked) {
+    blocked_.erase(it);
+    dropped_blocks_.Add(1);
+    return;
+  }
+  it->second.since_ns = s.time_ns;
+  it->second.key = key_;
+  blocked_gauge_.v.store(blocked_.size(), std::memory_order_relaxed);
 }
 
 std::vector<StackCount> ProfileCollector::Stacks() const {
@@ -152,7 +216,7 @@ MetricSnapshot ProfileCollector::Snapshot() const {
 }
 
 std::vector<EngineStat> ProfileCollector::EngineStats() const {
-  return {
+  std::vector<EngineStat> out = {
       {"tracepoint_exporter_profile_samples_total", {{"profile", name_}}, static_cast<double>(samples_.Get())},
       {"tracepoint_exporter_profile_stacks", {{"profile", name_}}, static_cast<double>(stacks_.Get())},
       {"tracepoint_exporter_profile_other_context_frames_total",
@@ -160,6 +224,20 @@ std::vector<EngineStat> ProfileCollector::EngineStats() const {
        static_cast<double>(other_frames_.Get())},
       {"tracepoint_exporter_profile_sample_seconds_total", {{"profile", name_}}, sample_ns_.Get() * 1e-9},
   };
+  if (off_cpu_) {
+    out.push_back({"tracepoint_exporter_profile_off_cpu_short_blocks_total",
+                   {{"profile", name_}},
+                   static_cast<double>(short_blocks_.Get())});
+    out.push_back({"tracepoint_exporter_profile_off_cpu_dropped_total",
+                   {{"profile", name_}},
+                   static_cast<double>(dropped_blocks_.Get())});
+    out.push_back({"tracepoint_exporter_profile_off_cpu_unpaired_total",
+                   {{"profile", name_}},
+                   static_cast<double>(unpaired_.Get())});
+    out.push_back(
+        {"tracepoint_exporter_profile_off_cpu_tasks", {{"profile", name_}}, static_cast<double>(blocked_gauge_.Get())});
+  }
+  return out;
 }
 
 }  // namespace tpe

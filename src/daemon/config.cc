@@ -459,6 +459,29 @@ Status ParseClockSampling(const Checker& c, const json& j, const std::string& jp
   return Status::Ok();
 }
 
+// An off-CPU profile: its event is sched:sched_switch (said or not), no filter or value (every
+// switch pairs a task's switch-out with its switch-in), "min_block_seconds".
+Status ParseOffCpu(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
+  if (!m->event.empty() && m->event != kOffCpuEvent) {
+    return c.Error(jp + ".event", "an off_cpu profile is made of " + std::string(kOffCpuEvent) + ", not " +
+                                      Quote(m->event) + " (leave \"event\" out)");
+  }
+  m->event = kOffCpuEvent;
+  for (const char* key : {"filter", "value", "frequency_hz", "period", "include_idle"}) {
+    if (j.contains(key)) {
+      return c.Error(jp + "." + key, Quote(key) +
+                                         " does not apply to an off_cpu profile (every task's switches are paired; "
+                                         "use labels such as comm, pid or cgroup to tell tasks apart)");
+    }
+  }
+  TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "min_block_seconds", false, &m->min_block_seconds));
+  if (!(m->min_block_seconds >= 0 && m->min_block_seconds <= kMaxMinBlockSeconds)) {
+    return c.Error(jp + ".min_block_seconds",
+                   Num(m->min_block_seconds) + " is out of range 0.." + Num(kMaxMinBlockSeconds) + " (seconds)");
+  }
+  return Status::Ok();
+}
+
 // "args" of a probe event: an object of field name -> "argN[:TYPE]" | "retval[:TYPE]".
 Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const std::string& event,
                  std::vector<std::pair<std::string, std::string>>* out) {
@@ -669,9 +692,19 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   const bool latency = m->type == "latency";
   if (profile) {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
-                                   {"name", "help", "event", "filter", "stack", "labels", "value", "engine", "args",
-                                    "pid", "maxactive", "frequency_hz", "period", "include_idle"}));
+    TPE_RETURN_IF_ERROR(
+        c.OnlyKeys(j, jp,
+                   {"name", "help", "type", "event", "filter", "stack", "labels", "value", "engine", "args", "pid",
+                    "maxactive", "frequency_hz", "period", "include_idle", "min_block_seconds"}));
+    std::string kind = "profile";
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", false, &kind));
+    if (kind == "off_cpu") {
+      m->off_cpu = true;
+    } else if (kind != "profile") {
+      return c.Error(jp + ".type", Quote(kind) +
+                                       " is not one of profile (the default: stacks of an event's hits), "
+                                       "off_cpu (time tasks spend switched out, by stack)");
+    }
     m->stack = "both";
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
     if (m->stack.empty()) m->stack = "both";
@@ -700,7 +733,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".engine", Quote(m->engine) + " is not one of auto, bpf, perf");
   }
   if (!latency) {
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &m->event));
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", !m->off_cpu, &m->event));
     TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &m->filter));
   }
   m->json_path = jp;
@@ -720,6 +753,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (latency && !m->name.ends_with("_seconds")) {
     return c.Error(jp + ".name", "latency \"" + m->name + "\" is in seconds and must end in _seconds");
   }
+  if (m->off_cpu) {
+    TPE_RETURN_IF_ERROR(ParseOffCpu(c, j, jp, m));
+  } else if (j.contains("min_block_seconds")) {
+    return c.Error(jp + ".min_block_seconds", "is for an off-CPU profile (\"type\": \"off_cpu\")");
+  }
   if (profile && IsClockEvent(m->event)) {
     TPE_RETURN_IF_ERROR(ParseClockSampling(c, j, jp, m));
   } else if (!latency) {
@@ -738,6 +776,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
   }
   if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
+  if (m->off_cpu && !j.contains("help")) m->help = "off-CPU time by stack (sched:sched_switch)";
   // histogram: required; counter, profile: optional (adds field x scale per event instead of 1).
   if (auto v = j.find("value"); m->type == "histogram" || (!latency && m->type != "histogram" && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
@@ -847,6 +886,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"frequency_hz", m.frequency_hz},
       {"period", m.period_ns},
       {"include_idle", m.include_idle},
+      {"off_cpu", m.off_cpu},
+      {"min_block_seconds", m.min_block_seconds},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
         {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},

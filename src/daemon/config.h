@@ -124,6 +124,11 @@ struct MetricConfig {
   uint64_t frequency_hz = 0;
   uint64_t period_ns = 0;
   bool include_idle = false;
+  // An off-CPU profile ("type": "off_cpu" in a "profiles" entry; its event is sched:sched_switch):
+  // the time a task spends switched out, under the stack it switched out with. Blocks shorter
+  // than min_block_seconds (0..kMaxMinBlockSeconds) are left out and counted.
+  bool off_cpu = false;
+  double min_block_seconds = 0;
   std::string json_path;  // "metrics[0]"
   // Every field above that changes what the metric counts or exports (all but json_path), with
   // defaults filled in and numbers normalized, plus the settings a collector uses
@@ -175,6 +180,9 @@ inline constexpr uint64_t kDefaultProfileFrequencyHz = 19;
 inline constexpr uint64_t kMaxProfileFrequencyHz = 10000;
 inline constexpr uint64_t kMinProfilePeriodNs = 10000;
 inline constexpr uint64_t kMaxProfilePeriodNs = 10000000000;  // 10 s
+inline constexpr double kMaxMinBlockSeconds = 3600;
+// The event of an off-CPU profile.
+inline constexpr char kOffCpuEvent[] = "sched:sched_switch";
 
 // True for the perf software clock events a profile may sample instead of a tracepoint (a CPU
 // profile): "cpu-clock" (PERF_COUNT_SW_CPU_CLOCK) and "task-clock" (PERF_COUNT_SW_TASK_CLOCK).

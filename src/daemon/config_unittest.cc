@@ -790,9 +790,9 @@ TEST(ConfigTest, Profiles) {
 TEST(ConfigTest, ProfileErrors) {
   EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "all"}]})"),
             "cfg.json: profiles[0].stack: \"all\" is not one of kernel, user, both");
-  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "type": "counter"}]})"),
-            "cfg.json: profiles[0]: unknown key \"type\" (valid keys: args, engine, event, filter, frequency_hz, help, "
-            "include_idle, labels, maxactive, name, period, pid, stack, value)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "kind": "counter"}]})"),
+            "cfg.json: profiles[0]: unknown key \"kind\" (valid keys: args, engine, event, filter, frequency_hz, help, "
+            "include_idle, labels, maxactive, min_block_seconds, name, period, pid, stack, type, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "p_total", "type": "counter", "event": "s:e"}],
                     "profiles": [{"name": "p_total", "event": "s:e"}]})"),
             "cfg.json: profiles[0].name: duplicate metric name \"p_total\"");
@@ -823,6 +823,31 @@ TEST(ConfigTest, CpuProfiles) {
   auto d = ParseConfig(R"({"profiles": [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 20}]})", "cfg.json");
   ASSERT_TRUE(d.ok());
   EXPECT_NE(d->metrics[0].canonical, c->metrics[0].canonical);
+}
+
+// An off-CPU profile: "type": "off_cpu", its event sched:sched_switch (implied).
+TEST(ConfigTest, OffCpuProfiles) {
+  auto c = ParseConfig(R"({"profiles": [{"name": "off", "type": "off_cpu", "min_block_seconds": 0.001},
+                   {"name": "off2", "type": "off_cpu", "event": "sched:sched_switch"}]})",
+                       "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->metrics[0].off_cpu);
+  EXPECT_EQ(c->metrics[0].event, "sched:sched_switch");
+  EXPECT_EQ(c->metrics[0].min_block_seconds, 0.001);
+  EXPECT_EQ(c->metrics[1].min_block_seconds, 0);
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "type": "off_cpu", "event": "sched:sched_wakeup"}]})"),
+            "cfg.json: profiles[0].event: an off_cpu profile is made of sched:sched_switch, not "
+            "\"sched:sched_wakeup\" (leave \"event\" out)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "type": "off_cpu", "min_block_seconds": -1}]})"),
+            "cfg.json: profiles[0].min_block_seconds: -1 is out of range 0..3600 (seconds)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "type": "off_cpu", "filter": "prev_pid == 1"}]})"),
+            "cfg.json: profiles[0].filter: \"filter\" does not apply to an off_cpu profile (every task's switches "
+            "are paired; use labels such as comm, pid or cgroup to tell tasks apart)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "min_block_seconds": 1}]})"),
+            "cfg.json: profiles[0].min_block_seconds: is for an off-CPU profile (\"type\": \"off_cpu\")");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "type": "counter", "event": "s:e"}]})"),
+            "cfg.json: profiles[0].type: \"counter\" is not one of profile (the default: stacks of an event's hits), "
+            "off_cpu (time tasks spend switched out, by stack)");
 }
 
 TEST(ConfigTest, CpuProfileErrors) {

@@ -417,12 +417,28 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
   auto profile_other =
       Family("tracepoint_exporter_profile_other_context_frames_total",
              "Hypervisor and guest frames of callchains, left out of a profile's stacks.", MetricKind::kCounter);
-  auto profile_sample_seconds =
-      Family("tracepoint_exporter_profile_sample_seconds_total",
-             "Time the reader thread spent handling a perf-engine profile's samples (splitting the callchain, "
-             "keying and counting the stack; CLOCK_MONOTONIC around each sample), by profile. Rendering is "
-             "tracepoint_exporter_profile_render_cpu_seconds_total.",
-             MetricKind::kCounter);
+  auto profile_sample_seconds = Family(
+      "tracepoint_exporter_profile_sample_seconds_total",
+      "Time the reader thread spent handling a perf-engine profile's samples (splitting the callchain, "
+      "keying and counting the stack; CLOCK_MONOTONIC around one sample in 16, scaled), by profile. Rendering is "
+      "tracepoint_exporter_profile_render_cpu_seconds_total.",
+      MetricKind::kCounter);
+  auto off_short = Family("tracepoint_exporter_profile_off_cpu_short_blocks_total",
+                          "Times a task of an off-CPU profile came back on CPU sooner than its min_block_seconds: "
+                          "counted here, left out of the profile.",
+                          MetricKind::kCounter);
+  auto off_dropped = Family("tracepoint_exporter_profile_off_cpu_dropped_total",
+                            "Switch-outs an off-CPU profile could not remember (100,000 tasks already off CPU): "
+                            "their time off CPU is lost.",
+                            MetricKind::kCounter);
+  auto off_unpaired = Family("tracepoint_exporter_profile_off_cpu_unpaired_total",
+                             "Blocks an off-CPU profile lost because the task's switch back in was never seen (it "
+                             "switched out again first): the kernel did not trace it. Seen on a kernel that traces "
+                             "no switch out of one CPU's idle task.",
+                             MetricKind::kCounter);
+  auto off_tasks = Family("tracepoint_exporter_profile_off_cpu_tasks",
+                          "Tasks an off-CPU profile holds as switched out (their time is added when they come back).",
+                          MetricKind::kGauge);
   auto profile_lost = Family("tracepoint_exporter_profile_stacks_lost_total",
                              "Samples of a bpf-engine profile whose kernel or user stack (part) the stack map could "
                              "not hold, by reason: stack_map_full (settings.max_stacks_per_profile distinct stacks "
@@ -435,9 +451,9 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f :
-           {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory, &profile_samples,
-            &profile_stacks, &profile_other, &profile_lost, &profile_sample_seconds}) {
+      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory,
+                                &profile_samples, &profile_stacks, &profile_other, &profile_lost,
+                                &profile_sample_seconds, &off_short, &off_dropped, &off_unpaired, &off_tasks}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -453,6 +469,12 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(profile_other));
     if (!profile_lost.series.empty()) out->push_back(std::move(profile_lost));
     if (!profile_sample_seconds.series.empty()) out->push_back(std::move(profile_sample_seconds));
+    if (!off_short.series.empty()) {
+      out->push_back(std::move(off_short));
+      out->push_back(std::move(off_dropped));
+      out->push_back(std::move(off_unpaired));
+      out->push_back(std::move(off_tasks));
+    }
   }
   if (!runs.series.empty()) {
     out->push_back(std::move(runs));

@@ -1,5 +1,7 @@
 #include "daemon/plan.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "collectors/counter.h"
@@ -468,7 +470,10 @@ StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig
 EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, uint8_t callchain) {
   auto ep = std::make_unique<EventPlan>();
   ep->event = EventName{"perf", m.event};
-  ep->display = m.event + " stacks";
+  ep->display = m.event + " stacks " +
+                (m.frequency_hz > 0 ? "at " + std::to_string(m.frequency_hz) + " Hz"
+                                    : "every " + std::to_string(m.period_ns) + " ns") +
+                (m.include_idle ? " with idle" : "");
   ep->sampled = true;
   ep->software_clock = m.event == "task-clock" ? PERF_COUNT_SW_TASK_CLOCK : PERF_COUNT_SW_CPU_CLOCK;
   ep->frequency_hz = m.frequency_hz;
@@ -477,8 +482,10 @@ EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, u
   ep->callchain = callchain;
   ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
   for (auto& e : plan->events) {
+    ep->cgroup = e->cgroup;  // a "cgroup" label (BuildLabels, after this) adds it to a shared event
     if (e->SamePerfEvents(*ep)) return e.get();
   }
+  ep->cgroup = false;
   plan->events.push_back(std::move(ep));
   return plan->events.back().get();
 }
@@ -501,6 +508,30 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path,
                                                               tracefs, enums, check_filters, callchain));
   EventPlan* ep = eps[0];
+  if (m.off_cpu) {
+    // The switch-out and the switch-in of a task come from different CPUs: time order across them.
+    plan->needs_ordering = true;
+    std::optional<FieldExtractor> prev_pid, next_pid, prev_state;
+    const std::pair<const char*, std::optional<FieldExtractor>*> fields[] = {
+        {"prev_pid", &prev_pid}, {"next_pid", &next_pid}, {"prev_state", &prev_state}};
+    for (const auto& [field, into] : fields) {
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, field, m.json_path + ".type"));
+      auto x = FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
+      if (!x.ok() || f->kind != FieldKind::kInteger) {
+        return InvalidArgument(cfg.path + ": " + m.json_path + ": " + ep->display + "'s field \"" + field +
+                               "\" is not an integer here; an off_cpu profile cannot pair switches on this kernel");
+      }
+      *into = std::move(x).value();
+    }
+    OffCpuPairing pairing{*prev_pid, *next_pid, *prev_state};
+    pairing.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
+    pairing.own_pid = static_cast<uint32_t>(::getpid());
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+                                                std::move(pairing));
+    AddSampledCollector(plan, eps, std::move(c), m.canonical);
+    return Status::Ok();
+  }
   std::optional<FieldExtractor> value;
   if (!m.value.field.empty()) {
     TPE_ASSIGN_OR_RETURN(value, IntegerValueField(cfg, m, *ep, "a profile sums"));

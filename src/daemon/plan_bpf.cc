@@ -105,6 +105,10 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
                              "\"perf\" or \"auto\"");
     }
+    if (m.off_cpu) {
+      return Unimplemented(where + ": \"bpf\" for " + m.name +
+                           ": an off_cpu profile runs on the perf engine in this release; use \"perf\" or \"auto\"");
+    }
     if (IsClockEvent(m.event)) {
       return Unimplemented(where + ": \"bpf\" for " + m.name + ": a CPU profile (\"" + m.event +
                            "\") runs on the perf engine in this release; use \"perf\" or \"auto\"");

@@ -240,7 +240,7 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   const Plan& p = **plan;
   ASSERT_EQ(p.events.size(), 2u);
   const EventPlan& e = *p.events[0];
-  EXPECT_EQ(e.display, "cpu-clock stacks");
+  EXPECT_EQ(e.display, "cpu-clock stacks at 19 Hz");
   EXPECT_TRUE(e.clock());
   EXPECT_EQ(e.software_clock, PERF_COUNT_SW_CPU_CLOCK);
   EXPECT_EQ(e.frequency_hz, 19u);
@@ -263,8 +263,8 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   const perf_event_attr a = MakeTracepointAttr(o);
   EXPECT_EQ(a.type, PERF_TYPE_SOFTWARE);
   EXPECT_EQ(a.config, PERF_COUNT_SW_CPU_CLOCK);
-  EXPECT_EQ(a.freq, 1u);
-  EXPECT_EQ(a.sample_freq, 19u);
+  EXPECT_EQ(a.freq, 0u);
+  EXPECT_EQ(a.sample_period, 1000000000u / 19);
   EXPECT_EQ(a.exclude_idle, 1u);
   EXPECT_EQ(a.sample_type & PERF_SAMPLE_PERIOD, PERF_SAMPLE_PERIOD);
 }

@@ -99,12 +99,11 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
     if (clock) {
       attr.sample_type |= PERF_SAMPLE_PERIOD;
       attr.exclude_idle = opts.exclude_idle;
-      if (opts.frequency_hz > 0) {
-        attr.freq = 1;
-        attr.sample_freq = opts.frequency_hz;
-      } else {
-        attr.sample_period = opts.period_ns;
-      }
+      // A frequency as the fixed period the kernel would make of it (perf_swevent_init_hrtimer:
+      // NSEC_PER_SEC / freq): attr.freq would be refused (EINVAL) above
+      // kernel.perf_event_max_sample_rate, which the kernel lowers by itself under load, also
+      // at a reopen after CPU hotplug.
+      attr.sample_period = opts.frequency_hz > 0 ? 1000000000ULL / opts.frequency_hz : opts.period_ns;
     }
     if (opts.callchain_kernel || opts.callchain_user) {
       attr.sample_type |= PERF_SAMPLE_CALLCHAIN;

@@ -65,11 +65,12 @@ struct TracepointEventOptions {
   // (kSoftwareClockNone: none), sampled with PERF_SAMPLE_PERIOD added to the sample_type (it sits
   // between TIME and CALLCHAIN: each sample says how many ns of the clock it stands for; RAW
   // stays, the kernel writes an empty 4-byte payload for an event without raw data) at
-  // `frequency_hz` (attr.freq = 1, sample_freq; the kernel turns it into a fixed period of
-  // 1e9 / frequency_hz ns for these hrtimer events, perf_swevent_init_hrtimer) or, when
-  // frequency_hz is 0, every `period_ns` ns of the clock (sample_period; the kernel's floor is
-  // 10,000 ns). `exclude_idle`: no samples while the CPU runs its idle task (attr.exclude_idle).
-  // tracepoint_id and the filter are then meaningless. Source: perf_event_open(2).
+  // `frequency_hz` or, when frequency_hz is 0, every `period_ns` ns of the clock (sample_period;
+  // the kernel's floor is 10,000 ns). A frequency is opened as the fixed period 1e9 /
+  // frequency_hz ns, which is what the kernel makes of attr.freq for these hrtimer events
+  // (perf_swevent_init_hrtimer), without attr.freq's limit kernel.perf_event_max_sample_rate. `exclude_idle`: no
+  // samples while the CPU runs its idle task (attr.exclude_idle). tracepoint_id and the filter are then meaningless.
+  // Source: perf_event_open(2).
   static constexpr int kSoftwareClockNone = -1;
   int software_clock = kSoftwareClockNone;
   uint64_t frequency_hz = 0;

@@ -54,13 +54,22 @@ StatusOr<Kallsyms> Kallsyms::Read(const std::string& path) {
   return table;
 }
 
-KallsymsCache::KallsymsCache(std::string path, uint64_t max_age_ns, uint64_t min_age_ns)
-    : path_(std::move(path)), max_age_ns_(max_age_ns), min_age_ns_(min_age_ns) {}
+KallsymsCache::KallsymsCache(std::string path, uint64_t max_age_ns, uint64_t min_age_ns, std::string modules_path)
+    : path_(std::move(path)),
+      modules_path_(std::move(modules_path)),
+      max_age_ns_(max_age_ns),
+      min_age_ns_(min_age_ns) {}
 
 std::shared_ptr<const Kallsyms> KallsymsCache::Get(uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t age = now_ns - read_at_ns_;
-  const bool stale = !table_ || age >= max_age_ns_ || ((missed_ || failed_) && age >= min_age_ns_);
+  // now_ns was read before the lock: a render that took it earlier may come second.
+  const uint64_t age = now_ns > read_at_ns_ ? now_ns - read_at_ns_ : 0;
+  // A module loaded or removed since the read: its symbols moved (read again at once).
+  auto modules = ReadFileToString(modules_path_);
+  const std::string modules_text = modules.ok() ? std::move(modules).value() : "";
+  const bool modules_changed = table_ && modules_text != modules_text_;
+  modules_text_ = modules_text;
+  const bool stale = !table_ || modules_changed || age >= max_age_ns_ || ((missed_ || failed_) && age >= min_age_ns_);
   if (stale) {
     auto read = Kallsyms::Read(path_);
     failed_ = !read.ok();
@@ -76,6 +85,7 @@ std::shared_ptr<const Kallsyms> KallsymsCache::Get(uint64_t now_ns) {
 
 void KallsymsCache::MarkMissed(const std::set<uint64_t>& addresses) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (table_ && table_->hidden()) return;  // kptr_restrict: a re-read would name nothing either
   for (uint64_t a : addresses) {
     if (known_misses_.size() >= 4096) break;
     if (known_misses_.insert(a).second) missed_ = true;

@@ -54,7 +54,8 @@ class Kallsyms {
 
 // The kernel's symbols read once and shared by every render: reading /proc/kallsyms costs
 // ~0.3 s of CPU here (the kernel formats ~120,000 lines; measured 92 % of a render), and a
-// continuous profiler is scraped every 10 s. The table is read again when it is older than
+// continuous profiler is scraped every 10 s. The table is read again when /proc/modules changed
+// (a module loaded or removed), when it is older than
 // `max_age_ns`, or when a render found a kernel address that no symbol holds (a module or BPF
 // program loaded since: MarkMissed, once per address and table) and it is older than
 // `min_age_ns`. A table that could not
@@ -62,8 +63,9 @@ class Kallsyms {
 // Thread-safety: every method from any thread; the tables it hands out are immutable.
 class KallsymsCache {
  public:
+  // `modules_path`: whose text changing (a module loaded or removed) makes the table stale at once.
   explicit KallsymsCache(std::string path = "/proc/kallsyms", uint64_t max_age_ns = 600'000'000'000ULL,
-                         uint64_t min_age_ns = 10'000'000'000ULL);
+                         uint64_t min_age_ns = 10'000'000'000ULL, std::string modules_path = "/proc/modules");
   // The table, read now if there is none or it is stale. `now_ns`: CLOCK_MONOTONIC.
   std::shared_ptr<const Kallsyms> Get(uint64_t now_ns);
   // Lookups in the current table found no symbol for these kernel addresses. An address already
@@ -74,8 +76,9 @@ class KallsymsCache {
   uint64_t reads() const;
 
  private:
-  std::string path_;
+  std::string path_, modules_path_;
   uint64_t max_age_ns_, min_age_ns_;
+  std::string modules_text_;  // as last read
   mutable std::mutex mu_;
   std::shared_ptr<const Kallsyms> table_;
   uint64_t read_at_ns_ = 0;

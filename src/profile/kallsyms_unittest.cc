@@ -71,7 +71,7 @@ TEST(KallsymsCacheTest, ReadsOnceAndAgainWhenStaleOrMissing) {
   ASSERT_GE(fd, 0);
   close(fd);
   std::ofstream(path) << "ffffffff81000000 T _stext\nffffffff81001000 T do_one\nffffffff81002000 T end\n";
-  KallsymsCache cache(path, /*max_age_ns=*/1000, /*min_age_ns=*/100);
+  KallsymsCache cache(path, /*max_age_ns=*/1000, /*min_age_ns=*/100, /*modules_path=*/std::string(path) + ".modules");
   auto t = cache.Get(1);
   EXPECT_EQ(t->size(), 3u);
   EXPECT_EQ(cache.Get(50).get(), t.get());
@@ -93,6 +93,13 @@ TEST(KallsymsCacheTest, ReadsOnceAndAgainWhenStaleOrMissing) {
   cache.MarkMissed({0xffffffffb0000000});  // forgotten at the refresh for age: news again
   cache.Get(1700);
   EXPECT_EQ(cache.reads(), 5u);
+  // A module loaded: read again at once.
+  std::ofstream(std::string(path) + ".modules") << "xfs 1 0 - Live 0xffffffffc0a00000\n";
+  cache.Get(1701);
+  EXPECT_EQ(cache.reads(), 6u);
+  cache.Get(1702);
+  EXPECT_EQ(cache.reads(), 6u);
+  unlink((std::string(path) + ".modules").c_str());
   unlink(path);
 }
 

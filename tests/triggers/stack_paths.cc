@@ -2,8 +2,10 @@
 //   main -> tpe_path_a -> tpe_leaf   N1 times
 //   main -> tpe_path_b -> tpe_leaf   N2 times
 //   main -> tpe_spin             for S seconds of its CPU time, in user mode (the CPU profile tests)
+//   main -> tpe_sleep            N nanosleep()s of 10 ms (the off-CPU profile tests)
 // Usage: stack_paths N1 N2 [comm [hold]]      (comm: the thread's name while it calls, default
 //        stack_paths spin S [comm [hold]]      tpe_stacks; hold: then print "done" and wait for
+//        stack_paths sleep N [comm [hold]]
 // stdin to close before exiting, so a test can read the process's mappings and /proc/PID/stat)
 //
 // Built with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (tests/triggers/CMakeLists.txt)
@@ -59,6 +61,24 @@ __attribute__((noinline)) long tpe_spin(double seconds) {
   return sink + 1;
 }
 
+// Sleeps `n` times 10 ms (nanosleep), off CPU under this function (the off-CPU profile tests).
+__attribute__((noinline)) long tpe_sleep(int n) {
+  volatile long frame_kept = 0;
+  for (int i = 0; i < n; ++i) {
+    // The syscall instruction here, not in libc's wrapper (which keeps no frame: an unwind from it
+    // would skip this function, as for tpe_leaf).
+    timespec ts{0, 10000000};
+    long ret;
+    asm volatile("syscall"
+                 : "=a"(ret)
+                 : "0"(static_cast<long>(SYS_nanosleep)), "D"(&ts), "S"(nullptr)
+                 : "rcx", "r11", "memory");
+    frame_kept = frame_kept + ret;
+  }
+  asm volatile("" ::: "memory");
+  return frame_kept + 1;
+}
+
 }  // extern "C"
 
 int main(int argc, char** argv) {
@@ -67,9 +87,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
-  const bool spin = std::string_view(argv[1]) == "spin";
-  const long a = spin ? tpe_spin(std::atof(argv[2])) : tpe_path_a(std::atoi(argv[1]));
-  const long b = spin ? 1 : tpe_path_b(std::atoi(argv[2]));
+  const bool spin = std::string_view(argv[1]) == "spin", sleep = std::string_view(argv[1]) == "sleep";
+  const long a = spin    ? tpe_spin(std::atof(argv[2]))
+                 : sleep ? tpe_sleep(std::atoi(argv[2]))
+                         : tpe_path_a(std::atoi(argv[1]));
+  const long b = spin || sleep ? 1 : tpe_path_b(std::atoi(argv[2]));
   if (argc > 4 && std::string_view(argv[4]) == "hold") {
     std::printf("done\n");
     std::fflush(stdout);
