@@ -78,12 +78,25 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
     // Through the process's root: a container's /usr/bin/app is not the host's. A file deleted
     // or replaced since ("PATH (deleted)") is still reachable as long as the process maps it,
     // through /proc/PID/map_files/START-END.
-    std::shared_ptr<const elf::ElfFile> file = elf_cache_ != nullptr ? elf_cache_->Find(identity) : nullptr;
-    if (file != nullptr) return elf_by_identity_.emplace(identity, std::move(file)).first->second.get();
     char range[64];
     std::snprintf(range, sizeof(range), "%lx-%lx", static_cast<unsigned long>(m.start),
                   static_cast<unsigned long>(m.end));
     const std::string base = proc_root_ + "/" + std::to_string(pid);
+    // The shared cache's key: the identity plus the file's size and modification time, so that
+    // an inode number reused by another file (tmpfs, overlay, a redeployed container) is not
+    // taken for the old one. No stat, no sharing.
+    std::string shared_key;
+    if (elf_cache_ != nullptr) {
+      struct stat fst {};
+      const std::string mapped = base + "/map_files/" + range;
+      if (::stat(mapped.c_str(), &fst) == 0 || ::stat((base + "/root" + m.path).c_str(), &fst) == 0 ||
+          (::stat(m.path.c_str(), &fst) == 0 && fst.st_ino == m.inode)) {
+        shared_key = identity + ":" + std::to_string(fst.st_size) + ":" + std::to_string(fst.st_mtim.tv_sec) + "." +
+                     std::to_string(fst.st_mtim.tv_nsec);
+      }
+    }
+    std::shared_ptr<const elf::ElfFile> file = shared_key.empty() ? nullptr : elf_cache_->Find(shared_key);
+    if (file != nullptr) return elf_by_identity_.emplace(identity, std::move(file)).first->second.get();
     for (const std::string& path : {base + "/map_files/" + range, base + "/root" + m.path}) {
       auto opened = elf::ElfFile::Open(path);
       if (opened.ok()) {
@@ -100,7 +113,7 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
       auto opened = elf::ElfFile::Open(m.path);
       if (opened.ok()) file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
     }
-    if (elf_cache_ != nullptr) elf_cache_->Put(identity, file);
+    if (!shared_key.empty()) elf_cache_->Put(shared_key, file);
     it = elf_by_identity_.emplace(identity, std::move(file)).first;
   }
   return it->second.get();

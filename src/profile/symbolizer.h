@@ -30,11 +30,11 @@
 namespace tpe {
 
 // ELF symbol tables of mapped files by identity ("MAJOR:MINOR:INODE": a file replaced under its
-// path is another inode), shared by the renders of a process's life so that each file is read
-// once, not at every scrape (reading them was 55 % of a render once /proc/kallsyms was cached).
-// Holds at most `max_files`; past that the least recently used goes. Only files that were read
-// are kept: one unreadable now may be readable through another process's root later.
-// Thread-safety: every method from any thread.
+// path is another inode) with the file's size and mtime (an inode number can be reused), shared by the renders of a
+// process's life so that each file is read once, not at every scrape (reading them was 55 % of a render once
+// /proc/kallsyms was cached). Holds at most `max_files`; past that the least recently used goes. Only files that were
+// read are kept: one unreadable now may be readable through another process's root later. Thread-safety: every method
+// from any thread.
 class ElfCache {
  public:
   explicit ElfCache(size_t max_files = 128) : max_files_(max_files) {}
