@@ -7,7 +7,6 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "daemon/profiles.h"
+#include "kernel/gunzip.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"
 #include "pprof/profile.pb.h"
@@ -26,19 +26,7 @@
 namespace tpe {
 namespace {
 
-std::string Gunzip(const std::string& gz) {
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 16) != Z_OK) return "";
-  std::string out(8 << 20, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  z.avail_in = static_cast<uInt>(gz.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = inflate(&z, Z_FINISH);
-  out.resize(rc == Z_STREAM_END ? z.total_out : 0);
-  inflateEnd(&z);
-  return out;
-}
+using testing::Gunzip;
 
 // utime + stime of process `pid` (proc(5) /proc/PID/stat fields 14 and 15), in ns.
 int64_t ProcessCpuNs(pid_t pid) {

@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/probes.h"
 #include "daemon/profiles.h"
+#include "kernel/gunzip.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"
 #include "pprof/profile.pb.h"
@@ -35,19 +35,7 @@ using testing::kPathB;
 // sample is lost while the reader is slow on a loaded machine (a 64-page ring lost some in CI).
 const std::string kRings = R"({"settings": {"ring_buffer_pages": 1024}, )";
 
-std::string Gunzip(const std::string& gz) {
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 16) != Z_OK) return "";
-  std::string out(8 << 20, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  z.avail_in = static_cast<uInt>(gz.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = inflate(&z, Z_FINISH);
-  out.resize(rc == Z_STREAM_END ? z.total_out : 0);
-  inflateEnd(&z);
-  return out;
-}
+using testing::Gunzip;
 
 // Folded stacks' counts by user path (main;...;tpe_leaf), summed over everything else.
 std::map<std::string, int64_t> Paths(const std::string& folded) {
