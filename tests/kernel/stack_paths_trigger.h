@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,17 @@ class Trigger {
   }
   ~Trigger() { Exit(); }
   pid_t pid() const { return pid_; }
+  // Starts the trigger and waits for its "done N" line: every call made.
   void Go() {
     ASSERT_EQ(write(go_[1], "g", 1), 1);
-    char buf[8] = {};
-    ASSERT_GT(read(out_[0], buf, 5), 0);  // "done": every call made
+    std::string line;
+    char c;
+    while (read(out_[0], &c, 1) == 1 && c != '\n') line += c;
+    ASSERT_EQ(line.rfind("done", 0), 0u) << "the trigger said " << line;
+    said_ = std::strtoll(line.c_str() + 4, nullptr, 10);
   }
+  // The number after "done": for `sleep N`, the wall-clock ns the N sleeps took; 0 otherwise.
+  long long said() const { return said_; }
   void Release() {
     if (in_[1] >= 0) close(in_[1]), in_[1] = -1;
   }
@@ -69,6 +76,7 @@ class Trigger {
  private:
   int go_[2] = {-1, -1}, out_[2] = {-1, -1}, in_[2] = {-1, -1};
   pid_t pid_ = -1;
+  long long said_ = 0;
 };
 
 }  // namespace tpe::testing

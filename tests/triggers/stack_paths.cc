@@ -6,7 +6,10 @@
 // Usage: stack_paths N1 N2 [comm [hold]]      (comm: the thread's name while it calls, default
 //        stack_paths spin S [comm [hold]]      tpe_stacks; hold: then print "done" and wait for
 //        stack_paths sleep N [comm [hold]]
-// stdin to close before exiting, so a test can read the process's mappings and /proc/PID/stat)
+// stdin to close before exiting, so a test can read the process's mappings and /proc/PID/stat).
+// After "done" comes a number: for sleep, the wall-clock ns the N sleeps took in all
+// (CLOCK_MONOTONIC around the loop: a bound on the off-CPU time, as a sleep of 10 ms can last
+// longer, e.g. 11 ms on a PREEMPT_RT guest under TCG); 0 otherwise.
 //
 // Built with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (tests/triggers/CMakeLists.txt)
 // so a frame-pointer unwind (the kernel's for PERF_SAMPLE_CALLCHAIN and bpf_get_stackid's
@@ -21,6 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+
+// `clock` now, in ns (clock_gettime(2)).
+static long Ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
 
 extern "C" {
 
@@ -53,17 +63,17 @@ __attribute__((noinline)) long tpe_spin(double seconds) {
   volatile long sink = 0;
   for (;;) {
     for (long i = 0; i < (1 << 20); ++i) sink = sink + i;
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    if (static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9 >= seconds) break;
+    if (static_cast<double>(Ns(CLOCK_PROCESS_CPUTIME_ID)) * 1e-9 >= seconds) break;
   }
   asm volatile("" ::: "memory");
   return sink + 1;
 }
 
 // Sleeps `n` times 10 ms (nanosleep), off CPU under this function (the off-CPU profile tests).
-__attribute__((noinline)) long tpe_sleep(int n) {
+// Adds the wall-clock ns the loop took to *slept_ns.
+__attribute__((noinline)) long tpe_sleep(int n, long* slept_ns) {
   volatile long frame_kept = 0;
+  const long start = Ns(CLOCK_MONOTONIC);
   for (int i = 0; i < n; ++i) {
     // The syscall instruction here, not in libc's wrapper (which keeps no frame: an unwind from it
     // would skip this function, as for tpe_leaf).
@@ -75,6 +85,7 @@ __attribute__((noinline)) long tpe_sleep(int n) {
                  : "rcx", "r11", "memory");
     frame_kept = frame_kept + ret;
   }
+  *slept_ns += Ns(CLOCK_MONOTONIC) - start;
   asm volatile("" ::: "memory");
   return frame_kept + 1;
 }
@@ -88,12 +99,13 @@ int main(int argc, char** argv) {
   }
   prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
   const bool spin = std::string_view(argv[1]) == "spin", sleep = std::string_view(argv[1]) == "sleep";
+  long slept_ns = 0;
   const long a = spin    ? tpe_spin(std::atof(argv[2]))
-                 : sleep ? tpe_sleep(std::atoi(argv[2]))
+                 : sleep ? tpe_sleep(std::atoi(argv[2]), &slept_ns)
                          : tpe_path_a(std::atoi(argv[1]));
   const long b = spin || sleep ? 1 : tpe_path_b(std::atoi(argv[2]));
   if (argc > 4 && std::string_view(argv[4]) == "hold") {
-    std::printf("done\n");
+    std::printf("done %ld\n", slept_ns);
     std::fflush(stdout);
     while (std::getchar() != EOF) {
     }

@@ -14,7 +14,8 @@
 # Results come from a writable 9p share, never from qemu's exit code. A guest fails when a test
 # fails, when its kernel is tainted after the run or when its dmesg has a WARNING.
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
-# qemu or kernel is a failure, not a skip. TPE_VM_TIMEOUT (seconds per guest, default 1500);
+# qemu or kernel is a failure, not a skip. TPE_VM_JOBS guests at a time (default 2: one host
+# thread each); TPE_VM_TIMEOUT (seconds per guest, default 1500);
 # TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
 # guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh); TPE_VM_RESULTS=DIR
 # puts the per-kernel results directories there instead of $TPE_VM_CACHE/results.
@@ -161,42 +162,80 @@ EOF
   echo "qemu exit $? (not used)" >>"$OUT/qemu.log"
 }
 
-overall=0
 summary=()
+# run_and_judge META START: boots the guest of $KVER/$KDIR into $OUT, then writes $OUT/summary
+# (one line) and $OUT/report (what failed), which the main loop prints in the kernels' order.
+run_and_judge() {
+  local meta=$1 start=$2 result secs nfail nall failed log
+  run_guest
+  secs=$(($(date +%s) - start))
+  {
+    if [[ ! -f "$OUT/done" ]]; then
+      result="FAIL: the guest never finished (timeout ${TIMEOUT}s or crash; tail of console.log above)"
+      tail -40 "$OUT/console.log"
+    elif grep -q '^FAIL' "$OUT/verdicts"; then
+      nfail=$(grep -c '^FAIL' "$OUT/verdicts")
+      nall=$(wc -l <"$OUT/verdicts")
+      failed=$(grep '^FAIL' "$OUT/verdicts" | cut -d' ' -f2- | paste -sd';')
+      result="FAIL: $nfail of $nall checks: $failed"
+    else
+      nall=$(wc -l <"$OUT/verdicts")
+      result="PASS: $nall checks"
+    fi
+    if [[ "$result" != PASS* ]]; then
+      echo "-- $meta $KVER:"
+      cat "$OUT/verdicts" 2>/dev/null
+      # What failed, here in the output (CI keeps no guest logs): each gtest failure with the
+      # lines after it, and the failed tests' names, at most 120 lines per log.
+      for log in "$OUT/kernel-tier.log" "$OUT/e2e.log"; do
+        [[ -f $log ]] || continue
+        echo "-- failures in $log:"
+        grep -E -A8 ': Failure$|^\[  FAILED  \]|^FAIL|Error|error:' "$log" | head -120
+      done
+    fi
+  } >"$OUT/report" 2>&1
+  echo "$meta $KVER: $result in ${secs}s, logs in $OUT" >"$OUT/summary"
+}
+
+# Kernels are prepared one after another and booted TPE_VM_JOBS at a time (default 2): a guest
+# runs on one host thread (single-threaded TCG), so two guests keep a 2-core host busy without
+# sharing a core.
+JOBS=${TPE_VM_JOBS:-2}
+overall=0
+entries=()  # per kernel: "MISSING|PREPARED|message" or "RAN|results dir"
 for meta in "${KERNELS[@]}"; do
   KVER="" KDIR=""
   start=$(date +%s)
   if ! prepare_kernel "$meta" >"$CACHE/prepare-${meta//\//_}.log" 2>&1; then
     cat "$CACHE/prepare-${meta//\//_}.log"
     [[ "${CI:-}" == true || "${TPE_REQUIRE_KERNEL:-}" == 1 ]] && overall=1
-    summary+=("$meta: MISSING (kernel could not be fetched or prepared, see $CACHE/prepare-${meta//\//_}.log)")
+    entries+=("MISSING|$meta: MISSING (kernel could not be fetched or prepared, see $CACHE/prepare-${meta//\//_}.log)")
     continue
   fi
   if [[ -n "${TPE_VM_PREPARE_ONLY:-}" ]]; then
-    summary+=("$meta $KVER: prepared in $KDIR")
+    entries+=("PREPARED|$meta $KVER: prepared in $KDIR")
     continue
   fi
   OUT=${TPE_VM_RESULTS:-$CACHE/results}/$KVER
   rm -rf "$OUT" && mkdir -p "$OUT"
+  while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n; done
+  start=$(date +%s)
   echo "== $meta -> $KVER: booting (results in $OUT)"
-  run_guest
-  secs=$(($(date +%s) - start))
-  if [[ ! -f "$OUT/done" ]]; then
-    result="FAIL: the guest never finished (timeout ${TIMEOUT}s or crash; tail of console.log above)"
-    tail -40 "$OUT/console.log"
-  elif grep -q '^FAIL' "$OUT/verdicts"; then
-    nfail=$(grep -c '^FAIL' "$OUT/verdicts")
-    nall=$(wc -l <"$OUT/verdicts")
-    failed=$(grep '^FAIL' "$OUT/verdicts" | cut -d' ' -f2- | paste -sd';')
-    result="FAIL: $nfail of $nall checks: $failed"
-  else
-    nall=$(wc -l <"$OUT/verdicts")
-    result="PASS: $nall checks"
-  fi
-  [[ "$result" == PASS* ]] || overall=1
-  [[ "$result" == PASS* ]] || { cat "$OUT/verdicts" 2>/dev/null; }
-  summary+=("$meta $KVER: $result in ${secs}s, logs in $OUT")
+  run_and_judge "$meta" "$start" &
+  entries+=("RAN|$OUT")
 done
+wait
 echo "== kernel matrix"
+for e in "${entries[@]}"; do
+  kind=${e%%|*} rest=${e#*|}
+  if [[ $kind == RAN ]]; then
+    cat "$rest/report" 2>/dev/null
+    line=$(cat "$rest/summary" 2>/dev/null || echo "${rest##*/}: FAIL: no summary written")
+  else
+    line=$rest
+  fi
+  [[ $kind == RAN && "$line" != *": PASS: "* ]] && overall=1
+  summary+=("$line")
+done
 printf '%s\n' "${summary[@]}"
 exit $overall
