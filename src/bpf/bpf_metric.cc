@@ -122,6 +122,7 @@ Status BpfMetric::Build(bool create) {
         s.key = key_;
         s.key.size = key_size_;
         s.stacks = CounterShape::Stacks{spec_.kernel_stack, spec_.user_stack, key_.size};
+        s.perf_event = spec_.end.clock;
         return add("event", &spec_.end, EmitCounter(s, fds));
       }
       case Kind::kHistogram: {
@@ -172,8 +173,11 @@ Status BpfMetric::Build(bool create) {
   if (keyless_) {
     TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_" + spec_.name, 4, value_bytes, 1));
   } else {
-    TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes,
-                                            max_series, hash_flags(key_size_, value_bytes, max_series, true)));
+    // A perf_event program takes preallocated hash maps only before Linux 6.1 (the verifier's
+    // check_map_prog_compatibility): a clock profile's map always is (bounded by the plan).
+    TPE_ASSIGN_OR_RETURN(values_,
+                         CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes, max_series,
+                                   spec_.end.clock ? 0 : hash_flags(key_size_, value_bytes, max_series, true)));
   }
   MapFds fds;
   fds.values = values_.get();
@@ -217,9 +221,10 @@ Status BpfMetric::Build(bool create) {
     Program p = std::move(programs_[i]);
     p.stats = std::move(stats);
     p.record = std::move(record);
-    TPE_ASSIGN_OR_RETURN(p.fd,
-                         LoadTracepointProgram(ProgramName(spec_.name, p.role), p.insns,
-                                               p.endpoint->probe ? BPF_PROG_TYPE_KPROBE : BPF_PROG_TYPE_TRACEPOINT));
+    const bpf_prog_type type = p.endpoint->clock   ? BPF_PROG_TYPE_PERF_EVENT
+                               : p.endpoint->probe ? BPF_PROG_TYPE_KPROBE
+                                                   : BPF_PROG_TYPE_TRACEPOINT;
+    TPE_ASSIGN_OR_RETURN(p.fd, LoadTracepointProgram(ProgramName(spec_.name, p.role), p.insns, type));
     loaded.push_back(std::move(p));
   }
   programs_ = std::move(loaded);
@@ -239,6 +244,10 @@ Status BpfMetric::Attach() {
   if (!loaded()) return Internal(spec_.name + ": its BPF maps and programs were never loaded");
   std::vector<TracepointAttachment> fds;
   for (const Program& p : programs_) {
+    if (p.endpoint->clock) {
+      clock_attached_ = true;  // attached by the pipeline to its clock events (the header)
+      continue;
+    }
     auto fd = AttachTracepoint(p.fd.get(), p.endpoint->tracepoint_id);
     if (!fd.ok()) return fd.status().WithContext(spec_.name + " (" + p.endpoint->event + ")");
     fds.push_back(std::move(*fd));
@@ -247,7 +256,10 @@ Status BpfMetric::Attach() {
   return Status::Ok();
 }
 
-void BpfMetric::Detach() { attach_fds_.clear(); }
+void BpfMetric::Detach() {
+  attach_fds_.clear();
+  clock_attached_ = false;
+}
 
 namespace {
 

@@ -62,6 +62,12 @@ struct BpfEndpoint {
   // A probe event (uprobe, USDT, kprobe): its program is a BPF_PROG_TYPE_KPROBE one that
   // materializes this record (probe_record.h). Unset: a tracepoint.
   std::optional<ProbeRecord> probe;
+  // A CPU profile's software clock (kProfile only; tracepoint_id, filter, match and probe
+  // unused): its program is a BPF_PROG_TYPE_PERF_EVENT one, which the pipeline attaches to the
+  // per-CPU clock events it opens (PERF_EVENT_IOC_SET_BPF at each open, CPU hotplug included;
+  // daemon/plan.h EventPlan::bpf_profile) and which returns 0, so the kernel writes no sample
+  // for the overflow (bpf_overflow_handler, kernel/events/core.c). Attach() attaches nothing.
+  bool clock = false;
 };
 
 struct BpfMetricSpec {
@@ -87,6 +93,9 @@ struct BpfMetricSpec {
   bool kernel_stack = true, user_stack = true;
   uint32_t max_stacks = 10000;
   uint32_t max_frames = 127;
+  // kProfile on a clock (end.clock): the ns of the clock each sample stands for (the events'
+  // fixed sample_period), the profile's scale.
+  uint64_t clock_period_ns = 0;
 };
 
 // The kernel memory of a hash map with every element allocated, as htab_map_alloc() preallocates
@@ -111,10 +120,15 @@ class BpfMetric : public Collector {
   bool loaded() const { return values_.valid(); }
   ~BpfMetric() override;
 
-  // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays attached.
+  // Attaches every program (idempotent). Errors as AttachTracepoint's; on error nothing stays
+  // attached. A clock's program (BpfEndpoint::clock) runs on the events the pipeline attaches it
+  // to, from their open to their close: Attach and Detach only mark it.
   Status Attach() override;
   void Detach() override;
-  bool attached() const override { return !attach_fds_.empty(); }
+  bool attached() const override { return !attach_fds_.empty() || clock_attached_; }
+  // The loaded program of the end event (its fd, owned by this metric), -1 when not loaded: for
+  // a clock, what the pipeline attaches to its perf events.
+  int end_program_fd() const { return programs_.empty() ? -1 : programs_.back().fd.get(); }
 
   const std::string& name() const override { return spec_.name; }
   void OnSample(size_t, const Sample&, CommTable*) override {}  // no samples: the kernel aggregates
@@ -197,6 +211,7 @@ class BpfMetric : public Collector {
   ScopedFd values_, zero_, starts_, stacks_;
   std::vector<Program> programs_;
   std::vector<TracepointAttachment> attach_fds_;
+  bool clock_attached_ = false;
 
   std::unique_ptr<MapSeries> series_;  // the values map's series, live and retired
   mutable std::mutex mu_;              // guards the counts below

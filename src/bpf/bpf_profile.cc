@@ -76,10 +76,12 @@ BpfProfile::Read BpfProfile::ReadAll(bool resolve) const {
     sc.pid = sk.tgid;
     sc.value = e.value[0];
     r.samples += sc.value;
-    // A kernel thread has no user stack (-EFAULT: empty, not lost); a kernel stack always has
-    // frames, so -EFAULT there is the kernel failing to take one (no_callchain).
+    // A kernel thread has no user stack (-EFAULT: empty, not lost); an event's kernel stack
+    // always has frames, so -EFAULT there is the kernel failing to take one (no_callchain),
+    // except on a clock, whose samples in user mode have none.
+    const bool clock = metric_->spec().end.clock;
     auto part = [&](const char* name, bool user, int32_t id, std::vector<uint64_t>* frames, std::string* lost) {
-      if (id == kStackNotTaken || (id == kStackEmpty && user)) return;
+      if (id == kStackNotTaken || (id == kStackEmpty && (user || clock))) return;
       if (id >= 0 && !resolve) return;
       std::string reason = id >= 0 ? (Frames(id, frames) ? "" : "unreadable") : LostReason(id);
       if (reason.empty()) return;

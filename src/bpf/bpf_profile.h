@@ -28,6 +28,13 @@
 // + ~32) bytes, preallocated (10,000 x 127 frames: ~10.5 MB); refused over
 // settings.bpf_preallocate_max_bytes.
 //
+// CPU profiles (BpfEndpoint::clock): the program runs at each overflow of the per-CPU clock
+// events, with the interrupted registers: a sample taken in user mode has no kernel stack
+// (bpf_get_stackid: -EFAULT, shown empty, not lost), one in a kernel thread no user stack.
+// The kernel skips the program, uncounted, when the clock's interrupt lands while another BPF
+// program runs on that CPU (bpf_overflow_handler's bpf_prog_active check): a share of samples
+// as small as the share of CPU time spent in BPF programs.
+//
 // Exited processes: user frames are named through the mappings the pipeline learns from the
 // per-CPU mmap tracking event the plan adds for a bpf profile with user stacks (plan.h), as on
 // the perf engine.
@@ -75,9 +82,13 @@ class BpfProfile : public Collector, public StackProfile {
   // StackProfile: every series, its stacks read from the stack map (leaf first, zero padding
   // cut). A stack id whose read fails keeps its samples as lost ("unreadable").
   std::vector<StackCount> Stacks() const override;
-  double scale() const override { return 1; }
+  // A CPU profile (spec().end.clock): each sample weighs its clock period, ("cpu",
+  // "nanoseconds"), as on the perf engine; otherwise samples counted.
+  double scale() const override { return clock() ? static_cast<double>(metric_->spec().clock_period_ns) : 1; }
   uint64_t instance() const override { return instance_; }
-  std::string value_type() const override { return "samples"; }
+  std::string value_type() const override { return clock() ? "cpu" : "samples"; }
+  std::string value_unit() const override { return clock() ? "nanoseconds" : "count"; }
+  bool clock() const { return metric_->spec().end.clock; }
   bool stamped() const override { return false; }  // the kernel counts: read as of the call
 
   const BpfMetric& metric() const { return *metric_; }

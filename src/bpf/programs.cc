@@ -174,9 +174,12 @@ Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, 
   return Status::Ok();
 }
 
-void EmitReturn(Assembler* a, const ProbeRecord* probe) {
+// `perf_event`: CounterShape::perf_event.
+void EmitReturn(Assembler* a, const ProbeRecord* probe, bool perf_event = false) {
   if (probe != nullptr) EmitProbeRecordRelease(a);
-  a->Mov(R0, 1);  // 1: other perf events on this tracepoint still get the hit
+  // 1: other perf events on this tracepoint still get the hit. 0 on a perf event's overflow:
+  // no sample is written for it.
+  a->Mov(R0, perf_event ? 0 : 1);
   a->Exit();
 }
 
@@ -511,7 +514,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
     EmitPerCpuAdd(&a, R0, 0, R7);
     a.Bind(out);
     a.Bind(filtered);
-    EmitReturn(&a, s.probe);
+    EmitReturn(&a, s.probe, s.perf_event);
     return a.Finish();
   }
   a.ZeroStack(kKeyOff, s.key.MapKeySize());
@@ -547,7 +550,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   EmitStat(&a, maps, kNoMemory);
   a.Bind(out);
   a.Bind(filtered);
-  EmitReturn(&a, s.probe);
+  EmitReturn(&a, s.probe, s.perf_event);
   return a.Finish();
 }
 

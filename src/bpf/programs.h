@@ -176,6 +176,11 @@ struct CounterShape {
     uint32_t key_offset = 0;
   };
   std::optional<Stacks> stacks;
+  // A BPF_PROG_TYPE_PERF_EVENT program (a CPU profile's clock; the context is struct
+  // bpf_perf_event_data, which bpf_get_stackid() takes): it returns 0, so the kernel writes no
+  // sample for the event's overflow (bpf_overflow_handler, kernel/events/core.c); a
+  // tracepoint's or probe's returns 1.
+  bool perf_event = false;
 };
 struct HistogramShape {
   const FilterExpr* filter = nullptr;

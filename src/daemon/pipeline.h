@@ -138,8 +138,12 @@ class Pipeline {
   // is opened by OpenTaskEvents(ep, -1) instead.
   Status OpenEvent(EventPlan* ep, int cpu);
   // One perf event of `ep` on `cpu` for task `tid` (-1: every task; > 0: that thread, with
-  // attr.inherit); *id is its PERF_EVENT_IOC_ID.
+  // attr.inherit); *id is its PERF_EVENT_IOC_ID. A bpf CPU profile's clock event
+  // (EventPlan::bpf_profile) gets its profile's program attached.
   StatusOr<ScopedFd> OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* id);
+  // The fd of the loaded program of the bpf profile `ep` runs (EventPlan::bpf_profile), looked
+  // up in plan_ by identity. Internal when plan_ has no such loaded profile. Under mu_.
+  StatusOr<int> BpfProgramOf(const EventPlan& ep) const;
   // A "pid" event's perf events on `cpu` (-1: every CPU, counting mode), one per thread of the
   // process, into ep->task_fds (disabled). Errors: the process does not exist (when
   // `must_exist`; else nothing is opened), more events than settings.max_pid_perf_events, a

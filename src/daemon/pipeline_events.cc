@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bpf/bpf_profile.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "daemon/pipeline.h"
@@ -51,12 +52,26 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
                              ": " + (why.ok() ? st.message() : why.message()));
     }
   }
+  if (!ep->bpf_profile.empty()) {
+    TPE_ASSIGN_OR_RETURN(int prog, BpfProgramOf(*ep));
+    TPE_RETURN_IF_ERROR(AttachBpfProgram(fd.get(), prog).WithContext(ep->display + " on cpu " + std::to_string(cpu)));
+  }
   if (ep->sampled) {
     TPE_ASSIGN_OR_RETURN(CpuRing * ring, EnsureRing(cpu));
     TPE_RETURN_IF_ERROR(SetOutput(fd.get(), ring->owner.get()));
   }
   TPE_ASSIGN_OR_RETURN(*id, ReadEventId(fd.get()));
   return fd;
+}
+
+StatusOr<int> Pipeline::BpfProgramOf(const EventPlan& ep) const {
+  for (size_t i = 0; i < plan_->identities.size() && i < plan_->collectors.size(); ++i) {
+    if (plan_->identities[i] != ep.bpf_profile) continue;
+    const auto* profile = dynamic_cast<const bpf::BpfProfile*>(plan_->collectors[i].get());
+    const int fd = profile != nullptr ? profile->metric().end_program_fd() : -1;
+    if (fd >= 0) return fd;
+  }
+  return Internal(ep.display + ": no loaded BPF program of its profile to attach");
 }
 
 Status Pipeline::OpenEvent(EventPlan* ep, int cpu) {

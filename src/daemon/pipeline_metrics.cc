@@ -142,8 +142,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   for (size_t i = 0; i < plan_->events.size(); ++i) {
     const EventPlan& ep = *plan_->events[i];
     // No tracepoint: its side-band records lost with a full ring are the ring's
-    // (tracepoint_exporter_ring_lost_records_total), it has no hits or samples.
-    if (ep.mmap_tracker) continue;
+    // (tracepoint_exporter_ring_lost_records_total), it has no hits or samples. A bpf CPU
+    // profile's clock writes no samples: its program's runs are its self-metrics.
+    if (ep.mmap_tracker || !ep.bpf_profile.empty()) continue;
     const EventPlan* sampled = ep.sampled ? &ep : nullptr;
     bool seen = false;
     for (size_t j = 0; j < plan_->events.size(); ++j) {
@@ -155,7 +156,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (!seen) add_event(ep, sampled ? *sampled : ep);
   }
   for (const auto& d : plan_->draining) {
-    if (!d->mmap_tracker) add_event(*d, *d);
+    if (!d->mmap_tracker && d->bpf_profile.empty()) add_event(*d, *d);
   }
   for (Group& g : groups) {
     if (!g.clock) Add(&hits, g.labels, static_cast<double>(g.hits));

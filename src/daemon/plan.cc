@@ -468,17 +468,7 @@ StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig
 // A CPU profile's software clock event (EventPlan::software_clock), shared by the profiles that
 // sample it alike: no tracefs, no format. Named "perf:<clock>", shown as "<clock> stacks".
 EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, uint8_t callchain) {
-  auto ep = std::make_unique<EventPlan>();
-  ep->event = EventName{"perf", m.event};
-  ep->display = m.event + " stacks " +
-                (m.frequency_hz > 0 ? "at " + std::to_string(m.frequency_hz) + " Hz"
-                                    : "every " + std::to_string(m.period_ns) + " ns") +
-                (m.include_idle ? " with idle" : "");
-  ep->sampled = true;
-  ep->software_clock = m.event == "task-clock" ? PERF_COUNT_SW_TASK_CLOCK : PERF_COUNT_SW_CPU_CLOCK;
-  ep->frequency_hz = m.frequency_hz;
-  ep->period_ns = m.period_ns;
-  ep->include_idle = m.include_idle;
+  std::unique_ptr<EventPlan> ep = plan_internal::MakeClockEvent(m);
   ep->callchain = callchain;
   ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
   for (auto& e : plan->events) {
@@ -624,5 +614,24 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   }
   return plan;
 }
+
+namespace plan_internal {
+
+std::unique_ptr<EventPlan> MakeClockEvent(const MetricConfig& m) {
+  auto ep = std::make_unique<EventPlan>();
+  ep->event = EventName{"perf", m.event};
+  ep->display = m.event + " stacks " +
+                (m.frequency_hz > 0 ? "at " + std::to_string(m.frequency_hz) + " Hz"
+                                    : "every " + std::to_string(m.period_ns) + " ns") +
+                (m.include_idle ? " with idle" : "");
+  ep->sampled = true;
+  ep->software_clock = m.event == "task-clock" ? PERF_COUNT_SW_TASK_CLOCK : PERF_COUNT_SW_CPU_CLOCK;
+  ep->frequency_hz = m.frequency_hz;
+  ep->period_ns = m.period_ns;
+  ep->include_idle = m.include_idle;
+  return ep;
+}
+
+}  // namespace plan_internal
 
 }  // namespace tpe

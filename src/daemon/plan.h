@@ -83,6 +83,12 @@ struct EventPlan {
   uint64_t frequency_hz = 0, period_ns = 0;
   bool include_idle = false;
   bool clock() const { return software_clock != TracepointEventOptions::kSoftwareClockNone; }
+  // A CPU profile on the bpf engine: the identity (Plan::identities) of the profile whose
+  // BPF_PROG_TYPE_PERF_EVENT program (bpf::BpfProfile) runs at each overflow of this clock
+  // event, attached at every open (PERF_EVENT_IOC_SET_BPF), CPU hotplug reopens included; the
+  // program returns 0, so no sample reaches the ring. Empty: none. The event is the profile's
+  // own; part of the perf events' identity (a changed profile gets new events).
+  std::string bpf_profile;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 
   // Runtime state, filled when the perf events are opened. Guarded by the pipeline's mutex.
@@ -119,12 +125,13 @@ struct EventPlan {
   // Re-reads `ids` from fds and task_fds (after either changed).
   void CollectIds();
   // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid,
-  // callchain, max_stack, mmap_tracker, software clock and its sampling).
+  // callchain, max_stack, mmap_tracker, software clock and its sampling, bpf_profile).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
            pid == other.pid && callchain == other.callchain && max_stack == other.max_stack &&
            mmap_tracker == other.mmap_tracker && software_clock == other.software_clock &&
-           frequency_hz == other.frequency_hz && period_ns == other.period_ns && include_idle == other.include_idle;
+           frequency_hz == other.frequency_hz && period_ns == other.period_ns && include_idle == other.include_idle &&
+           bpf_profile == other.bpf_profile;
   }
 };
 

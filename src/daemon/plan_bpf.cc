@@ -109,10 +109,6 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       return Unimplemented(where + ": \"bpf\" for " + m.name +
                            ": an off_cpu profile runs on the perf engine in this release; use \"perf\" or \"auto\"");
     }
-    if (IsClockEvent(m.event)) {
-      return Unimplemented(where + ": \"bpf\" for " + m.name + ": a CPU profile (\"" + m.event +
-                           "\") runs on the perf engine in this release; use \"perf\" or \"auto\"");
-    }
     // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
     // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
     const uint64_t bytes = cfg.settings.max_stacks_per_profile * (8ULL * cfg.settings.profile_max_frames + 24) +
@@ -265,7 +261,23 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   };
   std::vector<PartPlan> parts;
   std::unique_ptr<EventPlan> end_ep;
-  if (m.type == "latency") {
+  std::unique_ptr<EventPlan> clock_ep;  // a CPU profile's own clock event (EventPlan::bpf_profile)
+  if (m.type == "profile" && IsClockEvent(m.event)) {
+    // A CPU profile: a BPF_PROG_TYPE_PERF_EVENT program on per-CPU clock events of its own
+    // (no tracefs, no format: labels from the current task), each sample weighing the period.
+    clock_ep = MakeClockEvent(m);
+    clock_ep->display += " (bpf profile " + m.name + ")";
+    PartPlan part;
+    part.spec = base_spec();
+    part.key = "end:" + m.event;
+    part.spec.end.event = clock_ep->display;
+    part.spec.end.clock = true;
+    part.spec.clock_period_ns = ClockSamplePeriodNs(m.frequency_hz, m.period_ns);
+    auto labels = BuildLabels(cfg, m.labels, "", clock_ep.get(), plan);
+    if (!labels.ok()) return not_bpf(labels.status());
+    part.spec.end.labels = std::move(*labels);
+    parts.push_back(std::move(part));
+  } else if (m.type == "latency") {
     const std::vector<std::string> ends = variants(m.end.event);
     std::vector<std::string> end_identities;
     for (const auto& e : ends) end_identities.push_back(identity_of(e));
@@ -359,7 +371,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   };
   for (const PartPlan& p : parts) {
     for (const auto& s : p.spec.starts) need(s);
-    need(p.spec.end);
+    if (!p.spec.end.clock) need(p.spec.end);  // a clock's events are the profile's own
   }
   for (const auto& [id, n] : programs) {
     auto foreign = plan->foreign_bpf_programs.find(id);
@@ -415,6 +427,10 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   for (const auto& [id, n] : programs) plan->bpf_programs[id] += n.programs;
   if (profile) {
     plan->collectors.push_back(std::move(profile));
+    if (clock_ep) {
+      clock_ep->bpf_profile = m.canonical;  // attached when opened (Pipeline::OpenFd)
+      plan->events.push_back(std::move(clock_ep));
+    }
     // User frames are named through the processes' mappings: learnt from the mmap tracking
     // event's records (EventPlan::mmap_tracker), in time order with the exec, fork and exit records.
     if (m.stack != "kernel") AddMmapTracker(plan);

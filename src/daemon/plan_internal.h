@@ -47,4 +47,9 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
 // (plan->probe_names), else "system:event".
 void NameAsConfigured(const Plan& plan, EventPlan* ep);
 
+// A CPU profile's software clock event (EventPlan::software_clock) for profile `m`
+// (IsClockEvent(m.event)): sampled at its frequency_hz or period_ns, with or without the idle
+// task; no callchain, no consumers yet. Named "perf:<clock>", shown as "<clock> stacks at N Hz".
+std::unique_ptr<EventPlan> MakeClockEvent(const MetricConfig& m);
+
 }  // namespace tpe::plan_internal

@@ -269,6 +269,42 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   EXPECT_EQ(a.sample_type & PERF_SAMPLE_PERIOD, PERF_SAMPLE_PERIOD);
 }
 
+// A CPU profile on "bpf": a clock event of its own that runs the profile's program
+// (EventPlan::bpf_profile; never shared with a perf profile's clock, which has samples), the
+// mmap tracker for user frames, and the profile weighs each sample by the period.
+TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
+  auto cfg = ParseConfig(R"({"profiles": [{"name": "a", "event": "cpu-clock", "frequency_hz": 99, "engine": "bpf",
+      "labels": [{"name": "comm", "source": "comm"}]},
+      {"name": "b", "event": "cpu-clock", "frequency_hz": 99}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  EXPECT_EQ(p.engines, (std::vector<std::string>{"bpf", "perf"}));
+  ASSERT_EQ(p.events.size(), 3u);  // b's clock; a's clock and the mmap tracker
+  const EventPlan* bpf_clock = nullptr;
+  const EventPlan* perf_clock = nullptr;
+  for (const auto& e : p.events) {
+    if (!e->bpf_profile.empty()) bpf_clock = e.get();
+    if (e->clock() && e->bpf_profile.empty()) perf_clock = e.get();
+  }
+  ASSERT_NE(bpf_clock, nullptr);
+  ASSERT_NE(perf_clock, nullptr);
+  EXPECT_EQ(bpf_clock->bpf_profile, cfg->metrics[0].canonical);
+  EXPECT_EQ(bpf_clock->display, "cpu-clock stacks at 99 Hz (bpf profile a)");
+  EXPECT_EQ(bpf_clock->callchain, 0) << "the program takes the stacks";
+  EXPECT_TRUE(bpf_clock->consumers.empty());
+  EXPECT_FALSE(bpf_clock->SamePerfEvents(*perf_clock));
+  EXPECT_EQ(perf_clock->consumers.size(), 1u);
+  const StackProfile* a = p.collectors[0]->stack_profile();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->value_type(), "cpu");
+  EXPECT_EQ(a->value_unit(), "nanoseconds");
+  EXPECT_EQ(a->scale(), static_cast<double>(1000000000u / 99));  // the period, whole ns
+  EXPECT_FALSE(a->stamped());
+}
+
 TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {
   auto plan = Build(R"(
     {"name": "a_total", "type": "counter", "event": "syscalls:sys_enter_getppid",

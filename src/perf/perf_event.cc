@@ -103,7 +103,7 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
       // NSEC_PER_SEC / freq): attr.freq would be refused (EINVAL) above
       // kernel.perf_event_max_sample_rate, which the kernel lowers by itself under load, also
       // at a reopen after CPU hotplug.
-      attr.sample_period = opts.frequency_hz > 0 ? 1000000000ULL / opts.frequency_hz : opts.period_ns;
+      attr.sample_period = ClockSamplePeriodNs(opts.frequency_hz, opts.period_ns);
     }
     if (opts.callchain_kernel || opts.callchain_user) {
       attr.sample_type |= PERF_SAMPLE_CALLCHAIN;
@@ -205,6 +205,11 @@ Status SetFilter(int fd, const std::string& filter) {
 
 Status SetOutput(int fd, int target_fd) {
   if (::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, target_fd) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_SET_OUTPUT");
+  return Status::Ok();
+}
+
+Status AttachBpfProgram(int fd, int prog_fd) {
+  if (::ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd) != 0) return ErrnoStatus(errno, "PERF_EVENT_IOC_SET_BPF");
   return Status::Ok();
 }
 

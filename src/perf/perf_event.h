@@ -101,6 +101,13 @@ PerfFeatures ProbePerfFeatures();
 using PerfOpenFault = std::function<int(const perf_event_attr& attr, int pid, int cpu)>;
 void SetPerfOpenFaultForTesting(PerfOpenFault fault);
 
+// The sample_period of a software clock event sampled at `frequency_hz` (1e9 / frequency_hz
+// ns, what the kernel makes of attr.freq for these hrtimer events) or, when it is 0, every
+// `period_ns` ns: the ns of the clock each sample stands for. Pure.
+inline uint64_t ClockSamplePeriodNs(uint64_t frequency_hz, uint64_t period_ns) {
+  return frequency_hz > 0 ? 1000000000ULL / frequency_hz : period_ns;
+}
+
 // Fills a perf_event_attr for a tracepoint: type PERF_TYPE_TRACEPOINT, config = id,
 // use_clockid with CLOCK_MONOTONIC, sample_id_all, read_format PERF_FORMAT_TOTAL_TIME_ENABLED |
 // PERF_FORMAT_LOST, created disabled (enable with EnableEvent once everything is wired).
@@ -130,6 +137,14 @@ StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu, int pid =
 // PERF_EVENT_IOC_SET_FILTER: the kernel's event filter syntax (Documentation/trace/events.rst
 // §5.1). Errors: InvalidArgument when the kernel rejects it (ask Tracefs::CheckFilter why).
 Status SetFilter(int fd, const std::string& filter);
+
+// PERF_EVENT_IOC_SET_BPF: runs BPF program `prog_fd` (BPF_PROG_TYPE_PERF_EVENT for a software
+// clock) at each overflow of sampled event `fd`, before its sample would be written (a program
+// that returns 0 drops it). The event holds a reference to the program until it is closed.
+// Errors: InvalidArgument when the kernel refuses the pair (EINVAL: a program type that does not
+// fit the event), EEXIST when the event has a program already, as errno says otherwise.
+// Source: perf_event_open(2), PERF_EVENT_IOC_SET_BPF.
+Status AttachBpfProgram(int fd, int prog_fd);
 
 // PERF_EVENT_IOC_SET_OUTPUT: send `fd`'s records to `target_fd`'s ring (same CPU and clock).
 Status SetOutput(int fd, int target_fd);

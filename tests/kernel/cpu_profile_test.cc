@@ -68,8 +68,12 @@ Weight WeightOf(const perftools::profiles::Profile& p, const std::string& comm, 
   return w;
 }
 
-TEST(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
+// Both engines: perf (callchain samples weighted by PERF_SAMPLE_PERIOD) and bpf (a
+// BPF_PROG_TYPE_PERF_EVENT program on the same clock events, counts scaled by the period).
+class CpuProfileTest : public testing::EngineTest {};
+TPE_INSTANTIATE_ENGINES(CpuProfileTest);
+
+TEST_P(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
   testing::Trigger t({"spin", "2", "tpe_spin"}, /*cpu=*/0);
   ASSERT_GT(t.pid(), 0);
   const std::string config = R"({"settings": {"ring_buffer_pages": 256},
@@ -104,8 +108,16 @@ TEST(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
   // The idle task is left out: no stack through the idle loop (kernel/sched/idle.c).
   EXPECT_EQ(folded.find("do_idle"), std::string::npos) << folded;
   EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "cpu"}}), 150);
-  // The exporter's own time on the profile: handling its samples, rendering it (twice above).
-  EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_sample_seconds_total", {{"profile", "cpu"}}), 0);
+  // The exporter's own time on the profile: handling its samples (perf: the kernel counts on
+  // bpf), rendering it (twice above).
+  if (!IsBpf()) {
+    EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_sample_seconds_total", {{"profile", "cpu"}}), 0);
+  } else {
+    // Every run of the program is one sample of the profile (read one after the other while
+    // the clocks go on: a few apart at most).
+    EXPECT_NEAR(testing::Value(page, "tracepoint_exporter_bpf_program_runs_total", {{"metric", "cpu"}}),
+                testing::Value(page, "tracepoint_exporter_profile_samples_total", {{"profile", "cpu"}}), 4);
+  }
   EXPECT_GT(testing::Value(page, "tracepoint_exporter_profile_render_cpu_seconds_total", {{"profile", "cpu"}}), 0);
   // A clock's kernel count is ns, not hits: no hits series for it, samples and lost are there.
   EXPECT_EQ(testing::Value(page, "tracepoint_exporter_event_hits_total",
@@ -115,8 +127,7 @@ TEST(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
 
 // include_idle keeps the idle task's samples: on a machine with an idle moment, stacks through
 // the idle loop (do_idle, kernel/sched/idle.c) are in the profile.
-TEST(CpuProfileTest, IncludeIdleKeepsTheIdleTask) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
+TEST_P(CpuProfileTest, IncludeIdleKeepsTheIdleTask) {
   const std::string config = R"({"profiles": [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 199,
       "include_idle": true, "stack": "kernel"}]})";
   // The CPUs' idle time (proc(5) /proc/stat "cpu" line, 4th value, clock ticks).
@@ -209,8 +220,7 @@ TEST(OffCpuProfileTest, ASleepingChildsBlocksAreUnderItsFunction) {
 
 // CPU hotplug: cpu1 goes offline and comes back; its clock event is reopened (as tracepoints'
 // are) and a thread spinning on it afterwards has its CPU time in the profile, within 10 %.
-TEST(CpuProfileTest, ACpuThatCameBackIsSampledAgain) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
+TEST_P(CpuProfileTest, ACpuThatCameBackIsSampledAgain) {
   const std::string online = "/sys/devices/system/cpu/cpu1/online";
   if (access(online.c_str(), W_OK) != 0) {
     if (testing::KernelRequired()) FAIL() << online << " is not writable: cannot take cpu1 offline";
@@ -265,7 +275,9 @@ TEST(CpuProfileTest, ACpuThatCameBackIsSampledAgain) {
     ASSERT_TRUE(data.has_value());
     for (const StackCount& sc : data->stacks) {
       for (const auto& [k, v] : sc.labels) {
-        if (k == "comm" && v == "tpe_hot_spin") profiled_ns += static_cast<int64_t>(sc.value);
+        if (k == "comm" && v == "tpe_hot_spin") {
+          profiled_ns += static_cast<int64_t>(static_cast<double>(sc.value) * data->scale);  // bpf: samples x period
+        }
       }
     }
   });
