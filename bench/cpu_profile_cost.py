@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """What a continuous CPU profile costs: the exporter with a 19 Hz cpu-clock profile on every CPU,
-beside `perf record -F 19 -a -g` collecting the same samples for the same time.
+on each engine, alone and with an off-CPU profile beside it ("both views"), beside
+`perf record -F 19 -a -g` collecting the same samples for the same time (and, for both views,
+`perf record` of the clock at 19 Hz plus sched:sched_switch with stacks).
 
     sudo bench/cpu_profile_cost.sh [--seconds S] [--rounds R]
 
-Both run while stress-ng keeps every CPU busy (so every timer tick of the clock is a sample:
+All run while stress-ng keeps every CPU busy (so every timer tick of the clock is a sample:
 19 per second per CPU, the idle task being left out). Per tracer and round: its own CPU time
 (user + system, /proc/PID/stat for the exporter, wait4's rusage for perf record and its
 `sleep`) over S seconds, as a share of one CPU, and its resident memory (VmRSS at the end and
-VmHWM for the exporter, ru_maxrss for perf). The exporter is scraped for /debug/pprof/cpu every
-10 s, as Parca or Alloy would, and that rendering is part of its CPU time; its first scrape, which
-reads /proc/kallsyms (again every 10 minutes) and the symbol tables of the mapped files, comes
-before the measured time and is reported apart. The samples' kernel
-side (the timer interrupt and the callchain walk) is charged to the interrupted tasks, the same
-for both. Rounds alternate the two tracers; medians are printed as Markdown and written to
-docs/CPU_PROFILE_COST.md (--out).
+VmHWM for the exporter, ru_maxrss for perf). The exporter is scraped for each profile's pprof
+every 10 s, as Parca or Alloy would, and that rendering is part of its CPU time; its first
+scrape, which reads /proc/kallsyms (again every 10 minutes) and the symbol tables of the mapped
+files, comes before the measured time and is reported apart. The samples' kernel side (the
+timer interrupt, the callchain walk or the bpf program's stack walk) is charged to the
+interrupted tasks, the same for all. Rounds rotate the tracers; medians are printed as Markdown
+and written to docs/CPU_PROFILE_COST.md (--out).
 """
 import argparse
 import json
@@ -44,12 +46,16 @@ def proc_status_kib(pid, key):
     return 0
 
 
-def run_exporter(binary, seconds, port, scrape_every):
+def run_exporter(binary, seconds, port, scrape_every, engine="perf", off_cpu=False):
     work = tempfile.mkdtemp()
     config = os.path.join(work, "config.json")
+    profiles = [{"name": "cpu", "event": "cpu-clock", "engine": engine,
+                 "labels": [{"name": "comm", "source": "comm"}]}]
+    if off_cpu:  # the off-CPU view (perf engine: the only one it has in this release)
+        profiles.append({"name": "off_cpu", "type": "off_cpu", "labels": [{"name": "comm", "source": "comm"}]})
+    names = [p["name"] for p in profiles]
     with open(config, "w") as f:
-        json.dump({"profiles": [{"name": "cpu", "event": "cpu-clock",
-                                 "labels": [{"name": "comm", "source": "comm"}]}]}, f)
+        json.dump({"profiles": profiles}, f)
     proc = subprocess.Popen([binary, "--config.file", config, "--web.listen-address", "127.0.0.1:%d" % port],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = "http://127.0.0.1:%d" % port
@@ -68,7 +74,8 @@ def run_exporter(binary, seconds, port, scrape_every):
         # is new); its CPU time is reported apart.
         first0 = proc_cpu_seconds(proc.pid)
         if scrape_every:
-            urllib.request.urlopen(url + "/debug/pprof/cpu", timeout=30).read()
+            for name in names:
+                urllib.request.urlopen(url + "/debug/pprof/" + name, timeout=30).read()
         cpu0 = proc_cpu_seconds(proc.pid)
         first = cpu0 - first0
         t0 = time.monotonic()
@@ -76,8 +83,9 @@ def run_exporter(binary, seconds, port, scrape_every):
         while time.monotonic() - t0 < seconds:
             time.sleep(min(scrape_every or seconds, seconds - (time.monotonic() - t0)))
             if scrape_every:
-                body = urllib.request.urlopen(url + "/debug/pprof/cpu", timeout=30).read()
-                scrapes += len(body) > 0
+                for name in names:
+                    body = urllib.request.urlopen(url + "/debug/pprof/" + name, timeout=30).read()
+                    scrapes += len(body) > 0
         cpu = proc_cpu_seconds(proc.pid) - cpu0
         elapsed = time.monotonic() - t0
         rss = proc_status_kib(proc.pid, "VmRSS")
@@ -93,9 +101,10 @@ def run_exporter(binary, seconds, port, scrape_every):
         proc.wait(timeout=30)
 
 
-def run_perf(seconds):
+def run_perf(seconds, off_cpu=False):
     out = tempfile.mktemp(suffix=".data")
-    proc = subprocess.Popen(["perf", "record", "-F", "19", "-a", "-g", "-o", out, "--", "sleep", str(seconds)],
+    events = ["-F", "19"] if not off_cpu else ["-e", "cpu-clock/freq=19/", "-e", "sched:sched_switch"]
+    proc = subprocess.Popen(["perf", "record"] + events + ["-a", "-g", "-o", out, "--", "sleep", str(seconds)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
     _, status, ru = os.wait4(proc.pid, 0)
@@ -120,15 +129,28 @@ def main():
     ncpu = os.cpu_count()
     load = subprocess.Popen(["stress-ng", "--cpu", str(ncpu), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    ours, perfs = [], []
+    scraped = "scraped every %d s" % args.scrape_every if args.scrape_every else "not scraped"
+    tracers = [  # (row, run)
+        ("tracepoint_exporter, cpu-clock profile at 19 Hz (perf engine), " + scraped,
+         lambda: run_exporter(binary, args.seconds, args.port, args.scrape_every, "perf")),
+        ("tracepoint_exporter, cpu-clock profile at 19 Hz (bpf engine), " + scraped,
+         lambda: run_exporter(binary, args.seconds, args.port, args.scrape_every, "bpf")),
+        ("`perf record -F 19 -a -g`", lambda: run_perf(args.seconds)),
+        ("tracepoint_exporter, both views: the CPU profile (perf engine) and an off-CPU profile, " + scraped,
+         lambda: run_exporter(binary, args.seconds, args.port, args.scrape_every, "perf", off_cpu=True)),
+        ("tracepoint_exporter, both views: the CPU profile (bpf engine) and an off-CPU profile, " + scraped,
+         lambda: run_exporter(binary, args.seconds, args.port, args.scrape_every, "bpf", off_cpu=True)),
+        ("`perf record -e cpu-clock/freq=19/ -e sched:sched_switch -a -g`", lambda: run_perf(args.seconds, True)),
+    ]
+    results = {row: [] for row, _ in tracers}
     try:
         time.sleep(2)
         for r in range(args.rounds):
-            order = [("ours", ours), ("perf", perfs)] if r % 2 == 0 else [("perf", perfs), ("ours", ours)]
-            for name, into in order:
-                res = run_exporter(binary, args.seconds, args.port, args.scrape_every) if name == "ours" else run_perf(args.seconds)
-                print("round %d %s: %s" % (r + 1, name, res), file=sys.stderr)
-                into.append(res)
+            order = tracers[r % len(tracers):] + tracers[:r % len(tracers)]
+            for row, run in order:
+                res = run()
+                print("round %d %s: %s" % (r + 1, row, res), file=sys.stderr)
+                results[row].append(res)
     finally:
         load.terminate()
         load.wait()
@@ -137,16 +159,26 @@ def main():
         "| %d CPUs busy, %d s, %d round(s) | CPU (%% of one CPU) | RSS at the end (MiB) | peak RSS (MiB) |"
         % (ncpu, args.seconds, args.rounds),
         "|---|---|---|---|",
-        "| tracepoint_exporter, cpu-clock profile at 19 Hz, %s | %.3f %% | %.1f | %.1f |"
-        % ("scraped every %d s" % args.scrape_every if args.scrape_every else "not scraped", 100 * med(ours, "cpu"), med(ours, "rss") / 1024, med(ours, "hwm") / 1024),
-        "| `perf record -F 19 -a -g` | %.3f %% | %.1f | %.1f |"
-        % (100 * med(perfs, "cpu"), med(perfs, "rss") / 1024, med(perfs, "hwm") / 1024),
+    ]
+    for row, _ in tracers:
+        rows = results[row]
+        lines.append("| %s | %.3f %% | %.1f | %.1f |" % (row, 100 * med(rows, "cpu"), med(rows, "rss") / 1024,
+                                                       med(rows, "hwm") / 1024))
+    ours = results[tracers[0][0]]
+    bpf = results[tracers[1][0]]
+    perfs = results[tracers[2][0]]
+    both = results[tracers[3][0]]
+    perf_both = results[tracers[5][0]]
+    lines += [
         "",
-        "Exporter: %d samples in the last round (%.1f/s; %d CPUs x 19 Hz = %d/s); perf.data: %.1f MiB." % (
-            ours[-1]["samples"], ours[-1]["samples"] / args.seconds, ncpu, 19 * ncpu, perfs[-1]["bytes"] / 2**20),
-        "Ratio, exporter / perf record (CPU): %.2f." % (med(ours, "cpu") / max(med(perfs, "cpu"), 1e-9)),
+        "Exporter (perf engine): %d samples in the last round (%.1f/s; %d CPUs x 19 Hz = %d/s); bpf engine: %d; "
+        "perf.data: %.1f MiB." % (ours[-1]["samples"], ours[-1]["samples"] / args.seconds, ncpu, 19 * ncpu,
+                                  bpf[-1]["samples"], perfs[-1]["bytes"] / 2**20),
+        "Ratios, exporter / perf record (CPU): CPU profile %.2f (perf engine), %.2f (bpf engine); both views %.2f."
+        % (med(ours, "cpu") / max(med(perfs, "cpu"), 1e-9), med(bpf, "cpu") / max(med(perfs, "cpu"), 1e-9),
+           med(both, "cpu") / max(med(perf_both, "cpu"), 1e-9)),
         "The exporter's first scrape (before the measured time: it reads /proc/kallsyms and the symbol tables "
-        "later scrapes reuse) took %.2f s of CPU (median)." % med(ours, "first"),
+        "later scrapes reuse) took %.2f s of CPU (median, perf engine)." % med(ours, "first"),
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -422,7 +422,7 @@ def cost_section():
     parts = ["## Cost per event (bench/bpf_cost.sh, bench/uprobe_cost.sh)\n\n"
              "Loop rates below are coarse where a syscall costs 1-1.5 us (PTI): what a program costs per event "
              "comes from the kernel's own accounting (bpf_stats), side by side with bpftrace, in these runs."]
-    for name in ("BPF_COST.md", "UPROBE_COST.md", "PROFILE_COST.md", "CPU_PROFILE_COST.md"):
+    for name in ("BPF_COST.md", "UPROBE_COST.md", "PROFILE_COST.md", "CPU_PROFILE_COST.md", "OFF_CPU_COST.md"):
         path = os.path.join(ROOT, "docs", name)
         if os.path.exists(path):
             body = open(path).read().split("\n", 1)[1].strip()  # without its title

@@ -123,6 +123,17 @@ Status BpfMetric::Build(bool create) {
         s.key.size = key_size_;
         s.stacks = CounterShape::Stacks{spec_.kernel_stack, spec_.user_stack, key_.size};
         s.perf_event = spec_.end.clock;
+        if (spec_.off_cpu) {
+          OffCpuShape o;
+          o.key = s.key;
+          o.stacks = *s.stacks;
+          o.prev_pid = spec_.off_cpu->prev_pid;
+          o.next_pid = spec_.off_cpu->next_pid;
+          o.prev_state = spec_.off_cpu->prev_state;
+          o.own_tgid = spec_.off_cpu->own_tgid;
+          o.min_block_ns = spec_.off_cpu->min_block_ns;
+          return add("event", &spec_.end, EmitOffCpu(o, fds));
+        }
         return add("event", &spec_.end, EmitCounter(s, fds));
       }
       case Kind::kHistogram: {
@@ -170,11 +181,21 @@ Status BpfMetric::Build(bool create) {
   auto hash_flags = [&](uint32_t key, uint32_t value, uint32_t entries, bool per_cpu) -> uint32_t {
     return PreallocatedBytes(key, value, entries, per_cpu, cpus) <= spec_.preallocate_max_bytes ? 0 : BPF_F_NO_PREALLOC;
   };
+  if (spec_.end.clock &&
+      PreallocatedBytes(key_size_, value_bytes, max_series, true, cpus) > spec_.preallocate_max_bytes) {
+    return InvalidArgument(spec_.name + ": its map of " + std::to_string(max_series) + " series (x " +
+                           std::to_string(cpus) + " possible CPUs) would preallocate " +
+                           std::to_string(PreallocatedBytes(key_size_, value_bytes, max_series, true, cpus) >> 20) +
+                           " MiB, over settings.bpf_preallocate_max_bytes (" +
+                           std::to_string(spec_.preallocate_max_bytes >> 20) +
+                           " MiB); a CPU profile's program (perf_event) takes preallocated maps only: lower "
+                           "settings.max_stacks_per_profile or raise it");
+  }
   if (keyless_) {
     TPE_ASSIGN_OR_RETURN(values_, CreateMap(BPF_MAP_TYPE_PERCPU_ARRAY, "tpe_" + spec_.name, 4, value_bytes, 1));
   } else {
     // A perf_event program takes preallocated hash maps only before Linux 6.1 (the verifier's
-    // check_map_prog_compatibility): a clock profile's map always is (bounded by the plan).
+    // check_map_prog_compatibility): a clock profile's map always is (bounded above).
     TPE_ASSIGN_OR_RETURN(values_,
                          CreateMap(BPF_MAP_TYPE_PERCPU_HASH, "tpe_" + spec_.name, key_size_, value_bytes, max_series,
                                    spec_.end.clock ? 0 : hash_flags(key_size_, value_bytes, max_series, true)));
@@ -186,6 +207,13 @@ Status BpfMetric::Build(bool create) {
     TPE_ASSIGN_OR_RETURN(stacks_,
                          CreateMap(BPF_MAP_TYPE_STACK_TRACE, "tpe_stacks", 4, 8 * spec_.max_frames, spec_.max_stacks));
     fds.stacks = stacks_.get();
+    if (spec_.off_cpu) {  // the switched-out tasks: thread id -> {u64 time, key}
+      const uint32_t blocked_value = 8 + key_size_;
+      const uint32_t inflight = static_cast<uint32_t>(spec_.max_inflight);
+      TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_blocked", 4, blocked_value, inflight,
+                                              hash_flags(4, blocked_value, inflight, false)));
+      fds.starts = starts_.get();
+    }
   }
   if (spec_.kind != Kind::kCounter && spec_.kind != Kind::kProfile && !keyless_) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
@@ -350,7 +378,12 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
     const ProgramReport& p = reports[i];
     LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
     out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
-    out.push_back({"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    // A clock's program skipped by bpf_overflow_handler (bpf_prog_active raised) is not a miss
+    // the kernel counts: no series rather than a false 0 (bpf_profile.h).
+    if (!spec_.end.clock) {
+      out.push_back(
+          {"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+    }
     if (p.probe) {
       // Our own counts: exported on every kernel (the misses family is not before Linux 6.7).
       out.push_back({"tracepoint_exporter_bpf_probe_busy_total", l, static_cast<double>(p.busy)});

@@ -96,6 +96,15 @@ struct BpfMetricSpec {
   // kProfile on a clock (end.clock): the ns of the clock each sample stands for (the events'
   // fixed sample_period), the profile's scale.
   uint64_t clock_period_ns = 0;
+  // kProfile of off-CPU time (end is sched:sched_switch; programs.h OffCpuShape): the switch's
+  // fields, the exporter's process (left out) and the shortest block added; the switched-out
+  // tasks wait in a hash of at most max_inflight entries.
+  struct OffCpu {
+    FieldRef prev_pid, next_pid, prev_state;
+    uint32_t own_tgid = 0;
+    uint64_t min_block_ns = 0;
+  };
+  std::optional<OffCpu> off_cpu;
 };
 
 // The kernel memory of a hash map with every element allocated, as htab_map_alloc() preallocates
@@ -143,6 +152,8 @@ class BpfMetric : public Collector {
   std::pair<uint64_t, uint64_t> series_removed() const override;
   uint64_t series_dropped() const override;
   uint64_t decode_errors() const override;
+  // Stats slot `slot` (programs.h Stat) summed over CPUs and programs. 0 when not loaded.
+  uint64_t stat(Stat slot) const { return Stats()[slot]; }
   // Hits not counted because a map update failed with ENOMEM (the kernel could not allocate
   // the element; kNoMemory in every program): not a cardinality drop.
   uint64_t no_memory() const;

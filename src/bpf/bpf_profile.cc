@@ -101,7 +101,18 @@ std::vector<EngineStat> BpfProfile::EngineStats() const {
   std::vector<EngineStat> out = metric_->EngineStats();
   Read r = ReadAll(/*resolve=*/false);  // counts and reasons: no stack is copied for a scrape
   const std::string& name = metric_->spec().name;
-  out.push_back({"tracepoint_exporter_profile_samples_total", {{"profile", name}}, static_cast<double>(r.samples)});
+  out.push_back({"tracepoint_exporter_profile_samples_total",
+                 {{"profile", name}},
+                 static_cast<double>(off_cpu() ? metric_->stat(kBlocks) : r.samples)});
+  if (off_cpu()) {
+    const std::pair<const char*, Stat> counts[] = {
+        {"tracepoint_exporter_profile_off_cpu_short_blocks_total", kShortBlocks},
+        {"tracepoint_exporter_profile_off_cpu_dropped_total", kTableFull},
+        {"tracepoint_exporter_profile_off_cpu_unpaired_total", kUnpaired}};
+    for (const auto& [family, slot] : counts) {
+      out.push_back({family, {{"profile", name}}, static_cast<double>(metric_->stat(slot))});
+    }
+  }
   out.push_back({"tracepoint_exporter_profile_stacks", {{"profile", name}}, static_cast<double>(r.stacks.size())});
   for (const char* part : {"kernel", "user"}) {
     const bool taken = std::string(part) == "kernel" ? metric_->spec().kernel_stack : metric_->spec().user_stack;

@@ -31,9 +31,13 @@
 // CPU profiles (BpfEndpoint::clock): the program runs at each overflow of the per-CPU clock
 // events, with the interrupted registers: a sample taken in user mode has no kernel stack
 // (bpf_get_stackid: -EFAULT, shown empty, not lost), one in a kernel thread no user stack.
-// The kernel skips the program, uncounted, when the clock's interrupt lands while another BPF
-// program runs on that CPU (bpf_overflow_handler's bpf_prog_active check): a share of samples
-// as small as the share of CPU time spent in BPF programs.
+// The kernel skips the program, uncounted (no program miss either: no misses series for it),
+// when the clock's interrupt lands while bpf_prog_active is raised on that CPU
+// (bpf_overflow_handler): while another BPF program runs there, and during BPF map syscalls
+// (bpf_disable_instrumentation) — the exporter's own reads of its maps at a scrape among them,
+// so that time is missing from its own profile. A share of samples about the share of CPU time
+// spent in those. Like the perf engine's, samples the kernel throttles (more than
+// kernel.perf_event_max_sample_rate / HZ in a tick) are not taken at all.
 //
 // Exited processes: user frames are named through the mappings the pipeline learns from the
 // per-CPU mmap tracking event the plan adds for a bpf profile with user stacks (plan.h), as on
@@ -74,9 +78,10 @@ class BpfProfile : public Collector, public StackProfile {
   void OnCostWindow(bool open) override { metric_->OnCostWindow(open); }
   uint64_t series_dropped() const override { return metric_->series_dropped(); }
   // The program's stats (BpfMetric::EngineStats), then tracepoint_exporter_profile_samples_total
-  // (samples counted into series, as on perf: dropped ones are series_dropped), _profile_stacks
-  // (series held) and
-  // _profile_stacks_lost_total by part and reason.
+  // (samples counted into series, as on perf: dropped ones are series_dropped; an off-CPU
+  // profile: blocks added), _profile_stacks (series held) and _profile_stacks_lost_total by part
+  // and reason; an off-CPU profile's _profile_off_cpu_short_blocks_total, _dropped_total (the
+  // switched-out tasks' map was full) and _unpaired_total, as on perf.
   std::vector<EngineStat> EngineStats() const override;
 
   // StackProfile: every series, its stacks read from the stack map (leaf first, zero padding
@@ -84,11 +89,13 @@ class BpfProfile : public Collector, public StackProfile {
   std::vector<StackCount> Stacks() const override;
   // A CPU profile (spec().end.clock): each sample weighs its clock period, ("cpu",
   // "nanoseconds"), as on the perf engine; otherwise samples counted.
+  // An off-CPU profile (spec().off_cpu): ns blocked, ("off_cpu", "nanoseconds").
   double scale() const override { return clock() ? static_cast<double>(metric_->spec().clock_period_ns) : 1; }
   uint64_t instance() const override { return instance_; }
-  std::string value_type() const override { return clock() ? "cpu" : "samples"; }
-  std::string value_unit() const override { return clock() ? "nanoseconds" : "count"; }
+  std::string value_type() const override { return clock() ? "cpu" : off_cpu() ? "off_cpu" : "samples"; }
+  std::string value_unit() const override { return clock() || off_cpu() ? "nanoseconds" : "count"; }
   bool clock() const { return metric_->spec().end.clock; }
+  bool off_cpu() const { return metric_->spec().off_cpu.has_value(); }
   bool stamped() const override { return false; }  // the kernel counts: read as of the call
 
   const BpfMetric& metric() const { return *metric_; }

@@ -216,6 +216,11 @@ Status Machine::CallHelper(int32_t id) {
     case BPF_FUNC_get_current_cgroup_id:
       ret = task_.cgroup_id;
       break;
+    case BPF_FUNC_get_stackid: {
+      TPE_RETURN_IF_ERROR(MapArg(r_[2]).status());
+      ret = static_cast<uint64_t>((r_[3] & BPF_F_USER_STACK) != 0 ? task_.user_stack_id : task_.kernel_stack_id);
+      break;
+    }
     case BPF_FUNC_probe_read_kernel:
     case BPF_FUNC_probe_read_kernel_str:
     case BPF_FUNC_probe_read_user:

@@ -15,7 +15,8 @@
 //   (tgid << 32 | tid), get_current_comm (strscpy_pad),
 //   get_smp_processor_id, ktime_get_ns, get_current_cgroup_id, probe_read_kernel (dst zeroed
 //   and -EFAULT on a bad src) and probe_read_kernel_str (bytes copied including the NUL), and
-//   probe_read_user(_str) the same over the fake user memory (AddUserMemory).
+//   probe_read_user(_str) the same over the fake user memory (AddUserMemory), get_stackid
+//   (FakeTask's ids; the map argument must be a map).
 //
 // Supported: ALU64 and ALU K/X (add sub mul div mod or and xor lsh rsh arsh neg mov), LD_IMM64
 // (plain and BPF_PSEUDO_MAP_FD), LDX/ST/STX MEM of 1/2/4/8 bytes, STX ATOMIC BPF_ADD (with or
@@ -53,6 +54,9 @@ struct FakeTask {
   std::string comm;  // the task name; bytes past 15 and after a NUL are ignored (TASK_COMM_LEN)
   uint64_t cgroup_id = 0;
   uint64_t ktime_ns = 0;
+  // What get_stackid returns: for the kernel stack (flags without BPF_F_USER_STACK) and the
+  // user stack (with it): a stack id, or a negative errno.
+  int64_t kernel_stack_id = 0, user_stack_id = 0;
 };
 
 // Maps the program refers to by fd (BPF_PSEUDO_MAP_FD). Hash maps and (per-CPU) arrays are

@@ -488,11 +488,45 @@ void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& ma
   id(st.user, BPF_F_USER_STACK, offsetof(StackKey, user_id));
 }
 
+// values[key at R10 + kKeyOff] += R7 (a per-CPU hash of u64), the series created when new: on
+// to `added`; a full map counts kDropped and goes to `out`; ENOMEM counts kNoMemory and falls
+// through to the next instruction, which must lead to `out`. Clobbers R0-R5.
+void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added) {
+  Label create = a->NewLabel(), full = a->NewLabel(), nomem = a->NewLabel();
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JEQ, R0, 0, create);
+  EmitPerCpuAdd(a, R0, 0, R7);
+  a->Goto(added);
+  a->Bind(create);
+  a->Store(8, R10, kValueOff, R7);
+  a->LoadMapFd(R1, maps.values);
+  StackPtr(a, R2, kKeyOff);
+  StackPtr(a, R3, kValueOff);
+  a->Mov(R4, BPF_NOEXIST);
+  CallMapUpdate(a);
+  a->Jump(BPF_JEQ, R0, 0, added);
+  a->Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+  a->Jump(BPF_JNE, R0, -EEXIST, full);
+  a->LoadMapFd(R1, maps.values);  // another task on this CPU created it first
+  StackPtr(a, R2, kKeyOff);
+  a->Call(BPF_FUNC_map_lookup_elem);
+  a->Jump(BPF_JEQ, R0, 0, full);
+  EmitPerCpuAdd(a, R0, 0, R7);
+  a->Goto(added);
+  a->Bind(full);
+  EmitStat(a, maps, kDropped);
+  a->Goto(out);
+  a->Bind(nomem);
+  EmitStat(a, maps, kNoMemory);  // falls through: the caller binds `out` next (or jumps there)
+}
+
 }  // namespace
 
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), create = a.NewLabel(), full = a.NewLabel(), nomem = a.NewLabel();
+  Label filtered = a.NewLabel(), out = a.NewLabel();
   TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered, CountsRuns(s)));
   // A profile's stacks are taken from the program's context: the record (R6) of a tracepoint's
   // program, the pt_regs (R7, probe_record.h) of a probe's.
@@ -521,33 +555,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   EmitKey(&a, s.key, kKeyOff);
   if (s.stacks)
     EmitStackKey(&a, *s.stacks, maps, static_cast<int16_t>(kKeyOff + static_cast<int>(s.stacks->key_offset)));
-  a.LoadMapFd(R1, maps.values);
-  StackPtr(&a, R2, kKeyOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JEQ, R0, 0, create);
-  EmitPerCpuAdd(&a, R0, 0, R7);
-  a.Goto(out);
-  a.Bind(create);
-  a.Store(8, R10, kValueOff, R7);
-  a.LoadMapFd(R1, maps.values);
-  StackPtr(&a, R2, kKeyOff);
-  StackPtr(&a, R3, kValueOff);
-  a.Mov(R4, BPF_NOEXIST);
-  CallMapUpdate(&a);
-  a.Jump(BPF_JEQ, R0, 0, out);
-  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-  a.Jump(BPF_JNE, R0, -EEXIST, full);
-  a.LoadMapFd(R1, maps.values);  // another task on this CPU created it first
-  StackPtr(&a, R2, kKeyOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JEQ, R0, 0, full);
-  EmitPerCpuAdd(&a, R0, 0, R7);
-  a.Goto(out);
-  a.Bind(full);
-  EmitStat(&a, maps, kDropped);
-  a.Goto(out);
-  a.Bind(nomem);
-  EmitStat(&a, maps, kNoMemory);
+  EmitAddToSeries(&a, maps, out, out);
   a.Bind(out);
   a.Bind(filtered);
   EmitReturn(&a, s.probe, s.perf_event);
@@ -692,6 +700,98 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   a.Bind(out);
   a.Bind(filtered);
   EmitReturn(&a, s.probe);
+  return a.Finish();
+}
+
+StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& maps) {
+  if (s.key.size > kMaxKeyBytes || s.key.size < s.stacks.key_offset + sizeof(StackKey)) {
+    return Unimplemented("an off-CPU key of " + std::to_string(s.key.size) + " bytes (at most " +
+                         std::to_string(kMaxKeyBytes) + ", a StackKey included)");
+  }
+  for (const FieldRef* f : {&s.prev_pid, &s.next_pid, &s.prev_state}) {
+    if (f->current_tid) return Unimplemented("common_pid as " + f->name);
+  }
+  Assembler a;
+  Label filtered = a.NewLabel(), in = a.NewLabel(), out = a.NewLabel();
+  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, nullptr, nullptr, filtered));
+  const int16_t key_bytes = static_cast<int16_t>(Align8(s.key.size));
+
+  // The switch-out of prev_pid (the current task): remember its time and key by thread id.
+  EmitLoadInt(&a, s.prev_pid, R7);
+  a.Jump(BPF_JEQ, R7, 0, in);  // the idle task
+  a.Call(BPF_FUNC_get_current_pid_tgid);
+  a.Alu(BPF_RSH, R0, 32);
+  a.Jump(BPF_JEQ, R0, static_cast<int32_t>(s.own_tgid), in);  // the exporter's own threads
+  EmitLoadInt(&a, s.prev_state, R1);
+  a.Alu(BPF_AND, R1, static_cast<int32_t>(s.exiting_mask));
+  a.Jump(BPF_JNE, R1, 0, in);  // an exiting task: it will not come back
+  a.ZeroStack(kMatchOff, 8);
+  a.Store(4, R10, kMatchOff, R7);
+  a.ZeroStack(kKeyOff, static_cast<uint32_t>(key_bytes));
+  EmitKey(&a, s.key, kKeyOff);
+  a.MovReg(R9, R6);
+  EmitStackKey(&a, s.stacks, maps, static_cast<int16_t>(kKeyOff + static_cast<int>(s.stacks.key_offset)));
+  a.Call(BPF_FUNC_ktime_get_ns);
+  a.Store(8, R10, kStartValOff, R0);
+  {
+    Label replace = a.NewLabel(), nomem = a.NewLabel(), full = a.NewLabel();
+    EmitStartUpdate(&a, maps, BPF_NOEXIST);
+    a.Jump(BPF_JEQ, R0, 0, in);
+    a.Jump(BPF_JEQ, R0, -EEXIST, replace);
+    a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+    a.Goto(full);
+    a.Bind(replace);  // switched out again before its switch-in was seen: that block is lost
+    EmitStat(&a, maps, kUnpaired);
+    EmitStartUpdate(&a, maps, BPF_ANY);
+    a.Jump(BPF_JEQ, R0, 0, in);
+    a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+    a.Bind(full);
+    EmitStat(&a, maps, kTableFull);
+    a.Goto(in);
+    a.Bind(nomem);
+    EmitStat(&a, maps, kNoMemory);
+  }
+
+  // The switch-in of next_pid: take its entry whole (copied, then deleted: only the delete that
+  // returned 0 adds), add now - then to its key's series.
+  a.Bind(in);
+  EmitLoadInt(&a, s.next_pid, R7);
+  a.Jump(BPF_JEQ, R7, 0, out);
+  a.ZeroStack(kMatchOff, 8);
+  a.Store(4, R10, kMatchOff, R7);
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_lookup_elem);
+  a.Jump(BPF_JEQ, R0, 0, out);  // not switched out while we watched (or left out above)
+  a.Load(8, R8, R0, 0);
+  for (int i = 0; i < key_bytes; i += 8) {
+    a.Load(8, R1, R0, static_cast<int16_t>(8 + i));
+    a.Store(8, R10, static_cast<int16_t>(kKeyOff + i), R1);
+  }
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_delete_elem);
+  a.Jump(BPF_JNE, R0, 0, out);
+  a.Call(BPF_FUNC_ktime_get_ns);
+  a.MovReg(R7, R0);
+  a.AluReg(BPF_SUB, R7, R8);  // ns off CPU
+  Label forward = a.NewLabel(), counted = a.NewLabel();
+  a.Jump(BPF_JSGE, R7, 0, forward);
+  a.Mov(R7, 0);  // switched out on another CPU a hair later by its clock
+  a.Bind(forward);
+  a.LoadImm64(R1, s.min_block_ns);
+  a.JumpReg(BPF_JGE, R7, R1, counted);
+  EmitStat(&a, maps, kShortBlocks);
+  a.Goto(out);
+  a.Bind(counted);
+  Label added = a.NewLabel();
+  EmitAddToSeries(&a, maps, out, added);
+  a.Goto(out);
+  a.Bind(added);
+  EmitStat(&a, maps, kBlocks);
+  a.Bind(out);
+  a.Bind(filtered);
+  EmitReturn(&a, nullptr);
   return a.Finish();
 }
 

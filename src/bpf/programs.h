@@ -28,6 +28,9 @@
 //               which takes them atomically (start_sweep.h). No program writes through a pointer
 //               into an element another CPU or the sweep may delete (an element freed into a
 //               preallocated map's free list is reused at once: hashtab.c free_htab_elem).
+//   off-CPU     on sched:sched_switch: the task switching out → hash by thread id of {u64 time,
+//               its key (labels ++ stacks)}; the task switching in: its entry taken whole (as a
+//               latency end takes a start), now - time (ns) added to its key's series (OffCpuShape)
 // Keys: a char-array label is copied up to its first NUL (the bytes after it stay zero, so stale
 // tails never split a series); a __data_loc string is read for at most the length its
 // __data_loc word gives (high 16 bits; offset in the low 16), as the perf engine's decoder.
@@ -80,6 +83,9 @@ enum Stat : uint32_t {
                   // and skipped (probe_record.h "The guard")
   kStringFaults,  // probe programs: a string argument could not be read (probe_record.h
                   // UserStringFields: a page not resident, or a bad pointer) and was left empty
+  kShortBlocks,   // off-CPU: a block shorter than min_block_ns (not added)
+  kUnpaired,      // off-CPU: a task switched out again before its switch-in was seen
+  kBlocks,        // off-CPU: a block added to its series
   kStatCount,
 };
 
@@ -182,6 +188,26 @@ struct CounterShape {
   // tracepoint's or probe's returns 1.
   bool perf_event = false;
 };
+// An off-CPU profile's program on sched:sched_switch (a tracepoint program; OffCpu in the
+// header's list):
+//   switch-out of prev_pid, the current task (not the idle task, not process `own_tgid` — the
+//   exporter —, not an exiting task: prev_state & exiting_mask): its key (labels ++ StackKey:
+//   the stacks it switches out with) behind the time (bpf_ktime_get_ns) goes into
+//   MapFds::starts under its thread id (u32, zero-padded to 8 bytes), inserted with
+//   BPF_NOEXIST; an entry already there (its switch-in was never seen) is replaced and counted
+//   kUnpaired; a full map counts kTableFull (ENOMEM: kNoMemory);
+//   switch-in of next_pid: its entry is looked up, copied to the stack and deleted, and only
+//   when that delete returned 0 is now - time (ns) added to the key's series in MapFds::values
+//   (a per-CPU hash of u64 ns, created when new; full: kDropped) — or, under min_block_ns,
+//   counted kShortBlocks.
+struct OffCpuShape {
+  KeyLayout key;  // the labels, then a StackKey at stacks.key_offset (key.size includes it)
+  CounterShape::Stacks stacks;
+  FieldRef prev_pid, next_pid, prev_state;
+  int32_t exiting_mask = 0x10 | 0x20;  // EXIT_DEAD | EXIT_ZOMBIE, as prev_state reports them
+  uint32_t own_tgid = 0;
+  uint64_t min_block_ns = 0;
+};
 struct HistogramShape {
   const FilterExpr* filter = nullptr;
   const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
@@ -218,6 +244,9 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps);
+// Errors: Unimplemented for a key over kMaxKeyBytes or without room for its StackKey, and for
+// common_pid as one of the switch's fields.
+StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& maps);
 
 // Bytes of a histogram map value with `thresholds` (n + 1 buckets and the sum, u64 each).
 inline uint32_t HistogramValueBytes(size_t thresholds) { return static_cast<uint32_t>((thresholds + 2) * 8); }

@@ -33,6 +33,7 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
   o.frequency_hz = ep->frequency_hz;
   o.period_ns = ep->period_ns;
   o.exclude_idle = ep->clock() && !ep->include_idle;
+  o.bpf_overflow = !ep->bpf_profile.empty();
   o.format_lost = plan_->features.perf.format_lost;  // the plan's choice (Linux >= 6.0)
   // A thread's event: copied into the threads it creates later (and, before Linux 5.13, into
   // the child processes it forks).

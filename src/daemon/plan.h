@@ -86,8 +86,9 @@ struct EventPlan {
   // A CPU profile on the bpf engine: the identity (Plan::identities) of the profile whose
   // BPF_PROG_TYPE_PERF_EVENT program (bpf::BpfProfile) runs at each overflow of this clock
   // event, attached at every open (PERF_EVENT_IOC_SET_BPF), CPU hotplug reopens included; the
-  // program returns 0, so no sample reaches the ring. Empty: none. The event is the profile's
-  // own; part of the perf events' identity (a changed profile gets new events).
+  // program returns 0, and the event is not `sampled` (no ring, sample_type 0): it samples only
+  // to overflow. Empty: none. The event is the profile's own; part of the perf events' identity
+  // (a changed profile gets new events).
   std::string bpf_profile;
   std::vector<std::pair<Collector*, size_t>> consumers;  // (collector, its event index)
 

@@ -1,5 +1,7 @@
 // Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
 // buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -104,10 +106,6 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       return InvalidArgument(where + ": \"bpf\" for " + m.name +
                              ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
                              "\"perf\" or \"auto\"");
-    }
-    if (m.off_cpu) {
-      return Unimplemented(where + ": \"bpf\" for " + m.name +
-                           ": an off_cpu profile runs on the perf engine in this release; use \"perf\" or \"auto\"");
     }
     // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
     // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
@@ -267,6 +265,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     // (no tracefs, no format: labels from the current task), each sample weighing the period.
     clock_ep = MakeClockEvent(m);
     clock_ep->display += " (bpf profile " + m.name + ")";
+    clock_ep->sampled = false;  // its overflows run the program; no sample, no ring
     PartPlan part;
     part.spec = base_spec();
     part.key = "end:" + m.event;
@@ -330,6 +329,24 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       part.spec = base_spec();
       part.key = "end:" + ev;
       if (Status st = side(ev, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep); !st.ok()) return not_bpf(st);
+      if (m.off_cpu) {
+        // The switch's fields, read in the program (programs.h OffCpuShape); the switched-out
+        // tasks wait in a map of at most 100,000, as on the perf engine (OffCpuPairing).
+        BpfMetricSpec::OffCpu o;
+        const std::pair<const char*, bpf::FieldRef*> fields[] = {
+            {"prev_pid", &o.prev_pid}, {"next_pid", &o.next_pid}, {"prev_state", &o.prev_state}};
+        for (const auto& [field, into] : fields) {
+          auto f = GetField(cfg, *end_ep, field, m.json_path + ".type");
+          if (!f.ok()) return not_bpf(f.status());
+          auto ref = bpf::IntegerField(**f);
+          if (!ref.ok()) return not_bpf(ref.status().WithContext(field));
+          *into = *ref;
+        }
+        o.own_tgid = static_cast<uint32_t>(::getpid());
+        o.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
+        part.spec.off_cpu = o;
+        part.spec.max_inflight = 100000;
+      }
       if (!m.value.field.empty()) {
         auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
         if (!f.ok()) return not_bpf(f.status());

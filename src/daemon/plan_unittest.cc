@@ -1,7 +1,9 @@
 #include "daemon/plan.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include "bpf/bpf_profile.h"
 #include "collectors/counter.h"
 #include "collectors/profile.h"
 #include "testing/test_util.h"
@@ -294,6 +296,16 @@ TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
   EXPECT_EQ(bpf_clock->bpf_profile, cfg->metrics[0].canonical);
   EXPECT_EQ(bpf_clock->display, "cpu-clock stacks at 99 Hz (bpf profile a)");
   EXPECT_EQ(bpf_clock->callchain, 0) << "the program takes the stacks";
+  EXPECT_FALSE(bpf_clock->sampled) << "no sample is written: no ring";
+  TracepointEventOptions o;
+  o.software_clock = bpf_clock->software_clock;
+  o.frequency_hz = bpf_clock->frequency_hz;
+  o.exclude_idle = true;
+  o.bpf_overflow = true;
+  const perf_event_attr attr = MakeTracepointAttr(o);
+  EXPECT_EQ(attr.sample_period, 1000000000u / 99);
+  EXPECT_EQ(attr.sample_type, 0u);
+  EXPECT_EQ(attr.exclude_idle, 1u);
   EXPECT_TRUE(bpf_clock->consumers.empty());
   EXPECT_FALSE(bpf_clock->SamePerfEvents(*perf_clock));
   EXPECT_EQ(perf_clock->consumers.size(), 1u);
@@ -303,6 +315,33 @@ TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
   EXPECT_EQ(a->value_unit(), "nanoseconds");
   EXPECT_EQ(a->scale(), static_cast<double>(1000000000u / 99));  // the period, whole ns
   EXPECT_FALSE(a->stamped());
+}
+
+// An off-CPU profile on "bpf": the switch's fields in the spec, no sampled sched_switch event
+// (the kernel pairs), the mmap tracker for user frames; ns blocked as on perf.
+TEST(PlanTest, ABpfOffCpuProfilePairsInTheKernel) {
+  auto cfg = ParseConfig(R"({"profiles": [{"name": "off", "type": "off_cpu", "engine": "bpf",
+      "min_block_seconds": 0.001, "labels": [{"name": "comm", "source": "comm"}]}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const Plan& p = **plan;
+  EXPECT_EQ(p.engines, (std::vector<std::string>{"bpf"}));
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_TRUE(p.events[0]->mmap_tracker);
+  const auto* profile = dynamic_cast<const bpf::BpfProfile*>(p.collectors[0].get());
+  ASSERT_NE(profile, nullptr);
+  EXPECT_EQ(profile->value_type(), "off_cpu");
+  EXPECT_EQ(profile->value_unit(), "nanoseconds");
+  EXPECT_EQ(profile->scale(), 1);
+  const auto& off = profile->metric().spec().off_cpu;
+  ASSERT_TRUE(off.has_value());
+  EXPECT_EQ(off->prev_pid.name, "prev_pid");
+  EXPECT_EQ(off->next_pid.name, "next_pid");
+  EXPECT_EQ(off->prev_state.name, "prev_state");
+  EXPECT_EQ(off->min_block_ns, 1000000u);
+  EXPECT_EQ(off->own_tgid, static_cast<uint32_t>(::getpid()));
 }
 
 TEST(PlanTest, CgroupLabelSamplesTheCgroupIdOnItsEventOnly) {

@@ -93,6 +93,10 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
   attr.clockid = CLOCK_MONOTONIC;
   attr.inherit = opts.inherit;
   attr.inherit_thread = opts.inherit && opts.inherit_thread;
+  if (clock && opts.bpf_overflow && !opts.sampled) {
+    attr.sample_period = ClockSamplePeriodNs(opts.frequency_hz, opts.period_ns);
+    attr.exclude_idle = opts.exclude_idle;
+  }
   if (opts.sampled) {
     attr.sample_period = 1;
     attr.sample_type = opts.cgroup ? kSampleTypeCgroup : kSampleType;

@@ -76,6 +76,10 @@ struct TracepointEventOptions {
   uint64_t frequency_hz = 0;
   uint64_t period_ns = 0;
   bool exclude_idle = false;
+  // A software clock whose overflows run a BPF program (AttachBpfProgram) and write no sample:
+  // not `sampled` (no ring, sample_type 0: from Linux 6.3 bpf_overflow_handler prepares the
+  // sample's fields before each run), but the same period and exclude_idle.
+  bool bpf_overflow = false;
 };
 
 // What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).

@@ -161,8 +161,12 @@ TEST_P(CpuProfileTest, IncludeIdleKeepsTheIdleTask) {
 // Off-CPU: a child sleeps 100 x 10 ms in tpe_sleep. Its off-CPU time is 90-100 % of the wall time
 // the sleeps took (1.07-1.11 s in the guests: a sleep can overrun), under a stack with tpe_sleep and the kernel's
 // nanosleep path (do_nanosleep); with min_block_seconds above 10 ms the same blocks are counted as short, not shown.
-TEST(OffCpuProfileTest, ASleepingChildsBlocksAreUnderItsFunction) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
+// Both engines: perf (sched_switch samples with callchains, paired in the reader) and bpf (a
+// sched_switch program pairing in the kernel; programs.h OffCpuShape).
+class OffCpuProfileTest : public testing::EngineTest {};
+TPE_INSTANTIATE_ENGINES(OffCpuProfileTest);
+
+TEST_P(OffCpuProfileTest, ASleepingChildsBlocksAreUnderItsFunction) {
   for (const bool short_blocks : {false, true}) {
     // On CPU 0: this host's kernel (6.18, a Firecracker guest) traces no sched_switch or
     // sched_wakeup in cpu1's idle context (`perf record -e sched:sched_switch -a` shows none from
