@@ -127,6 +127,18 @@ TEST_F(OffCpuProgramTest, IdleOwnAndExitingTasksAreLeftOut) {
   EXPECT_EQ(StatOf(&in_, kRuns), 5u);
 }
 
+// A task whose switch-in was missed and that then exits: its entry goes at its last switch-out,
+// so a new thread with the same id adds nothing at its first switch-in.
+TEST_F(OffCpuProgramTest, AnExitingTaskTakesItsEntryAlong) {
+  Load();
+  Switch(kSleeper, 1, 0, 1000);        // out; its switch-in is never seen
+  Switch(kSleeper, 0x20, 0, 5000000);  // its last switch-out (EXIT_ZOMBIE)
+  EXPECT_EQ(in_.map(kStartsFd)->entries.size(), 0u);
+  Switch(kIdle, 0, 301, 900000000);  // a new thread 301, much later
+  EXPECT_TRUE(Series().empty());
+  EXPECT_EQ(StatOf(&in_, kBlocks), 0u);
+}
+
 TEST_F(OffCpuProgramTest, ShortBlocksUnpairedAndAFullMapAreCounted) {
   shape_.min_block_ns = 1000000;  // 1 ms
   Load(/*blocked=*/1);

@@ -722,11 +722,19 @@ StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& m
   a.Call(BPF_FUNC_get_current_pid_tgid);
   a.Alu(BPF_RSH, R0, 32);
   a.Jump(BPF_JEQ, R0, static_cast<int32_t>(s.own_tgid), in);  // the exporter's own threads
-  EmitLoadInt(&a, s.prev_state, R1);
-  a.Alu(BPF_AND, R1, static_cast<int32_t>(s.exiting_mask));
-  a.Jump(BPF_JNE, R1, 0, in);  // an exiting task: it will not come back
   a.ZeroStack(kMatchOff, 8);
   a.Store(4, R10, kMatchOff, R7);
+  Label staying = a.NewLabel();
+  EmitLoadInt(&a, s.prev_state, R1);
+  a.Alu(BPF_AND, R1, static_cast<int32_t>(s.exiting_mask));
+  a.Jump(BPF_JEQ, R1, 0, staying);
+  // An exiting task will not come back: an entry it left (a switch-in never seen) goes now, so
+  // a thread that gets its id later never finds it.
+  a.LoadMapFd(R1, maps.starts);
+  StackPtr(&a, R2, kMatchOff);
+  a.Call(BPF_FUNC_map_delete_elem);
+  a.Goto(in);
+  a.Bind(staying);
   a.ZeroStack(kKeyOff, static_cast<uint32_t>(key_bytes));
   EmitKey(&a, s.key, kKeyOff);
   a.MovReg(R9, R6);
@@ -744,7 +752,13 @@ StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& m
     EmitStat(&a, maps, kUnpaired);
     EmitStartUpdate(&a, maps, BPF_ANY);
     a.Jump(BPF_JEQ, R0, 0, in);
-    a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
+    // Not replaced (ENOMEM where elements are allocated): the old entry goes, or the next
+    // switch-in would add this stretch on CPU to it.
+    a.MovReg(R8, R0);
+    a.LoadMapFd(R1, maps.starts);
+    StackPtr(&a, R2, kMatchOff);
+    a.Call(BPF_FUNC_map_delete_elem);
+    a.Jump(BPF_JEQ, R8, -ENOMEM, nomem);
     a.Bind(full);
     EmitStat(&a, maps, kTableFull);
     a.Goto(in);

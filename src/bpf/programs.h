@@ -191,11 +191,12 @@ struct CounterShape {
 // An off-CPU profile's program on sched:sched_switch (a tracepoint program; OffCpu in the
 // header's list):
 //   switch-out of prev_pid, the current task (not the idle task, not process `own_tgid` — the
-//   exporter —, not an exiting task: prev_state & exiting_mask): its key (labels ++ StackKey:
+//   exporter —, not an exiting task: prev_state & exiting_mask, whose entry, if any, is
+//   deleted so that a thread reusing its id never finds it): its key (labels ++ StackKey:
 //   the stacks it switches out with) behind the time (bpf_ktime_get_ns) goes into
 //   MapFds::starts under its thread id (u32, zero-padded to 8 bytes), inserted with
 //   BPF_NOEXIST; an entry already there (its switch-in was never seen) is replaced and counted
-//   kUnpaired; a full map counts kTableFull (ENOMEM: kNoMemory);
+//   kUnpaired (not replaced: deleted); a full map counts kTableFull (ENOMEM: kNoMemory);
 //   switch-in of next_pid: its entry is looked up, copied to the stack and deleted, and only
 //   when that delete returned 0 is now - time (ns) added to the key's series in MapFds::values
 //   (a per-CPU hash of u64 ns, created when new; full: kDropped) — or, under min_block_ns,

@@ -174,6 +174,10 @@ void ProfileCollector::OnSwitch(const Sample& s, CommTable* comms) {
   // The task switched out (the sample is its: its pid, comm and stack): off CPU from now on.
   // EXIT_DEAD (0x10) and EXIT_ZOMBIE (0x20) in the TASK_REPORT bits: it will not come back.
   constexpr int64_t kExiting = 0x10 | 0x20;
+  if (prev > 0 && (state & kExiting) != 0 && blocked_.erase(static_cast<uint32_t>(prev)) > 0) {
+    // Its switch-in was never seen; a thread that gets its id later must not find it.
+    blocked_gauge_.v.store(blocked_.size(), std::memory_order_relaxed);
+  }
   if (prev <= 0 || s.pid == p.own_pid || (state & kExiting) != 0) return;
   if (!BuildKey(s, comms)) return;
   auto [it, fresh] = blocked_.try_emplace(static_cast<uint32_t>(prev));

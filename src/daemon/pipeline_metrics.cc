@@ -444,7 +444,8 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                              "Samples of a bpf-engine profile whose kernel or user stack (part) the stack map could "
                              "not hold, by reason: stack_map_full (settings.max_stacks_per_profile distinct stacks "
                              "in use), hash_collision (another stack holds the id's bucket). The samples are counted "
-                             "under a frame naming the reason.",
+                             "under a frame naming the reason. An off-CPU profile counts ns blocked instead, its "
+                             "unit.",
                              MetricKind::kCounter);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();

@@ -1,5 +1,6 @@
 // Planning of the bpf engine (see plan.h "Engines"): the same events, formats, labels and
 // buckets as the perf engine's planning, turned into a bpf::BpfMetricSpec.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -343,6 +344,17 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
           *into = *ref;
         }
         o.own_tgid = static_cast<uint32_t>(::getpid());
+        // The program sees pids of the initial PID namespace (bpf_get_current_pid_tgid): in a
+        // namespace of its own getpid() is another number, and the exporter's own switches
+        // cannot be told apart. (deploy/ runs it with hostPID.)
+        struct stat ns {};
+        constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
+        if (::stat("/proc/self/ns/pid", &ns) == 0 && ns.st_ino != kInitPidNamespaceInode) {
+          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
+                                   " on the bpf engine: the exporter runs in a PID namespace of its own, so its "
+                                   "own threads' blocks are in the profile (run it with the host's PID namespace, "
+                                   "as deploy/ does, or on \"perf\")");
+        }
         o.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
         part.spec.off_cpu = o;
         part.spec.max_inflight = 100000;
