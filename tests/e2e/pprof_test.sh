@@ -16,6 +16,8 @@
 #    requests than the server holds get 429 at once while scrapes are answered;
 #  - a CPU profile (cpu-clock, 99 Hz) on each engine: go tool pprof -top gives a child spinning 2 s of CPU its
 #    time within 10 % of /proc/PID/stat, >= 90 % under tpe_spin; its flame graph names tpe_spin.
+#  - an off-CPU profile on each engine: go tool pprof -top gives a child sleeping 100 x 10 ms
+#    90-100 % of the time its sleeps took, >= 90 % under tpe_sleep.
 set -uo pipefail
 BIN=$1 STACKS=$2 SRC=$3
 WORK=$(mktemp -d)
@@ -302,6 +304,40 @@ for prof in cpu cpu_bpf; do
   check "CPU profile $prof: tpe_spin holds >= 90 % of it (cum ${spin_cum:-?} ms)" \
     test "${spin_cum:-0}" -ge $((total_ms * 9 / 10))
   check "CPU profile $prof's flame graph names tpe_spin" grep -q '>tpe_spin<\|tpe_spin (' "$WORK/$prof.svg"
+done
+kill -TERM "$PID"
+wait "$PID"
+PID=""
+
+# Off-CPU profiles on each engine: stack_paths sleeps 100 x 10 ms in tpe_sleep on CPU 0 and says
+# how long the sleeps took ("done NS"). go tool pprof -top gives its comm 90-100 % of that
+# (each block lies inside its nanosleep call), >= 90 % of it under tpe_sleep.
+cat >"$WORK/off.json" <<JSON
+{"profiles": [{"name": "off", "type": "off_cpu", "labels": [{"name": "comm", "source": "comm"}]},
+              {"name": "off_bpf", "type": "off_cpu", "engine": "bpf",
+               "labels": [{"name": "comm", "source": "comm"}]}]}
+JSON
+start_daemon_or_exit "$BIN" "$WORK/off.json" "$WORK/off.log"
+mkfifo "$WORK/hold_sleep" "$WORK/out_sleep"
+taskset -c 0 "$STACKS" sleep 100 tpe_sleeper hold <"$WORK/hold_sleep" >"$WORK/out_sleep" &
+SLEEPER=$!
+exec 9>"$WORK/hold_sleep"
+read -r _ slept_ns <"$WORK/out_sleep"
+slept_ms=$((slept_ns / 1000000))
+for prof in off off_bpf; do curl -s -o "$WORK/$prof.pb.gz" "$URL/debug/pprof/$prof"; done
+exec 9>&-
+wait "$SLEEPER"
+for prof in off off_bpf; do
+  go tool pprof -symbolize=none -top -nodefraction=0 -tagfocus=comm=tpe_sleeper "$WORK/$prof.pb.gz" >"$WORK/$prof.top" 2>&1
+  head -8 "$WORK/$prof.top"
+  check "off-CPU profile $prof: go tool pprof reads sample type off_cpu" grep -q '^Type: off_cpu' "$WORK/$prof.top"
+  total_ms=$(ms '/accounting for/ { for (i = 1; i <= NF; i++) if ($i == "for") print ms($(i + 1)) }' <"$WORK/$prof.top" | head -1)
+  sleep_cum=$(ms '$NF == "tpe_sleep" { print ms($4) }' <"$WORK/$prof.top" | head -1)
+  # The upper bound allows for -top's three significant digits (1.02s for 1.0155 s).
+  check "off-CPU profile $prof: tpe_sleeper's comm totals ${total_ms:-?} ms of the ${slept_ms} ms its sleeps took (90-100 %)" \
+    test "${total_ms:-0}" -ge $((slept_ms * 9 / 10)) -a "${total_ms:-0}" -le $((slept_ms + 10))
+  check "off-CPU profile $prof: tpe_sleep holds >= 90 % of it (cum ${sleep_cum:-?} ms)" \
+    test "${sleep_cum:-0}" -ge $((total_ms * 9 / 10))
 done
 kill -TERM "$PID"
 wait "$PID"
