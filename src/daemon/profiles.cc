@@ -11,6 +11,8 @@
 
 #include "common/clock.h"
 #include "profile/flame_graph.h"
+#include "profile/process_maps.h"
+#include "profile/process_maps_cache.h"
 #include "profile/render.h"
 
 namespace tpe {
@@ -64,17 +66,30 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
   const uint64_t cpu_at_start = ThreadCpuNs();
   static KallsymsCache* kallsyms = new KallsymsCache();  // for the process's life
   static ElfCache* elf_files = new ElfCache();
+  static ProcessMapsCache* process_maps = new ProcessMapsCache("/proc");
   Symbolizer symbolizer("/proc", kallsyms->Get(MonotonicNs()), elf_files);
   std::set<uint32_t> pids;
   for (const StackCount& sc : data.stacks) {
     if (!sc.user.empty()) pids.insert(sc.pid);
   }
+  // Which of them live, from one read of /proc: most of a long-running profile's processes
+  // exited long ago, and opening their /proc/PID/maps only to fail was most of a render's cost.
+  // The maps of the live ones are kept between renders until they map more (ProcessMapsCache).
+  const auto live = ListProcesses("/proc");
+  if (live.ok()) process_maps->Retain(*live);
+  const uint64_t now = MonotonicNs();
   for (uint32_t pid : pids) {
     auto learnt = pipeline.learnt_maps().Get(pid);
-    if (learnt && learnt->exited) {
+    const bool alive = !live.ok() || std::binary_search(live->begin(), live->end(), pid);
+    if (learnt && (learnt->exited || !alive)) {
       symbolizer.SetMappings(pid, std::move(learnt->mappings));
-    } else if (!symbolizer.LoadProcessMaps(pid) && learnt) {
-      symbolizer.SetMappings(pid, std::move(learnt->mappings));
+    } else if (!alive) {
+      symbolizer.SetMappings(pid, {});  // gone, nothing learnt: its frames are [unknown]
+    } else if (auto maps = process_maps->Get(pid, learnt ? learnt->generation : 0, now)) {
+      symbolizer.SetMappings(pid, std::move(*maps));
+    } else {
+      // Unreadable (it exited an instant ago): what was learnt, else [unknown].
+      symbolizer.SetMappings(pid, learnt ? std::move(learnt->mappings) : std::vector<ProcMapping>{});
     }
   }
   // A value profile's sums, scaled (pprof values are integers: rounded).

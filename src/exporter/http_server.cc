@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <system_error>
@@ -157,23 +158,37 @@ struct HttpServer::Impl {
   // event loops send them before it stops libmicrohttpd (which closes connections unanswered).
   std::atomic<int> stopping_answers{0};
 
+  // Closes the connections past their deadline. It sleeps until the next deadline (no timer while
+  // no connection is open: an idle daemon is not woken 5 times a second), and is woken when a
+  // connection opens or changes phase (either may bring a deadline closer).
   void WatchdogLoop() {
     std::unique_lock<std::mutex> lock(conns_mu);
     while (!watchdog_stop) {
-      watchdog_cv.wait_for(lock, std::chrono::milliseconds(200));
       const auto now = Clock::now();
       // Under pressure (3/4 of the connection limit in use) headers get a much shorter deadline:
       // real scrapers send theirs at once, so only slow clients are shed, freeing slots sooner.
       const bool pressure = conns.size() * 4 >= size_t{connection_limit} * 3;
       const auto header_deadline =
           pressure ? std::min(opt.header_deadline, opt.pressure_header_deadline) : opt.header_deadline;
+      std::optional<Clock::time_point> next;
       for (ConnState* c : conns) {
-        if (c->shut || now - c->since <= (c->in_request ? opt.request_deadline + c->extra : header_deadline)) continue;
+        if (c->shut) continue;
+        const auto deadline = c->since + (c->in_request ? opt.request_deadline + c->extra : header_deadline);
+        if (now <= deadline) {
+          next = next ? std::min(*next, deadline) : deadline;
+          continue;
+        }
         // libmicrohttpd reads EOF (or fails its next send) and closes the connection; the fd
         // stays valid until then, as the CLOSED notification takes conns_mu first.
         deadline_closes.fetch_add(1);
         ::shutdown(c->fd, SHUT_RDWR);
         c->shut = true;
+      }
+      if (next) {
+        // Just past it: a deadline is passed once now is beyond it.
+        watchdog_cv.wait_until(lock, *next + std::chrono::milliseconds(1));
+      } else {
+        watchdog_cv.wait(lock);
       }
     }
   }
@@ -229,6 +244,7 @@ struct HttpServer::Impl {
     c->in_request = in_request;
     c->since = Clock::now();
     c->extra = std::chrono::milliseconds(0);
+    watchdog_cv.notify_one();  // the new phase's deadline may be sooner than the one it waits for
   }
 
   void ExtendRequestDeadline(MHD_Connection* connection, std::chrono::milliseconds by) {
@@ -319,6 +335,7 @@ struct HttpServer::Impl {
       c->shut = c->fd < 0;
       std::lock_guard<std::mutex> lock(impl->conns_mu);
       impl->conns.insert(c);
+      impl->watchdog_cv.notify_one();  // a deadline to keep (and perhaps pressure)
       *socket_context = c;
       return;
     }

@@ -40,7 +40,9 @@ void LearntMaps::OnMmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgof
   m.executable = (prot & PROT_EXEC) != 0;
   if (filename != "//anon") m.path = std::string(filename);
   std::lock_guard<std::mutex> lock(mu_);
-  auto& maps = Touch(pid).p.mappings;
+  Process& p = Touch(pid).p;
+  p.generation = next_generation_++;
+  auto& maps = p.mappings;
   std::erase_if(maps, [&](const ProcMapping& old) { return old.start < m.end && m.start < old.end; });
   maps.insert(
       std::upper_bound(maps.begin(), maps.end(), m.start, [](uint64_t a, const ProcMapping& x) { return a < x.start; }),
@@ -52,6 +54,7 @@ void LearntMaps::OnExec(uint32_t pid) {
   Entry& e = Touch(pid);
   e.p.mappings.clear();
   e.p.complete = true;
+  e.p.generation = next_generation_++;
   if (e.p.exited) {  // a pid reused: live again
     exited_order_.erase(e.seq);
     e.p.exited = false;
@@ -82,6 +85,7 @@ void LearntMaps::OnFork(uint32_t ppid, uint32_t pid) {
     live_order_.emplace(e.seq, pid);
   }
   e.p = std::move(copy);
+  e.p.generation = next_generation_++;
 }
 
 void LearntMaps::OnExit(uint32_t pid, uint32_t tid) {

@@ -38,6 +38,9 @@ class LearntMaps {
     std::vector<ProcMapping> mappings;  // sorted by start, not overlapping
     bool complete = false;              // learnt since its exec (or a complete parent's fork)
     bool exited = false;
+    // Stamped anew (from one counter, never reused) by every record that changed `mappings`:
+    // a copy of the process's maps read at one generation still holds at the same one.
+    uint64_t generation = 0;
   };
 
   explicit LearntMaps(size_t max_processes = 4096);
@@ -70,6 +73,7 @@ class LearntMaps {
   std::unordered_map<uint32_t, Entry> procs_;
   std::map<uint64_t, uint32_t> exited_order_, live_order_;  // seq -> pid
   uint64_t next_seq_ = 1;
+  uint64_t next_generation_ = 1;
   uint64_t evicted_ = 0;
 };
 

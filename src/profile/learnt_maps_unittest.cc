@@ -30,12 +30,16 @@ TEST(LearntMapsTest, ExecForkMmapAndExit) {
   EXPECT_EQ(t.Get(10)->mappings[1].path, "/lib/libz.so");
   EXPECT_EQ(t.Get(10)->mappings.size(), 3u);
 
+  const uint64_t g = t.Get(10)->generation;
+  EXPECT_GT(g, 0u);
   t.OnFork(10, 10);  // a thread: nothing new
   EXPECT_FALSE(t.Get(11));
+  EXPECT_EQ(t.Get(10)->generation, g);
   t.OnFork(10, 11);  // a child process: the parent's mappings, complete
   ASSERT_TRUE(t.Get(11));
   EXPECT_TRUE(t.Get(11)->complete);
   EXPECT_EQ(t.Get(11)->mappings.size(), 3u);
+  EXPECT_GT(t.Get(11)->generation, g) << "generations are never reused";
   t.OnFork(999, 12);  // unknown parent: unknown child
   EXPECT_FALSE(t.Get(12));
 
@@ -46,6 +50,7 @@ TEST(LearntMapsTest, ExecForkMmapAndExit) {
   EXPECT_EQ(t.Get(10)->mappings.size(), 3u) << "kept after the exit: stacks still name it";
   t.OnExec(10);  // the pid reused by an exec'd process
   EXPECT_FALSE(t.Get(10)->exited);
+  EXPECT_GT(t.Get(10)->generation, t.Get(11)->generation);
   EXPECT_TRUE(t.Get(10)->mappings.empty());
 }
 

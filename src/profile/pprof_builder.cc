@@ -2,12 +2,18 @@
 
 #include <zlib.h>
 
+#include <atomic>
 #include <cstdio>
 #include <tuple>
 
 namespace tpe {
 
-PprofBuilder::PprofBuilder(const std::string& value_type, const std::string& value_unit) {
+namespace {
+std::atomic<uint64_t> next_instance{1};
+}  // namespace
+
+PprofBuilder::PprofBuilder(const std::string& value_type, const std::string& value_unit)
+    : instance_(next_instance.fetch_add(1, std::memory_order_relaxed)) {
   Str("");  // string_table[0] must be ""
   auto* st = profile_.add_sample_type();
   st->set_type(Str(value_type));
@@ -41,14 +47,29 @@ uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
   return id;
 }
 
+std::optional<PprofBuilder::KnownLocation> PprofBuilder::FindLocation(uint64_t mapping_id, uint64_t address) const {
+  auto it = locations_.find({mapping_id, address});
+  if (it == locations_.end()) return std::nullopt;
+  return it->second;
+}
+
 uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
-  // A frame without an address (a lost stack's reason) is told apart by its name.
-  auto [it, inserted] =
-      locations_.emplace(std::make_tuple(f.mapping_id, f.address, f.address == 0 ? f.function : ""), 0);
-  if (!inserted) return it->second;
+  if (f.location_id != 0) return f.location_id;
+  uint64_t* id = nullptr;
+  if (f.address != 0) {
+    auto [it, inserted] = locations_.emplace(std::make_pair(f.mapping_id, f.address), KnownLocation{});
+    if (!inserted) return it->second.id;
+    it->second.named = !f.function.empty();
+    id = &it->second.id;
+  } else {
+    // A frame without an address (a lost stack's reason) is told apart by its name.
+    auto [it, inserted] = named_frames_.emplace(std::make_pair(f.mapping_id, f.function), 0);
+    if (!inserted) return it->second;
+    id = &it->second;
+  }
   auto* loc = profile_.add_location();
-  it->second = static_cast<uint64_t>(profile_.location_size());
-  loc->set_id(it->second);
+  *id = static_cast<uint64_t>(profile_.location_size());
+  loc->set_id(*id);
   loc->set_mapping_id(f.mapping_id);
   loc->set_address(f.address);
   if (!f.function.empty()) {
@@ -63,7 +84,7 @@ uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
     }
     loc->add_line()->set_function_id(fit->second);
   }
-  return it->second;
+  return *id;
 }
 
 void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
@@ -87,8 +108,9 @@ StatusOr<std::string> PprofBuilder::Gzipped() const {
   std::string raw;
   if (!profile_.SerializeToString(&raw)) return Internal("pprof: the profile did not serialize");
   z_stream z{};
-  // windowBits 15 + 16: a gzip header and trailer instead of zlib's.
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+  // windowBits 15 + 16: a gzip header and trailer instead of zlib's. Level 1 (Z_BEST_SPEED), as
+  // Go's runtime/pprof writes profiles: a continuous profile is compressed at every scrape.
+  if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     return Internal("pprof: zlib deflateInit2 failed");
   }
   std::string out(deflateBound(&z, raw.size()), '\0');

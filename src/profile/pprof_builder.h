@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -21,10 +23,12 @@ namespace tpe {
 
 // One frame of a stack, as the symbolizer left it.
 struct ProfileFrame {
-  uint64_t address = 0;     // instruction address: in the process (user) or kernel virtual; 0 for a
-                            // frame that only names something (a lost stack's reason)
-  uint64_t mapping_id = 0;  // PprofBuilder::AddMapping's id; 0 when no mapping holds it
-  std::string function;     // symbol name; "" when unsymbolized (the address and mapping remain)
+  uint64_t address = 0;      // instruction address: in the process (user) or kernel virtual; 0 for a
+                             // frame that only names something (a lost stack's reason)
+  uint64_t mapping_id = 0;   // PprofBuilder::AddMapping's id; 0 when no mapping holds it
+  std::string function;      // symbol name; "" when unsymbolized (the address and mapping remain)
+  uint64_t location_id = 0;  // nonzero: PprofBuilder::FindLocation's id for (mapping_id, address),
+                             // which this frame is (`function` is then unused)
 };
 
 // A mapping of an executable file (or the kernel) in the address space the frames come from.
@@ -46,6 +50,15 @@ class PprofBuilder {
   // Adds a mapping and returns its id (1, 2, ...); an identical mapping returns the earlier id.
   uint64_t AddMapping(const ProfileMapping& mapping);
 
+  // The Location already made for a frame at (`mapping_id`, `address` != 0), and whether a
+  // function names it; nullopt when none is. A symbolizer asks first and names only new frames
+  // (most frames of a profile's stacks are shared).
+  struct KnownLocation {
+    uint64_t id = 0;
+    bool named = false;
+  };
+  std::optional<KnownLocation> FindLocation(uint64_t mapping_id, uint64_t address) const;
+
   // Adds a sample: `leaf_first` frames (the innermost first, as pprof orders location_id),
   // string labels (key, value), and its value. Frames with the same (mapping, address) share one
   // Location; functions with the same name share one Function.
@@ -56,6 +69,9 @@ class PprofBuilder {
   void SetTime(int64_t time_ns, int64_t duration_ns);
 
   const perftools::profiles::Profile& profile() const { return profile_; }
+  // A number no other builder of this process has (ids handed out by one builder mean nothing to
+  // another, even one made later at the same address).
+  uint64_t instance() const { return instance_; }
 
   // The profile serialized and gzip-compressed (RFC 1952), as pprof reads it. Internal on a
   // compression failure.
@@ -65,11 +81,19 @@ class PprofBuilder {
   int64_t Str(const std::string& s);
   uint64_t LocationOf(const ProfileFrame& frame);
 
+  const uint64_t instance_;
   perftools::profiles::Profile profile_;
-  std::map<std::string, int64_t> strings_;
-  // (mapping id, address, the name of an address-0 frame) -> id
-  std::map<std::tuple<uint64_t, uint64_t, std::string>, uint64_t> locations_;
-  std::map<std::string, uint64_t> functions_;  // name -> id
+  struct PairHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& p) const {
+      return std::hash<uint64_t>()(p.first * 0x9e3779b97f4a7c15ULL ^ p.second);
+    }
+  };
+  std::unordered_map<std::string, int64_t> strings_;
+  // (mapping id, address != 0) -> location
+  std::unordered_map<std::pair<uint64_t, uint64_t>, KnownLocation, PairHash> locations_;
+  // (mapping id, name) of an address-0 frame (a lost stack's reason) -> location id
+  std::map<std::pair<uint64_t, std::string>, uint64_t> named_frames_;
+  std::unordered_map<std::string, uint64_t> functions_;  // name -> id
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string>, uint64_t> mappings_;
 };
 

@@ -1,8 +1,11 @@
 #include "profile/process_maps.h"
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
 
 namespace tpe {
 
@@ -46,6 +49,20 @@ const ProcMapping* MappingAt(const std::vector<ProcMapping>& mappings, uint64_t 
   if (it == mappings.begin()) return nullptr;
   --it;
   return address < it->end ? &*it : nullptr;
+}
+
+StatusOr<std::vector<uint32_t>> ListProcesses(const std::string& proc_root) {
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc_root.c_str()), ::closedir);
+  if (dir == nullptr) return ErrnoStatus(errno, "opendir " + proc_root);
+  std::vector<uint32_t> pids;
+  while (const dirent* e = ::readdir(dir.get())) {
+    uint64_t pid = 0;
+    const char* c = e->d_name;
+    for (; *c >= '0' && *c <= '9' && pid <= UINT32_MAX; ++c) pid = pid * 10 + static_cast<uint64_t>(*c - '0');
+    if (*c == '\0' && c != e->d_name && pid <= UINT32_MAX) pids.push_back(static_cast<uint32_t>(pid));
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
 }
 
 }  // namespace tpe

@@ -6,7 +6,7 @@
 // '\n' as "\012"); perf_event_open(2) PERF_RECORD_MMAP2 (addr, len, pgoff, maj, min, ino,
 // prot, filename).
 //
-// Pure; thread-safety: values.
+// ParseProcMaps and MappingAt are pure; ListProcesses reads a directory. Thread-safety: values.
 #pragma once
 
 #include <cstdint>
@@ -38,5 +38,12 @@ StatusOr<std::vector<ProcMapping>> ParseProcMaps(std::string_view text);
 
 // The mapping of `mappings` (sorted by start, not overlapping) that holds `address`, or nullptr.
 const ProcMapping* MappingAt(const std::vector<ProcMapping>& mappings, uint64_t address);
+
+// The processes (thread-group ids) alive now: the numeric entries of `proc_root` ("/proc"; tests
+// use a fake tree), sorted ascending. One directory read instead of an open per process: a
+// render asks about hundreds of processes that exited long ago, and a failed open of
+// /proc/PID/maps costs a slow path walk each (proc(5): /proc lists thread-group leaders only).
+// Errors: the directory's errno (NotFound, PermissionDenied, ...) naming `proc_root`.
+StatusOr<std::vector<uint32_t>> ListProcesses(const std::string& proc_root);
 
 }  // namespace tpe

@@ -1,10 +1,14 @@
 #include "profile/process_maps.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 namespace tpe {
 namespace {
@@ -63,6 +67,32 @@ TEST(ProcessMapsTest, OwnCodeIsInAnExecutableMappingOfThisBinary) {
   ASSERT_NE(m, nullptr);
   EXPECT_TRUE(m->executable);
   EXPECT_NE(m->path.find("profile_unittest"), std::string::npos) << m->path;
+}
+
+// A fake /proc: only whole decimal names are processes, sorted; a name past 32 bits is none.
+TEST(ProcessMapsTest, ListProcessesReadsTheNumericEntries) {
+  char tmpl[] = "/tmp/tpe_proc_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  for (const char* name : {"4242", "1", "self", "12a", "99999999999", "300", "sys"}) {
+    ASSERT_EQ(::mkdir((root + "/" + name).c_str(), 0755), 0) << name;
+  }
+  auto pids = ListProcesses(root);
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_EQ(*pids, (std::vector<uint32_t>{1, 300, 4242}));
+  for (const char* name : {"4242", "1", "self", "12a", "99999999999", "300", "sys"})
+    ::rmdir((root + "/" + name).c_str());
+  ::rmdir(root.c_str());
+  auto missing = ListProcesses(root);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(root), std::string::npos) << missing.status().message();
+}
+
+// The real /proc holds this process.
+TEST(ProcessMapsTest, ListProcessesFindsThisProcess) {
+  auto pids = ListProcesses("/proc");
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_TRUE(std::binary_search(pids->begin(), pids->end(), static_cast<uint32_t>(::getpid())));
 }
 
 }  // namespace

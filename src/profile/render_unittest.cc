@@ -88,5 +88,51 @@ TEST(RenderTest, LostPartsAreOneFrameNamingTheReason) {
   EXPECT_TRUE(StacksSince({c, d}, {c, d}).empty());
 }
 
+// Frames shared by stacks are named once per builder and counted every time: a second stack
+// with the same frames reuses their locations, its unnamed kernel frame still counts as
+// unsymbolized, and a later builder with the same symbolizer (perhaps at the same address)
+// gets its own mappings and locations, rendering the same text.
+TEST(RenderTest, SharedFramesAreNamedOnceAndCountedEveryTime) {
+  const uint64_t leaf = reinterpret_cast<uint64_t>(&tpe_render_test_leaf);
+  const uint64_t caller = reinterpret_cast<uint64_t>(&tpe_render_test_caller) + 4;
+  StackCount a;
+  a.pid = static_cast<uint32_t>(getpid());
+  a.labels = {{"comm", "a"}};
+  a.kernel = {0xffffffff810a1c4b, 0xffffffff00000010};  // named; below every symbol
+  a.user = {leaf, caller};
+  a.value = 3;
+  StackCount b = a;
+  b.labels = {{"comm", "b"}};
+  b.value = 4;
+  StackCount c = a;
+  c.kernel = {0xffffffff810a1c4b};
+  c.user.clear();
+  c.value = 5;
+  auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
+  ASSERT_TRUE(k.ok());
+  Symbolizer sym("/proc", std::move(k).value());
+  std::string first;
+  for (int round = 0; round < 2; ++round) {
+    PprofBuilder builder("samples", "count");
+    AddStacks({a, b, c}, &sym, &builder);
+    const auto& prof = builder.profile();
+    EXPECT_EQ(prof.location_size(), 4) << "round " << round;  // 2 kernel + 2 user addresses
+    EXPECT_EQ(prof.mapping_size(), 2) << "round " << round;   // [kernel.kallsyms], this binary
+    ASSERT_EQ(prof.sample_size(), 3);
+    EXPECT_EQ(std::vector<uint64_t>(prof.sample(0).location_id().begin(), prof.sample(0).location_id().end()),
+              std::vector<uint64_t>(prof.sample(1).location_id().begin(), prof.sample(1).location_id().end()));
+    const std::string folded = FoldedStacks(prof);
+    EXPECT_NE(folded.find("tpe_render_test_caller;tpe_render_test_leaf;"), std::string::npos) << folded;
+    EXPECT_NE(folded.find("__x64_sys_getppid 5\n"), std::string::npos) << folded;
+    if (round == 0) first = folded;
+    EXPECT_EQ(folded, first);
+  }
+  // Per render: a and b have 4 frames each, c one; a's and b's second kernel frame is unnamed.
+  EXPECT_EQ(sym.stats().frames, 2u * 9);
+  EXPECT_EQ(sym.stats().kernel_unsymbolized, 2u * 2);
+  EXPECT_EQ(sym.stats().unsymbolized, 2u * 2);
+  EXPECT_EQ(sym.stats().unknown_mapping, 0u);
+}
+
 }  // namespace
 }  // namespace tpe

@@ -52,10 +52,12 @@ bool Symbolizer::LoadProcessMaps(uint32_t pid) {
   auto maps = ParseProcMaps(*text);
   if (!maps.ok()) return Knows(pid);
   processes_[pid].mappings = std::move(maps).value();
+  MappingsChanged();
   return true;
 }
 
 void Symbolizer::AddMapping(uint32_t pid, const ProcMapping& m) {
+  MappingsChanged();
   auto& maps = processes_[pid].mappings;
   // Drop what the new mapping overlaps (mmap over an old range replaces it), then insert.
   std::erase_if(maps, [&](const ProcMapping& old) { return old.start < m.end && m.start < old.end; });
@@ -65,10 +67,14 @@ void Symbolizer::AddMapping(uint32_t pid, const ProcMapping& m) {
 }
 
 void Symbolizer::SetMappings(uint32_t pid, std::vector<ProcMapping> mappings) {
+  MappingsChanged();
   processes_[pid].mappings = std::move(mappings);
 }
 
-void Symbolizer::ForgetProcess(uint32_t pid) { processes_.erase(pid); }
+void Symbolizer::ForgetProcess(uint32_t pid) {
+  MappingsChanged();
+  processes_.erase(pid);
+}
 
 const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
   if (m.inode == 0 || m.path.empty() || m.path[0] != '/') return nullptr;
@@ -119,12 +125,33 @@ const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
   return it->second.get();
 }
 
-uint64_t Symbolizer::MappingId(const ProcMapping& m, const elf::ElfFile* elf, PprofBuilder* builder) {
-  return builder->AddMapping(ProfileMapping{m.start, m.end, m.offset, m.path, elf != nullptr ? elf->build_id() : ""});
+void Symbolizer::UseBuilder(PprofBuilder* builder) {
+  if (builder->instance() == builder_) return;
+  builder_ = builder->instance();
+  mapping_ids_.clear();
+  pseudo_ids_.clear();
+}
+
+uint64_t Symbolizer::PseudoMappingId(const std::string& name, PprofBuilder* builder) {
+  auto it = pseudo_ids_.find(name);
+  if (it == pseudo_ids_.end()) it = pseudo_ids_.emplace(name, builder->AddMapping(Pseudo(name))).first;
+  return it->second;
+}
+
+const Symbolizer::MappingIds& Symbolizer::MappingFor(uint32_t pid, const ProcMapping& m, PprofBuilder* builder) {
+  auto [it, inserted] = mapping_ids_.emplace(&m, MappingIds{});
+  if (inserted) {
+    // Anonymous executable memory (JIT code) has no file to read.
+    it->second.elf = m.inode == 0 ? nullptr : ElfFor(pid, m);
+    it->second.id = builder->AddMapping(
+        ProfileMapping{m.start, m.end, m.offset, m.path, it->second.elf != nullptr ? it->second.elf->build_id() : ""});
+  }
+  return it->second;
 }
 
 void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBuilder* builder,
                             std::vector<ProfileFrame>* out) {
+  UseBuilder(builder);
   if (!Knows(pid)) LoadProcessMaps(pid);
   auto proc = processes_.find(pid);
   for (size_t i = 0; i < ips.size(); ++i) {
@@ -134,10 +161,17 @@ void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBu
     const ProcMapping* m = proc != processes_.end() ? MappingAt(proc->second.mappings, lookup) : nullptr;
     if (m == nullptr) {
       ++stats_.unknown_mapping;
-      out->push_back(ProfileFrame{ip, builder->AddMapping(Pseudo("[unknown]")), ""});
+      out->push_back(ProfileFrame{ip, PseudoMappingId("[unknown]", builder), ""});
       continue;
     }
-    ProfileFrame frame{ip, 0, ""};
+    const MappingIds& ids = MappingFor(pid, *m, builder);
+    // Named once per (mapping, address): a frame the builder has is that location.
+    if (auto known = builder->FindLocation(ids.id, ip)) {
+      if (!known->named) ++stats_.unsymbolized;
+      out->push_back(ProfileFrame{ip, ids.id, "", known->id});
+      continue;
+    }
+    ProfileFrame frame{ip, ids.id, ""};
     if (m->inode == 0) {  // anonymous executable memory: JIT code, named by the perf map if any
       Process& p = proc->second;
       if (!p.perf_map) {
@@ -146,15 +180,10 @@ void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBu
         p.perf_map = PerfMap::Parse(text.ok() ? *text : "");
       }
       if (const PerfMap::Entry* e = p.perf_map->Lookup(lookup)) frame.function = e->name;
-      frame.mapping_id = MappingId(*m, nullptr, builder);
-    } else {
-      const elf::ElfFile* elf = ElfFor(pid, *m);
-      frame.mapping_id = MappingId(*m, elf, builder);
-      if (elf != nullptr) {
-        auto address = elf::AddressForFileOffset(elf->segments(), m->FileOffset(lookup));
-        if (address.ok()) {
-          if (const elf::Symbol* s = elf->SymbolAt(*address)) frame.function = s->name;
-        }
+    } else if (ids.elf != nullptr) {
+      auto address = elf::AddressForFileOffset(ids.elf->segments(), m->FileOffset(lookup));
+      if (address.ok()) {
+        if (const elf::Symbol* s = ids.elf->SymbolAt(*address)) frame.function = s->name;
       }
     }
     if (frame.function.empty()) ++stats_.unsymbolized;
@@ -163,9 +192,18 @@ void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBu
 }
 
 void Symbolizer::AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
-  const uint64_t kernel = builder->AddMapping(Pseudo("[kernel.kallsyms]"));
+  UseBuilder(builder);
+  const uint64_t kernel = PseudoMappingId("[kernel.kallsyms]", builder);
   for (size_t i = 0; i < ips.size(); ++i) {
     ++stats_.frames;
+    if (auto known = builder->FindLocation(kernel, ips[i])) {
+      if (!known->named) {
+        ++stats_.unsymbolized;
+        ++stats_.kernel_unsymbolized;
+      }
+      out->push_back(ProfileFrame{ips[i], kernel, "", known->id});
+      continue;
+    }
     const Kallsyms::Hit hit = kallsyms_->Lookup(i == 0 ? ips[i] : ips[i] - 1);
     ProfileFrame frame{ips[i], kernel, ""};
     if (hit.symbol != nullptr) {

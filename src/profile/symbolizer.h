@@ -19,6 +19,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "elf/elf_file.h"
@@ -100,7 +101,18 @@ class Symbolizer {
     std::optional<PerfMap> perf_map;    // read once, when a frame is in an anonymous executable mapping
   };
   const elf::ElfFile* ElfFor(uint32_t pid, const ProcMapping& m);
-  uint64_t MappingId(const ProcMapping& m, const elf::ElfFile* elf, PprofBuilder* builder);
+  // The builder's mapping id for `m` of `pid` and its ELF file (null: none read), made once per
+  // mapping and builder.
+  struct MappingIds {
+    const elf::ElfFile* elf = nullptr;
+    uint64_t id = 0;
+  };
+  const MappingIds& MappingFor(uint32_t pid, const ProcMapping& m, PprofBuilder* builder);
+  uint64_t PseudoMappingId(const std::string& name, PprofBuilder* builder);
+  // Forgets the per-builder ids when `builder` is another one than they were made with.
+  void UseBuilder(PprofBuilder* builder);
+  // Forgets the ids of mappings held by pointer (the mappings of a process changed).
+  void MappingsChanged() { mapping_ids_.clear(); }
 
   std::string proc_root_;
   std::shared_ptr<const Kallsyms> kallsyms_;  // never null
@@ -109,6 +121,9 @@ class Symbolizer {
   std::map<std::string, std::shared_ptr<const elf::ElfFile>> elf_by_identity_;  // null: unreadable
   Stats stats_;
   std::set<uint64_t> kernel_misses_;
+  uint64_t builder_ = 0;  // PprofBuilder::instance() of the builder the ids below are its
+  std::unordered_map<const ProcMapping*, MappingIds> mapping_ids_;
+  std::map<std::string, uint64_t> pseudo_ids_;  // "[unknown]", "[kernel.kallsyms]" -> id
 };
 
 }  // namespace tpe
