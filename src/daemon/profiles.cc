@@ -75,8 +75,11 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
   // Which of them live, from one read of /proc: most of a long-running profile's processes
   // exited long ago, and opening their /proc/PID/maps only to fail was most of a render's cost.
   // The maps of the live ones are kept between renders until they map more (ProcessMapsCache).
-  const auto live = ListProcesses("/proc");
-  if (live.ok()) process_maps->Retain(*live);
+  StatusOr<std::vector<uint32_t>> live = std::vector<uint32_t>{};
+  if (!pids.empty()) {
+    live = ListProcesses("/proc");
+    if (live.ok()) process_maps->Retain(*live);
+  }
   const uint64_t now = MonotonicNs();
   for (uint32_t pid : pids) {
     auto learnt = pipeline.learnt_maps().Get(pid);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -55,7 +56,14 @@ StatusOr<std::vector<uint32_t>> ListProcesses(const std::string& proc_root) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(proc_root.c_str()), ::closedir);
   if (dir == nullptr) return ErrnoStatus(errno, "opendir " + proc_root);
   std::vector<uint32_t> pids;
-  while (const dirent* e = ::readdir(dir.get())) {
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(dir.get());
+    if (e == nullptr) {
+      // A list cut short would take live processes for exited ones.
+      if (errno != 0) return ErrnoStatus(errno, "readdir " + proc_root);
+      break;
+    }
     uint64_t pid = 0;
     const char* c = e->d_name;
     for (; *c >= '0' && *c <= '9' && pid <= UINT32_MAX; ++c) pid = pid * 10 + static_cast<uint64_t>(*c - '0');

@@ -1,5 +1,7 @@
 #include "profile/process_maps_cache.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -10,8 +12,9 @@ namespace tpe {
 ProcessMapsCache::ProcessMapsCache(std::string proc_root, uint64_t max_age_ns)
     : proc_root_(std::move(proc_root)), max_age_ns_(max_age_ns) {}
 
-std::optional<uint64_t> ProcessMapsCache::StartTicks(uint32_t pid) const {
-  auto text = ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/stat");
+std::optional<ProcessMapsCache::Identity> ProcessMapsCache::IdentityOf(uint32_t pid) const {
+  const std::string base = proc_root_ + "/" + std::to_string(pid);
+  auto text = ReadFileToString(base + "/stat");
   if (!text.ok()) return std::nullopt;
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses; fields count from the
   // last ')'. starttime is field 22, the 20th after it.
@@ -24,17 +27,24 @@ std::optional<uint64_t> ProcessMapsCache::StartTicks(uint32_t pid) const {
   }
   while (*p == ' ') ++p;
   if (*p < '0' || *p > '9') return std::nullopt;
-  return std::strtoull(p, nullptr, 10);
+  Identity id;
+  id.start_ticks = std::strtoull(p, nullptr, 10);
+  struct stat st {};
+  if (::stat((base + "/exe").c_str(), &st) == 0) {
+    id.exe_dev = st.st_dev;
+    id.exe_ino = st.st_ino;
+  }
+  return id;
 }
 
 std::optional<std::vector<ProcMapping>> ProcessMapsCache::Get(uint32_t pid, uint64_t generation, uint64_t now_ns) {
-  const auto start = StartTicks(pid);
-  if (!start) return std::nullopt;
+  const auto identity = IdentityOf(pid);
+  if (!identity) return std::nullopt;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(pid);
-    if (it != entries_.end() && it->second.start_ticks == *start && it->second.generation == generation &&
-        now_ns - it->second.read_ns < max_age_ns_) {
+    if (it != entries_.end() && it->second.identity == *identity && it->second.generation == generation &&
+        now_ns >= it->second.read_ns && now_ns - it->second.read_ns < max_age_ns_) {
       return it->second.mappings;
     }
   }
@@ -45,7 +55,7 @@ std::optional<std::vector<ProcMapping>> ProcessMapsCache::Get(uint32_t pid, uint
   std::erase_if(*maps, [](const ProcMapping& m) { return !m.executable; });
   std::lock_guard<std::mutex> lock(mu_);
   ++reads_;
-  entries_[pid] = Entry{*start, generation, now_ns, *maps};
+  entries_[pid] = Entry{*identity, generation, now_ns, *maps};
   return std::move(maps).value();
 }
 

@@ -6,12 +6,18 @@
 // since:
 //  - the same process: its start time (proc(5) /proc/PID/stat field 22, clock ticks since boot)
 //    is unchanged, so a pid reused by another process is read anew;
+//  - the same program: /proc/PID/exe names the same file (device and inode), so an exec of
+//    another program is read anew even when its records were lost from a full ring (an exec
+//    keeps the start time);
 //  - nothing new mapped: the caller's `generation` for the pid is unchanged (LearntMaps::Process::
 //    generation, stamped by every PERF_RECORD_MMAP2, exec and fork of the process);
 //  - and the copy is younger than `max_age_ns` (60 s by default): records lost in a full ring
 //    leave a generation unchanged, so no copy is trusted for long.
 // Only executable mappings are kept (an instruction address lies in one; LearntMaps keeps the
-// same).
+// same): a return address a frame-pointer walk made up from data, which used to land in
+// [heap] or [stack] and count as unsymbolized, is now [unknown] (unknown_mapping). An exec of
+// the same file whose records were all lost keeps the old copy until max_age_ns: its frames
+// are [unknown] (ASLR moved them) until then.
 //
 // Thread-safety: every member may be called from any thread (one mutex).
 #pragma once
@@ -46,14 +52,21 @@ class ProcessMapsCache {
   uint64_t reads() const;
 
  private:
+  // What tells one process (and program) from another behind a pid.
+  struct Identity {
+    uint64_t start_ticks = 0;  // /proc/PID/stat starttime
+    uint64_t exe_dev = 0;      // stat(2) of /proc/PID/exe; 0, 0 when unreadable (kernel
+    uint64_t exe_ino = 0;      // threads, a process of another user namespace's root)
+    bool operator==(const Identity&) const = default;
+  };
   struct Entry {
-    uint64_t start_ticks = 0;
+    Identity identity;
     uint64_t generation = 0;
     uint64_t read_ns = 0;
     std::vector<ProcMapping> mappings;
   };
-  // The process's start time, clock ticks since boot; nullopt when unreadable.
-  std::optional<uint64_t> StartTicks(uint32_t pid) const;
+  // The process's identity; nullopt when its stat is unreadable (it exited).
+  std::optional<Identity> IdentityOf(uint32_t pid) const;
 
   const std::string proc_root_;
   const uint64_t max_age_ns_;

@@ -28,8 +28,14 @@ class ProcessMapsCacheTest : public testing::Test {
     ASSERT_EQ(::mkdir((root_ + "/42").c_str(), 0755), 0);
     WriteStat(1000);
     WriteMaps(kTwoMaps);
+    std::ofstream(root_ + "/prog_a") << "a";
+    std::ofstream(root_ + "/prog_b") << "b";
+    ASSERT_EQ(::symlink((root_ + "/prog_a").c_str(), (root_ + "/42/exe").c_str()), 0);
   }
   void TearDown() override {
+    ::unlink((root_ + "/42/exe").c_str());
+    ::unlink((root_ + "/prog_a").c_str());
+    ::unlink((root_ + "/prog_b").c_str());
     ::unlink((root_ + "/42/stat").c_str());
     ::unlink((root_ + "/42/maps").c_str());
     ::rmdir((root_ + "/42").c_str());
@@ -61,6 +67,18 @@ TEST_F(ProcessMapsCacheTest, KeepsTheExecutableMappingsOfTheSameProcessAndGenera
   WriteStat(2000);  // the pid reused by another process
   EXPECT_EQ(cache.Get(42, 8, 4'000)->size(), 1u);
   EXPECT_EQ(cache.reads(), 3u);
+}
+
+// An exec keeps the start time; whether or not its records arrived, another program is read
+// anew.
+TEST_F(ProcessMapsCacheTest, AnExecOfAnotherProgramIsReadAgain) {
+  ProcessMapsCache cache(root_);
+  ASSERT_TRUE(cache.Get(42, 7, 0));
+  WriteMaps(kThreeMaps);
+  ASSERT_EQ(::unlink((root_ + "/42/exe").c_str()), 0);
+  ASSERT_EQ(::symlink((root_ + "/prog_b").c_str(), (root_ + "/42/exe").c_str()), 0);
+  EXPECT_EQ(cache.Get(42, 7, 1'000)->size(), 2u);
+  EXPECT_EQ(cache.reads(), 2u);
 }
 
 TEST_F(ProcessMapsCacheTest, ReadsAgainPastTheMaximumAge) {

@@ -215,8 +215,12 @@ TEST_P(KernelHistogramTest, CrossCpuWakeupPairing) {
   EXPECT_LE(count, kWakeups + 1);
   EXPECT_GE(wakeups->series[0].value, count);
   if (!PreemptRt()) {
-    // Without PREEMPT_RT, the sleeper is woken only by the byte it waits for: one wakeup per read.
-    EXPECT_EQ(wakeups->series[0].value, count);
+    // Without PREEMPT_RT, the sleeper is woken by the byte it waits for: one wakeup per read,
+    // and at most a stray one or two besides (seen once in CI under ASan: 202 wakeups for 201
+    // reads; a fault in the forked child that sleeps — reclaim, a page under writeback — is a
+    // wakeup too). A stray wakeup inside a read replaces its pending start; the count of
+    // paired reads is what the engines must get exactly.
+    EXPECT_LE(wakeups->series[0].value, count + 2);
   } else {
     // PREEMPT_RT turns spinlock_t (the pipe's rd_wait/wr_wait wait-queue locks) and the pipe mutex
     // into rtmutexes: a sleeper that contends on one of them while the waker holds it blocks
