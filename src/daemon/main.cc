@@ -1,5 +1,6 @@
 // tracepoint_exporter: Linux kernel tracepoints as Prometheus metrics.
 // The only place in the project that exits the process.
+#include <malloc.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <sys/resource.h>
@@ -228,6 +229,10 @@ int main(int argc, char** argv) {
     } else {
       TPE_LOG_ERROR("reload of {} failed, still running the previous config: {}", config_file, st.message());
     }
+    // A reload builds a whole new plan beside the old one; what the old one freed (and earlier
+    // reloads' retired plans) goes back to the kernel instead of staying in malloc's arenas,
+    // where the soak once saw 17 MiB held after a burst of reloads (malloc_trim(3)).
+    malloc_trim(0);
     sd_notify(0, "READY=1");
   }
   sd_notify(0, "STOPPING=1");
