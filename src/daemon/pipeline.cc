@@ -20,6 +20,7 @@ namespace tpe {
 namespace {
 
 constexpr uint64_t kCpuCheckIntervalNs = 1'000'000'000;
+constexpr uint64_t kCpuDownRoundNs = 100'000'000;
 // How long CheckCpus waits before re-reading a probe whose time_enabled did not advance.
 constexpr int kFrozenRecheckMs = 50;
 
@@ -135,12 +136,12 @@ Status Pipeline::StartThread() {
 Status Pipeline::Start() {
   epoll_fd_ = ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_.valid()) return ErrnoStatus(errno, "epoll_create1");
-  stop_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop_fd_.valid()) return ErrnoStatus(errno, "eventfd");
+  wake_fd_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_.valid()) return ErrnoStatus(errno, "eventfd");
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = stop_fd_.get();
-  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, stop_fd_.get(), &ev) != 0) return ErrnoStatus(errno, "epoll_ctl");
+  ev.data.fd = wake_fd_.get();
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) return ErrnoStatus(errno, "epoll_ctl");
   auto monitor = CpuHotplugMonitor::Open();
   if (monitor.ok()) {
     hotplug_ = std::move(*monitor);
@@ -162,11 +163,25 @@ Status Pipeline::Start() {
   return StartThread();
 }
 
+// A round's timeout: the reader's idle time (100 ms while a metric counts ring samples, else
+// 1 s), 100 ms while a CPU is away (its return is caught within a round even without a uevent),
+// and no later than the first pending mark can run (a quiet slack after its time; at least 1 ms).
+int Pipeline::RoundTimeoutMs(uint64_t now_ns) const {
+  uint64_t wait_ns = reader_->idle_ns();
+  if (any_cpu_down_) wait_ns = std::min<uint64_t>(wait_ns, kCpuDownRoundNs);
+  if (const uint64_t mark = reader_->next_mark_ns(); mark != ~0ull) {
+    const uint64_t ready = mark + kQuietSlackNs;
+    wait_ns = std::min(wait_ns, std::max<uint64_t>(ready > now_ns ? ready - now_ns : 0, 1'000'000));
+  }
+  return static_cast<int>((wait_ns + 999'999) / 1'000'000);
+}
+
 void Pipeline::Run() {
   epoll_event events[64];
   while (running_.load(std::memory_order_relaxed)) {
-    // Wake on a ring's watermark, or every 100 ms so that low-rate events are not held back.
-    int n = ::epoll_wait(epoll_fd_.get(), events, 64, 100);
+    // Wake on a ring's watermark, a mark, or the timeout (RoundTimeoutMs) so that low-rate
+    // events are not held back.
+    int n = ::epoll_wait(epoll_fd_.get(), events, 64, RoundTimeoutMs(MonotonicNs()));
     if (n < 0 && errno != EINTR) {
       TPE_LOG_ERROR("epoll_wait: {}", std::strerror(errno));
       break;
@@ -174,12 +189,15 @@ void Pipeline::Run() {
     bool check = false;
     for (int i = 0; i < n; ++i) {
       if (hotplug_ && events[i].data.fd == hotplug_->fd()) check |= hotplug_->DrainCpuEvents();
+      if (events[i].data.fd == wake_fd_.get()) {
+        uint64_t drain = 0;
+        (void)!::read(wake_fd_.get(), &drain, sizeof(drain));
+      }
     }
     wakeups_.Add(1);
     reader_->Round(/*flush_all=*/false);
     const uint64_t now = MonotonicNs();
-    // Every second; every round (100 ms) while a CPU is away, so that its return is caught
-    // within a round even when no uevent arrives.
+    // Every second; every round while a CPU is away.
     if (check || any_cpu_down_ || now - last_cpu_check_ns_ >= kCpuCheckIntervalNs) {
       last_cpu_check_ns_ = now;
       CheckCpus();
@@ -312,10 +330,10 @@ void Pipeline::StopThread() {
   sweeper_.Stop();
   if (running_.exchange(false)) {
     uint64_t one = 1;
-    (void)!::write(stop_fd_.get(), &one, sizeof(one));
+    (void)!::write(wake_fd_.get(), &one, sizeof(one));
     thread_.join();
     uint64_t drain = 0;
-    (void)!::read(stop_fd_.get(), &drain, sizeof(drain));
+    (void)!::read(wake_fd_.get(), &drain, sizeof(drain));
   }
 }
 

@@ -188,7 +188,10 @@ class Pipeline {
   Sweeper sweeper_;                                        // sweeps the bpf metrics' maps; runs while thread_ does
   std::unique_ptr<CpuHotplugMonitor> hotplug_;             // null when uevents cannot be received
   ScopedFd epoll_fd_;
-  ScopedFd stop_fd_;  // eventfd that wakes the reader to stop
+  // eventfd that wakes the reader: to stop, or for a mark (AddMark) that a sleeping reader would
+  // otherwise run only at its next watermark or timeout (Reader::idle_ns).
+  ScopedFd wake_fd_;
+  int RoundTimeoutMs(uint64_t now_ns) const;  // reader thread: epoll_wait's timeout before the next round
   std::thread thread_;
   std::atomic<bool> running_{false};
   bool stopped_ = false;

@@ -1,6 +1,7 @@
 // Pipeline::Snapshot: every metric of the current plan, then the self-metrics (per event,
 // per metric, per CPU ring, per CPU).
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -55,6 +56,8 @@ void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) cons
   std::unique_lock<std::mutex> lock(mu_);
   if (reader_ && !flushed_) {
     reader_->AddMark(at_ns, std::move(fn));
+    const uint64_t one = 1;
+    if (wake_fd_.valid()) (void)!::write(wake_fd_.get(), &one, sizeof(one));  // before Start: the first round
     return;
   }
   if (plan_) fn(*plan_);
@@ -341,8 +344,10 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                       "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter);
   Add(&other, {}, reader_ ? static_cast<double>(reader_->other_records() + reader_->sample_errors()) : 0.0);
   out.push_back(std::move(other));
-  auto wake = Family("tracepoint_exporter_reader_wakeups_total", "Reader thread wakeups (watermark or 100 ms timeout).",
-                     MetricKind::kCounter);
+  auto wake = Family(
+      "tracepoint_exporter_reader_wakeups_total",
+      "Reader thread wakeups (watermark, mark, or timeout: 100 ms while a metric counts ring samples, else 1 s).",
+      MetricKind::kCounter);
   Add(&wake, {}, static_cast<double>(wakeups_.Get()));
   out.push_back(std::move(wake));
 

@@ -179,7 +179,8 @@ void CatchUpWithTheReader(const Pipeline& pipeline) {
 
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format) {
   if (!KnownFormat(format)) return UnknownFormat(format);
-  // Every record stamped before the request dispatched first (at most one reader round, ~100 ms):
+  // Every record stamped before the request dispatched first (the mark wakes the reader; it runs
+  // a quiet slack, 1 ms, after now):
   // a perf profile's last samples may wait in a ring under its wakeup watermark, and a bpf
   // profile's processes' mappings come through the reader.
   if (pipeline.ProfileStamped(name).has_value()) CatchUpWithTheReader(pipeline);
@@ -268,7 +269,8 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
       w->bounds[1] = std::move(data);
       w->done[1] = true;
     }
-    // The reader dispatches every 100 ms; a stopped or paused reader (a reload) answers later.
+    // The reader wakes for the mark at the window's end; a stopped or paused reader (a reload)
+    // answers later.
     if (!w->cv.wait_for(lock, std::chrono::seconds(10), [&] { return w->done[0] && w->done[1]; })) {
       return HttpAnswer{503, "text/plain; charset=utf-8",
                         "profile \"" + name +

@@ -29,6 +29,15 @@ void Reader::SetPlan(Plan* plan) {
     }
   }
   std::sort(by_id_.begin(), by_id_.end());
+  // 100 ms while a metric (not a profile: renders catch up with a mark) counts ring samples.
+  idle_ns_ = kIdleNs;
+  for (const auto* events : {&plan_->events, &plan_->draining}) {
+    for (auto& e : *events) {
+      for (auto& [collector, index] : e->consumers) {
+        if (collector != nullptr && !collector->is_profile()) idle_ns_ = kMetricIdleNs;
+      }
+    }
+  }
 }
 
 EventPlan* Reader::FindEvent(uint64_t id) {

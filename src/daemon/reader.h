@@ -51,6 +51,10 @@ inline constexpr uint64_t kNestingSlackNs = 50'000;
 // that delivered nothing this round. The stamp-to-commit gap is microseconds; 1 ms also covers
 // a vCPU briefly descheduled by the hypervisor mid-write.
 inline constexpr uint64_t kQuietSlackNs = 1'000'000;
+// The reader's longest sleep between rounds (Reader::idle_ns): while a metric counts ring
+// samples, and otherwise.
+inline constexpr uint64_t kMetricIdleNs = 100'000'000;
+inline constexpr uint64_t kIdleNs = 1'000'000'000;
 
 struct CpuRing {
   int cpu = 0;
@@ -97,6 +101,15 @@ class Reader {
   // Any thread.
   void AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn);
 
+  // How long the reader thread may sleep between rounds when no ring reaches its watermark and
+  // no mark is due (ns): 100 ms while a metric counts the rings' samples (its /metrics counts
+  // lag by at most that), 1 s when only profiles read the rings (a render or a ?seconds window
+  // catches up with a mark first, which wakes the reader) or nothing does. The gap check, the
+  // sweeps and the CPU check run every second either way. Set by SetPlan; reader thread.
+  uint64_t idle_ns() const { return idle_ns_; }
+  // CLOCK_MONOTONIC ns of the earliest pending mark; ~0: none. Any thread.
+  uint64_t next_mark_ns() const { return next_mark_ns_.load(std::memory_order_relaxed); }
+
   uint64_t other_records() const { return other_records_.Get(); }
   uint64_t sample_errors() const { return sample_errors_.Get(); }
   uint64_t held_records() const { return held_records_.Get(); }
@@ -132,6 +145,7 @@ class Reader {
   uint64_t check_time_ns_ = 0;  // 0: no check pending
   uint64_t last_check_ns_ = 0;
   bool ordered_;
+  uint64_t idle_ns_ = 0;
   RelaxedCounter held_records_;
   RelaxedCounter other_records_;
   RelaxedCounter sample_errors_;  // PERF_RECORD_SAMPLEs too short for their declared layout

@@ -8,6 +8,7 @@
 
 #include "collectors/counter.h"
 #include "collectors/latency.h"
+#include "collectors/profile.h"
 #include "perf/records.h"
 #include "testing/perf_records.h"
 
@@ -331,6 +332,36 @@ TEST(ReaderTest, CgroupAndPlainSamplesShareARing) {
   ASSERT_EQ(b.series.size(), 1u);
   EXPECT_EQ(b.series[0].value, 3);
   EXPECT_EQ(reader.sample_errors(), 0u);
+}
+
+// The reader sleeps up to 100 ms while a metric counts ring samples (its /metrics counts lag by
+// at most that), up to 1 s when only a profile reads the rings (a render catches up with a mark)
+// or no event has a consumer; a pending mark shows as next_mark_ns.
+TEST(ReaderTest, SleepsLongerWhenOnlyProfilesReadTheRings) {
+  std::deque<CpuRing> rings;
+  Plan empty;
+  Reader idle(&empty, &rings);
+  EXPECT_EQ(idle.idle_ns(), kIdleNs);
+  EXPECT_EQ(idle.next_mark_ns(), ~0ull);
+  idle.AddMark(5000, [](const Plan&) {});
+  EXPECT_EQ(idle.next_mark_ns(), 5000u);
+
+  Plan profiles;
+  auto e = std::make_unique<EventPlan>();
+  e->ids = {300};
+  e->sampled = true;
+  auto p = std::make_unique<ProfileCollector>("stacks", "h", LabelSet(std::vector<LabelSpec>{}), 10);
+  e->consumers.emplace_back(p.get(), 0);
+  profiles.events.push_back(std::move(e));
+  profiles.collectors.push_back(std::move(p));
+  Reader reader(&profiles, &rings);
+  EXPECT_EQ(reader.idle_ns(), kIdleNs);
+
+  Fixture f;  // a counter on a sampled event
+  reader.SetPlan(&f.plan);
+  EXPECT_EQ(reader.idle_ns(), kMetricIdleNs);
+  reader.SetPlan(&profiles);
+  EXPECT_EQ(reader.idle_ns(), kIdleNs);
 }
 
 }  // namespace
