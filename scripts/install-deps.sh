@@ -13,7 +13,7 @@ RUNTIME=(libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libtraceevent1 libbpf1 
 COMPILE=(build-essential cmake ninja-build pkg-config
          libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
          libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libelf-dev
-         libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev zlib1g-dev)
+         libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev golang-github-prometheus-client-model-dev zlib1g-dev)
 BUILD=("${COMPILE[@]}" git libgtest-dev libgmock-dev libbenchmark-dev
        python3 help2man dpkg-dev openssl curl prometheus golang-go bpftrace bpftool clang-format clang-tidy clang libclang-rt-14-dev stress-ng systemtap-sdt-dev
        chromium-headless-shell fonts-dejavu-core)

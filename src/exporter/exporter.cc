@@ -1,5 +1,7 @@
 #include "exporter/exporter.h"
 
+#include <google/protobuf/util/delimited_message_util.h>
+#include <io/prometheus/client/metrics.pb.h>
 #include <malloc.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
@@ -15,6 +17,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "exporter/content_negotiation.h"
 #include "exporter/http_server.h"
 #include "exporter/page_cache.h"
 
@@ -75,11 +78,96 @@ prometheus::MetricFamily ToFamily(MetricSnapshot m) {
   return f;
 }
 
-// Writes one metric family in the text exposition format (prometheus-cpp's TextSerializer);
-// its MetricFamily is freed before the next one is built.
-void WriteFamily(std::ostream& out, MetricSnapshot m) {
+// HELP text as the text exposition format wants it: `\` as `\\`, a line feed as `\n`.
+void EscapeHelp(std::string* help) {
+  if (help->find_first_of("\\\n") == std::string::npos) return;
+  std::string out;
+  out.reserve(help->size() + 8);
+  for (char c : *help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  *help = std::move(out);
+}
+
+// The protobuf exposition's message for one family (client_model's metrics.proto), from the
+// MetricFamily the text page is written from, so that both pages carry the same series and
+// values. Buckets as on the text page, the +Inf one included (Prometheus accepts it; clients
+// may leave it implicit).
+io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f) {
+  namespace pb = io::prometheus::client;
+  pb::MetricFamily out;
+  out.set_name(f.name);
+  out.set_help(f.help);
+  switch (f.type) {
+    case prometheus::MetricType::Counter:
+      out.set_type(pb::COUNTER);
+      break;
+    case prometheus::MetricType::Gauge:
+      out.set_type(pb::GAUGE);
+      break;
+    case prometheus::MetricType::Histogram:
+      out.set_type(pb::HISTOGRAM);
+      break;
+    case prometheus::MetricType::Summary:
+      out.set_type(pb::SUMMARY);
+      break;
+    default:
+      out.set_type(pb::UNTYPED);
+      break;
+  }
+  out.mutable_metric()->Reserve(static_cast<int>(f.metric.size()));
+  for (const auto& cm : f.metric) {
+    pb::Metric* m = out.add_metric();
+    for (const auto& l : cm.label) {
+      pb::LabelPair* lp = m->add_label();
+      lp->set_name(l.name);
+      lp->set_value(l.value);
+    }
+    switch (f.type) {
+      case prometheus::MetricType::Counter:
+        m->mutable_counter()->set_value(cm.counter.value);
+        break;
+      case prometheus::MetricType::Gauge:
+        m->mutable_gauge()->set_value(cm.gauge.value);
+        break;
+      case prometheus::MetricType::Histogram: {
+        pb::Histogram* h = m->mutable_histogram();
+        h->set_sample_count(cm.histogram.sample_count);
+        h->set_sample_sum(cm.histogram.sample_sum);
+        for (const auto& b : cm.histogram.bucket) {
+          pb::Bucket* pbb = h->add_bucket();
+          pbb->set_cumulative_count(b.cumulative_count);
+          pbb->set_upper_bound(b.upper_bound);
+        }
+        break;
+      }
+      default:
+        m->mutable_untyped()->set_value(cm.untyped.value);
+        break;
+    }
+  }
+  return out;
+}
+
+// Writes one metric family in `format`: the text exposition format (prometheus-cpp's
+// TextSerializer) or one length-delimited MetricFamily message; its MetricFamily is freed
+// before the next one is built.
+void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format = ExpositionFormat::kText) {
   std::vector<prometheus::MetricFamily> one;
   one.push_back(ToFamily(std::move(m)));
+  if (format == ExpositionFormat::kProtobuf) {
+    google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0]), &out);
+    return;
+  }
+  // The text format escapes a HELP's backslashes and line feeds; prometheus-cpp 1.0's serializer
+  // writes it as it is (a config's help with a newline broke the page).
+  EscapeHelp(&one[0].help);
   prometheus::TextSerializer().Serialize(out, one);
 }
 
@@ -88,7 +176,7 @@ void WriteFamily(std::ostream& out, MetricSnapshot m) {
 // text is never copied). Not thread-safe: PageCache runs one render at a time.
 class PageRenderer {
  public:
-  explicit PageRenderer(SnapshotSource source) : source_(std::move(source)) {}
+  PageRenderer(SnapshotSource source, ExpositionFormat format) : source_(std::move(source)), format_(format) {}
 
   RenderedPage Render() {
     RenderedPage page = Write();
@@ -119,13 +207,14 @@ class PageRenderer {
     // without growing the mapping (pages not written to cost no memory).
     PageWriter writer(last_size_ + last_size_ / 8);
     std::ostream out(&writer);
-    for (auto& m : metrics) WriteFamily(out, std::move(m));  // each snapshot is freed once written
+    for (auto& m : metrics) WriteFamily(out, std::move(m), format_);  // each snapshot is freed once written
     RenderedPage page = writer.Finish();
     last_size_ = page.text().size();
     return page;
   }
 
   SnapshotSource source_;
+  const ExpositionFormat format_;
   double last_scrape_seconds_ = 0;
   size_t last_size_ = 0;
 };
@@ -247,6 +336,12 @@ std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
   return std::move(out).str();
 }
 
+std::string SerializeProtobuf(const std::vector<MetricSnapshot>& metrics) {
+  std::ostringstream out;
+  for (const auto& m : metrics) WriteFamily(out, m, ExpositionFormat::kProtobuf);
+  return std::move(out).str();
+}
+
 struct HttpExporter::Impl {
   std::unique_ptr<HttpServer> server;
 };
@@ -268,10 +363,14 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
     return LandingPageHtml(telemetry_path, profile_names ? profile_names() : std::vector<std::string>{});
   };
   // Concurrent and pipelined scrapes share one rendered page per 100 ms, at most 3 pages alive
-  // (PageCache); each response references the page, never copies it.
-  auto cache = std::make_shared<PageCache>(
-      [renderer = std::make_shared<PageRenderer>(std::move(source))] { return renderer->Render(); });
-  o.metrics = [cache] { return cache->Get(); };
+  // (PageCache) per exposition format; each response references the page, never copies it.
+  // Each format renders on its own (its snapshot taken when it is asked for).
+  auto shared_source = std::make_shared<SnapshotSource>(std::move(source));
+  for (ExpositionFormat format : {ExpositionFormat::kText, ExpositionFormat::kProtobuf}) {
+    auto renderer = std::make_shared<PageRenderer>([shared_source] { return (*shared_source)(); }, format);
+    auto cache = std::make_shared<PageCache>([renderer] { return renderer->Render(); });
+    (format == ExpositionFormat::kText ? o.metrics : o.metrics_protobuf) = [cache] { return cache->Get(); };
+  }
   o.pprof = std::move(profiles);
   o.users = web.users;
   if (web.tls()) {

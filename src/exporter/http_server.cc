@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/scoped_fd.h"
 #include "exporter/basic_auth.h"
+#include "exporter/content_negotiation.h"
 #include "exporter/delayed_runner.h"
 #include "exporter/listen_address.h"
 
@@ -474,8 +475,11 @@ struct HttpServer::Impl {
     if (pprof) return impl->ServePprof(connection, request, path.substr(kPprof.size()), nullptr);
     if (flame_graph) return impl->ServePprof(connection, request, path.substr(kFlameGraph.size()), "flamegraph");
     std::shared_ptr<const RenderedPage> body;
+    const char* accept = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    const bool protobuf =
+        impl->opt.metrics_protobuf && accept != nullptr && NegotiateExposition(accept) == ExpositionFormat::kProtobuf;
     try {  // nothing may unwind through libmicrohttpd's C frames
-      body = impl->opt.metrics();
+      body = protobuf ? impl->opt.metrics_protobuf() : impl->opt.metrics();
     } catch (const std::exception& e) {
       TPE_LOG_ERROR("scrape failed: {}", e.what());
       return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "scrape failed\n", "text/plain; charset=utf-8");
@@ -485,7 +489,8 @@ struct HttpServer::Impl {
       return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "scrape failed\n", "text/plain; charset=utf-8");
     }
     const std::string_view text = body->text();
-    return Respond(connection, MHD_HTTP_OK, std::move(body), text, impl->opt.metrics_content_type.c_str());
+    return Respond(connection, MHD_HTTP_OK, std::move(body), text,
+                   protobuf ? kProtobufContentType : impl->opt.metrics_content_type.c_str());
   }
 };
 

@@ -76,6 +76,9 @@ struct HttpServerOptions {
   // it is sent (never copied); several responses may share one. Null is answered 500.
   std::function<std::shared_ptr<const RenderedPage>()> metrics;
   std::string metrics_content_type = "text/plain; version=0.0.4; charset=utf-8";
+  // The protobuf exposition's page (kProtobufContentType), served instead of `metrics` when the
+  // request's Accept header prefers it (NegotiateExposition). Unset: always `metrics`.
+  std::function<std::shared_ptr<const RenderedPage>()> metrics_protobuf;
   std::function<std::string()> landing;  // the HTML served at "/", called per request; unset: empty
   // "/debug/pprof/<name>[?format=...][&seconds=N]", and "/flamegraph/<name>[?seconds=N]" as the
   // format "flamegraph" (any "format" argument ignored): called on a server thread, behind the

@@ -2,9 +2,14 @@
 # e2e tier with a real Prometheus server (Debian package `prometheus`) on loopback: it scrapes the
 # daemon every second; known tracepoint traffic is generated; Prometheus's HTTP API must report
 # the counter's exact increase and a histogram quantile in the right bucket.
-#   prometheus_test.sh BINARY TRIGGER SOURCE_DIR
+#   prometheus_test.sh BINARY TRIGGER SOURCE_DIR [protobuf]
+# With "protobuf", Prometheus runs with --enable-feature=native-histograms, under which it asks
+# for the protobuf exposition first (the Accept header below, scrape.go's); the daemon must
+# answer that header with protobuf, and the checks read what Prometheus made of it.
 set -uo pipefail
-BIN=$1 TRIGGER=$2 SRC=$3
+BIN=$1 TRIGGER=$2 SRC=$3 FORMAT=${4:-text}
+PROM_FLAGS=()
+[[ "$FORMAT" == protobuf ]] && PROM_FLAGS=(--enable-feature=native-histograms)
 WORK=$(mktemp -d)
 PROM=""
 cleanup() { [[ -n "${DAEMON_PID:-}" ]] && kill "$DAEMON_PID" 2>/dev/null; [[ -n "$PROM" ]] && kill "$PROM" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
@@ -42,7 +47,7 @@ scrape_configs:
     static_configs: [{targets: ["127.0.0.1:$DAEMON_PORT"]}]
 YML
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
-  --web.listen-address="127.0.0.1:$PPORT" >"$WORK/prometheus.log" 2>&1 &
+  --web.listen-address="127.0.0.1:$PPORT" "${PROM_FLAGS[@]}" >"$WORK/prometheus.log" 2>&1 &
 PROM=$!
 API="http://127.0.0.1:$PPORT/api/v1"
 query() {  # query EXPR [TIME] → the first result's value, or empty
@@ -62,6 +67,13 @@ PY
 up=""
 for _ in $(seq 1 100); do up=$(query 'up{job="tracepoint_exporter"}'); [[ "$up" == 1 ]] && break; sleep 0.2; done
 check "prometheus scrapes the exporter (up == 1)" test "$up" == 1
+if [[ "$FORMAT" == protobuf ]]; then
+  accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.1'
+  ctype=$(curl -s -o /dev/null -w '%{content_type}' -H "Accept: $accept" "http://127.0.0.1:$DAEMON_PORT/metrics")
+  check "Prometheus's Accept header gets the protobuf exposition (got $ctype)" \
+    test "$ctype" == "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+  check "prometheus runs with native histograms on" sh -c "curl -s '$API/status/flags' | grep -q '\"enable-feature\":\"native-histograms\"'"
+fi
 
 # A first batch creates the series; then the counter's increase between two instants is exact.
 "$TRIGGER" tpe_prom 100
