@@ -26,9 +26,11 @@ inline constexpr const char* kProtobufContentType =
 // do) at a quality (q, default 1) above 0 and at least that of any range that matches the text
 // format (`text/plain`, `text/*`, `*/*`); `*/*` alone never picks protobuf. Parameters and
 // media types compare case-insensitively, values of proto/encoding exactly; a malformed q counts
-// as 0. Prometheus 2.42 sends, with --enable-feature=native-histograms,
-// "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,
-// text/plain;version=0.0.4;q=0.3,*/*;q=0.1": protobuf.
+// as 0. Prometheus 2.42 sends, with --enable-feature=native-histograms (captured),
+// "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,
+// application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;
+// q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1": protobuf; without it the same list minus
+// the protobuf range: text.
 ExpositionFormat NegotiateExposition(std::string_view accept);
 
 }  // namespace tpe

@@ -9,11 +9,17 @@ constexpr auto kText = ExpositionFormat::kText;
 constexpr auto kProtobuf = ExpositionFormat::kProtobuf;
 
 TEST(NegotiateExpositionTest, WhatPrometheusSends) {
-  // Prometheus 2.42 with --enable-feature=native-histograms (scrape.go's acceptHeader).
+  // Prometheus 2.42 with --enable-feature=native-histograms (captured from a scrape).
+  EXPECT_EQ(NegotiateExposition("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                                "encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,"
+                                "application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,"
+                                "*/*;q=0.1"),
+            kProtobuf);
+  // An older client's order (protobuf preferred over text by q).
   EXPECT_EQ(NegotiateExposition("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
                                 "encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.1"),
             kProtobuf);
-  // Without it (text and OpenMetrics only).
+  // Without it (captured; OpenMetrics is not served: text).
   EXPECT_EQ(NegotiateExposition("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
                                 "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
             kText);

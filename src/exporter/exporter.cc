@@ -8,6 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/file_util.h"
 #include "exporter/content_negotiation.h"
@@ -162,7 +165,9 @@ void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format = 
   std::vector<prometheus::MetricFamily> one;
   one.push_back(ToFamily(std::move(m)));
   if (format == ExpositionFormat::kProtobuf) {
-    google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0]), &out);
+    if (!google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0]), &out)) {
+      throw std::runtime_error("protobuf exposition: writing " + one[0].name + " failed");  // a 500, logged
+    }
     return;
   }
   // The text format escapes a HELP's backslashes and line feeds; prometheus-cpp 1.0's serializer
@@ -365,11 +370,30 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   // Concurrent and pipelined scrapes share one rendered page per 100 ms, at most 3 pages alive
   // (PageCache) per exposition format; each response references the page, never copies it.
   // Each format renders on its own (its snapshot taken when it is asked for).
-  auto shared_source = std::make_shared<SnapshotSource>(std::move(source));
+  // The formats share the bound of 3 pages and one render at a time (PageCacheShare). Scrapes
+  // are counted per format (tracepoint_exporter_scrapes_total{format}).
+  auto scrapes = std::make_shared<std::array<std::atomic<uint64_t>, 2>>();
+  auto shared_source = std::make_shared<SnapshotSource>([source = std::move(source), scrapes] {
+    std::vector<MetricSnapshot> metrics = source();
+    MetricSnapshot m;
+    m.name = "tracepoint_exporter_scrapes_total";
+    m.help = "Requests of the telemetry path, by the exposition format they were answered in.";
+    m.kind = MetricKind::kCounter;
+    m.series.push_back(SeriesSnapshot{{{"format", "text"}}, static_cast<double>((*scrapes)[0].load()), {}, 0, 0});
+    m.series.push_back(SeriesSnapshot{{{"format", "protobuf"}}, static_cast<double>((*scrapes)[1].load()), {}, 0, 0});
+    metrics.push_back(std::move(m));
+    return metrics;
+  });
+  auto share = std::make_shared<PageCacheShare>();
   for (ExpositionFormat format : {ExpositionFormat::kText, ExpositionFormat::kProtobuf}) {
     auto renderer = std::make_shared<PageRenderer>([shared_source] { return (*shared_source)(); }, format);
-    auto cache = std::make_shared<PageCache>([renderer] { return renderer->Render(); });
-    (format == ExpositionFormat::kText ? o.metrics : o.metrics_protobuf) = [cache] { return cache->Get(); };
+    auto cache = std::make_shared<PageCache>([renderer] { return renderer->Render(); }, PageCache::kDefaultWindowNs,
+                                             nullptr, PageCache::kDefaultMaxPages, share);
+    const size_t i = format == ExpositionFormat::kText ? 0 : 1;
+    (i == 0 ? o.metrics : o.metrics_protobuf) = [cache, scrapes, i] {
+      (*scrapes)[i].fetch_add(1, std::memory_order_relaxed);
+      return cache->Get();
+    };
   }
   o.pprof = std::move(profiles);
   o.users = web.users;

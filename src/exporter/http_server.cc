@@ -362,7 +362,8 @@ struct HttpServer::Impl {
   // reference, dropped by libmicrohttpd (the free callback) once the response is sent or
   // abandoned.
   static MHD_Result Respond(MHD_Connection* connection, unsigned status, std::shared_ptr<const void> owner,
-                            std::string_view text, const char* content_type, bool auth_challenge = false) {
+                            std::string_view text, const char* content_type, bool auth_challenge = false,
+                            const char* vary = nullptr) {
     using Owner = std::shared_ptr<const void>;
     auto* held = new Owner(std::move(owner));
     MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(
@@ -373,6 +374,7 @@ struct HttpServer::Impl {
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (vary != nullptr) MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, vary);
     const MHD_Result ret = auth_challenge ? MHD_queue_basic_auth_fail_response(connection, kRealm, r)
                                           : MHD_queue_response(connection, status, r);
     MHD_destroy_response(r);
@@ -489,8 +491,10 @@ struct HttpServer::Impl {
       return Respond(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "scrape failed\n", "text/plain; charset=utf-8");
     }
     const std::string_view text = body->text();
+    // The format follows the Accept header: a cache between must not give one client's to another.
     return Respond(connection, MHD_HTTP_OK, std::move(body), text,
-                   protobuf ? kProtobufContentType : impl->opt.metrics_content_type.c_str());
+                   protobuf ? kProtobufContentType : impl->opt.metrics_content_type.c_str(), false,
+                   impl->opt.metrics_protobuf ? "Accept" : nullptr);
   }
 };
 

@@ -7,12 +7,14 @@
 
 namespace tpe {
 
-PageCache::PageCache(std::function<RenderedPage()> render, uint64_t window_ns, Clock now_ns, size_t max_pages)
+PageCache::PageCache(std::function<RenderedPage()> render, uint64_t window_ns, Clock now_ns, size_t max_pages,
+                     std::shared_ptr<PageCacheShare> share)
     : render_(std::move(render)),
       window_ns_(window_ns),
       now_ns_(now_ns ? std::move(now_ns) : Clock(MonotonicNs)),
       max_pages_(std::max<size_t>(1, max_pages)),
-      alive_(std::make_shared<std::atomic<size_t>>(0)) {}
+      share_(std::move(share)),
+      alive_(share_ ? share_->alive : std::make_shared<std::atomic<size_t>>(0)) {}
 
 PageCache::Page PageCache::Get() {
   const uint64_t arrived = now_ns_();
@@ -30,6 +32,8 @@ PageCache::Page PageCache::Get() {
       return page_;
     }
   }
+  std::unique_lock<std::mutex> render_lock;
+  if (share_) render_lock = std::unique_lock<std::mutex>(share_->render_mu);
   std::weak_ptr<const RenderedPage> previous = page_;
   page_.reset();         // freed now unless a response still sends it
   alive_->fetch_add(1);  // this render's slot, handed to its page

@@ -36,6 +36,15 @@
 
 namespace tpe {
 
+// What the caches of one endpoint's formats (text, protobuf) share: the pages alive in all of
+// them count against each one's `max_pages`, and one render runs at a time across them, so the
+// memory bound above holds for the endpoint, not per format — plus one page for a format's first
+// render (a cache with no page yet renders whatever the others hold).
+struct PageCacheShare {
+  std::shared_ptr<std::atomic<size_t>> alive = std::make_shared<std::atomic<size_t>>(0);
+  std::mutex render_mu;  // taken inside a cache's own mutex, always in that order
+};
+
 class PageCache {
  public:
   using Page = std::shared_ptr<const RenderedPage>;
@@ -44,9 +53,11 @@ class PageCache {
   static constexpr size_t kDefaultMaxPages = 3;
 
   // `now_ns` defaults to CLOCK_MONOTONIC (common/clock.h); injectable for tests. `max_pages`
-  // is at least 1 (0 is taken as 1).
+  // is at least 1 (0 is taken as 1). `share` (optional): the bound and the render lock shared
+  // with other caches (PageCacheShare).
   explicit PageCache(std::function<RenderedPage()> render, uint64_t window_ns = kDefaultWindowNs,
-                     Clock now_ns = nullptr, size_t max_pages = kDefaultMaxPages);
+                     Clock now_ns = nullptr, size_t max_pages = kDefaultMaxPages,
+                     std::shared_ptr<PageCacheShare> share = nullptr);
 
   // The page (never null): the cached one when it was rendered (started) less than window_ns
   // before this call, or when `max_pages` pages are alive; else a fresh render. `render` may
@@ -56,7 +67,8 @@ class PageCache {
   uint64_t renders() const;
   // Requests served a page older than the window because `max_pages` pages were alive.
   uint64_t stale_serves() const;
-  // Pages alive now (referenced by the cache or by a caller of Get), plus a render in progress.
+  // Pages alive now (referenced by the cache or by a caller of Get), plus a render in progress
+  // (with a share: of every cache sharing it).
   size_t pages_alive() const;
 
  private:
@@ -64,6 +76,7 @@ class PageCache {
   const uint64_t window_ns_;
   const Clock now_ns_;
   const size_t max_pages_;
+  const std::shared_ptr<PageCacheShare> share_;  // null: none
   // Decremented by each page's deleter, which may run after the cache is destroyed.
   const std::shared_ptr<std::atomic<size_t>> alive_;
   mutable std::mutex mu_;  // held across a render: single-flight

@@ -100,6 +100,30 @@ TEST(PageCacheTest, AtMostMaxPagesAreAlive) {
   EXPECT_EQ(cache.pages_alive(), 2u);  // pages 2 (still held) and 3
 }
 
+// Two formats' caches sharing one bound (PageCacheShare), max_pages 2: pages held by responses
+// of either format count against both; a cache past its window serves its newest page instead
+// of a third.
+TEST(PageCacheTest, SharedCachesShareTheBound) {
+  uint64_t now = 1'000'000'000;
+  int n = 0;
+  auto share = std::make_shared<PageCacheShare>();
+  PageCache text([&] { return Text("text " + std::to_string(++n)); }, 100, [&] { return now; }, 2, share);
+  PageCache proto([&] { return Text("proto " + std::to_string(++n)); }, 100, [&] { return now; }, 2, share);
+  PageCache::Page t1 = text.Get();   // "text 1", still being sent
+  PageCache::Page p2 = proto.Get();  // "proto 2", still being sent
+  EXPECT_EQ(text.pages_alive(), 2u);
+  EXPECT_EQ(proto.pages_alive(), 2u);
+  now += 100;
+  EXPECT_EQ(text.Get().get(), t1.get()) << "a third page (of either format) would exceed the bound";
+  EXPECT_EQ(proto.Get().get(), p2.get());
+  EXPECT_EQ(text.stale_serves() + proto.stale_serves(), 2u);
+  p2.reset();  // proto's response is done; proto's cache still holds its page: t1 + proto 2
+  EXPECT_EQ(text.Get().get(), t1.get()) << "the other cache's page counts too";
+  t1.reset();  // text's response is done: the text cache lets go of t1 and renders
+  EXPECT_EQ(text.Get()->text(), "text 3");
+  EXPECT_EQ(text.pages_alive(), 2u);  // proto 2 (cached) and text 3
+}
+
 // The cache lets go of its page before rendering the next: a page no response holds is freed
 // before the render instead of after it, so the render fits in the bound (max_pages 1: the one
 // page alive is replaced), and a render never waits for a page only the cache holds.

@@ -239,25 +239,34 @@ TEST(ProtobufExpositionTest, ServedToScrapesThatPreferItWithTheSameFamilies) {
   auto exporter = HttpExporter::Start("127.0.0.1:0", "/metrics", [] { return Families(); });
   ASSERT_TRUE(exporter.ok()) << exporter.status().message();
   const int port = (*exporter)->ports()[0];
-  const std::string prometheus =
-      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,"
-      "text/plain;version=0.0.4;q=0.3,*/*;q=0.1";
+  const std::string prometheus =  // Prometheus 2.42 with native histograms on (captured)
+      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,"
+      "application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,"
+      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
   const Response proto = Get(port, "/metrics", prometheus);
   ASSERT_EQ(proto.head.rfind("HTTP/1.1 200 ", 0), 0u) << proto.head;
   EXPECT_NE(proto.head.find(std::string("Content-Type: ") + kProtobufContentType), std::string::npos) << proto.head;
   const Response text = Get(port, "/metrics", "");
   ASSERT_EQ(text.head.rfind("HTTP/1.1 200 ", 0), 0u) << text.head;
   EXPECT_NE(text.head.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << text.head;
+  EXPECT_NE(text.head.find("Vary: Accept"), std::string::npos) << text.head;
+  EXPECT_NE(proto.head.find("Vary: Accept"), std::string::npos) << proto.head;
   EXPECT_EQ(Get(port, "/metrics", "text/plain;version=0.0.4,*/*;q=0.1").body.substr(0, 7), "# HELP ");
 
   std::map<std::string, double> text_values, proto_values;
   auto text_meta = FlattenText(text.body, &text_values);
   auto proto_meta = Flatten(ParseProtobufPage(proto.body), &proto_values);
   EXPECT_EQ(text_meta, proto_meta);  // every family, process_* and the scrape duration included
-  // process_* and the previous scrape's duration change between two scrapes: the rest is equal.
+  // Each request counted by its format before its page is rendered.
+  EXPECT_EQ(proto_values.at("tracepoint_exporter_scrapes_total{format=\"protobuf\"}"), 1);
+  EXPECT_EQ(proto_values.at("tracepoint_exporter_scrapes_total{format=\"text\"}"), 0);
+  EXPECT_EQ(text_values.at("tracepoint_exporter_scrapes_total{format=\"protobuf\"}"), 1);
+  EXPECT_EQ(text_values.at("tracepoint_exporter_scrapes_total{format=\"text\"}"), 1);
+  // process_*, the previous scrape's duration and the scrape counts change between two scrapes:
+  // the rest is equal.
   for (auto* values : {&text_values, &proto_values}) {
     std::erase_if(*values, [](const auto& kv) {
-      return kv.first.rfind("process_", 0) == 0 || kv.first.rfind("tracepoint_exporter_scrape_duration", 0) == 0;
+      return kv.first.rfind("process_", 0) == 0 || kv.first.rfind("tracepoint_exporter_scrape", 0) == 0;
     });
   }
   ExpectSameValues(text_values, proto_values);

@@ -68,11 +68,20 @@ up=""
 for _ in $(seq 1 100); do up=$(query 'up{job="tracepoint_exporter"}'); [[ "$up" == 1 ]] && break; sleep 0.2; done
 check "prometheus scrapes the exporter (up == 1)" test "$up" == 1
 if [[ "$FORMAT" == protobuf ]]; then
-  accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.1'
+  accept='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1'  # what Prometheus 2.42 sends (captured)
   ctype=$(curl -s -o /dev/null -w '%{content_type}' -H "Accept: $accept" "http://127.0.0.1:$DAEMON_PORT/metrics")
   check "Prometheus's Accept header gets the protobuf exposition (got $ctype)" \
     test "$ctype" == "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+  # What Prometheus itself scraped: the exporter counts requests by the format it answered.
+  sleep 2
+  pb=$(query 'tracepoint_exporter_scrapes_total{format="protobuf"}')
+  check "Prometheus's scrapes were answered in protobuf (scrapes_total{format=\"protobuf\"} = ${pb:-none}, >= 2)" \
+    python3 -c "import sys; sys.exit(0 if float('${pb:-0}') >= 2 else 1)"
   check "prometheus runs with native histograms on" sh -c "curl -s '$API/status/flags' | grep -q '\"enable-feature\":\"native-histograms\"'"
+else
+  sleep 2
+  pb=$(query 'tracepoint_exporter_scrapes_total{format="protobuf"}')
+  check "Prometheus without native histograms scrapes text (scrapes_total{format=\"protobuf\"} = ${pb:-none})" test "${pb:-none}" == 0
 fi
 
 # A first batch creates the series; then the counter's increase between two instants is exact.
