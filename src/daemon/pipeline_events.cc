@@ -171,6 +171,14 @@ Status Pipeline::OpenTaskEvents(EventPlan* ep, int cpu, bool must_exist) {
     const bool settled = !again.ok() || std::includes(tids->begin(), tids->end(), again->begin(), again->end());
     if (!settled) continue;  // `opened` closes: the copies new threads may have inherited go too
     if (opened.empty() && must_exist) return VanishedProcess(*ep);
+    // The threads listed predate their events, so no task record names them: their comms are
+    // read from /proc now, while they live. A thread that made its calls and exited before the
+    // reader's first round would otherwise be looked up too late ("[unknown]": the ASan tier
+    // once counted one of four threads so). The reader thread is not running here (Start,
+    // a reload's swap) or is this thread (a CPU's reopen).
+    if (ep->sampled && plan_->needs_comm && reader_) {
+      for (const auto& t : opened) (void)reader_->comms().Lookup(static_cast<uint32_t>(t.tid));
+    }
     ep->task_fds[slot] = std::move(opened);
     ep->CollectIds();
     return Status::Ok();
