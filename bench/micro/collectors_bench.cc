@@ -62,23 +62,33 @@ void BM_CounterLabels(benchmark::State& state) {
 }
 BENCHMARK(BM_CounterLabels)->Arg(0)->Arg(1)->Arg(3);
 
+// The native bucket layout of the default options (schema 3) for raw × `scale`.
+std::optional<NativeLayout> Native(double scale) { return *NativeLayout::Make(NativeOptions(), scale); }
+
+// Arg 0: classic exp2 buckets; 1: native buckets (schema 3) alone.
 void BM_ValueHistogram(benchmark::State& state) {
   Captured w("syscalls", "sys_enter_write");
-  HistogramCollector h("bytes", "h", LabelSet(), w.Field("count"), 1.0, *Buckets::Exp2(1, 1 << 20), 10000);
+  const bool native = state.range(0) == 1;
+  HistogramCollector h("bytes", "h", LabelSet(), w.Field("count"), 1.0,
+                       native ? Buckets::None() : *Buckets::Exp2(1, 1 << 20), native ? Native(1.0) : std::nullopt,
+                       10000);
   RunSamples(state, w.record, &h);
 }
-BENCHMARK(BM_ValueHistogram);
+BENCHMARK(BM_ValueHistogram)->Arg(0)->Arg(1);
 
 // One start and one end per iteration (sched_switch prev_pid → next_pid on the same record).
+// Arg 0: classic exp2 buckets; 1: native buckets (schema 3) alone.
 void BM_LatencyPair(benchmark::State& state) {
+  const bool native = state.range(0) == 1;
   Captured w("sched", "sched_switch");
   LatencyEndpoint start, end;
   start.key.push_back(w.Field("prev_pid"));
   end.key.push_back(w.Field("prev_pid"));
   std::vector<LatencyEndpoint> starts;
   starts.push_back(std::move(start));
-  LatencyCollector lat("lat_seconds", "h", std::move(starts), std::move(end), *Buckets::Exp2(1e-6, 1), 10000, 100000,
-                       10'000'000'000ULL);
+  LatencyCollector lat("lat_seconds", "h", std::move(starts), std::move(end),
+                       native ? Buckets::None() : *Buckets::Exp2(1e-6, 1), native ? Native(1e-9) : std::nullopt, 10000,
+                       100000, 10'000'000'000ULL);
   CommTable comms = Comms();
   uint64_t t = 0;
   for (auto _ : state) {
@@ -91,7 +101,7 @@ void BM_LatencyPair(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_LatencyPair);
+BENCHMARK(BM_LatencyPair)->Arg(0)->Arg(1);
 
 // Snapshot + Prometheus text serialization of one counter with 10,000 series.
 void BM_Scrape10kSeries(benchmark::State& state) {

@@ -65,6 +65,10 @@ Status BpfMetric::Build(bool create) {
                            " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
     }
     key_size_ = std::max<uint32_t>(8, start_key_.size + key_.size);
+    if (spec_.native) {
+      cell_off_ = (start_key_.size + key_.size + 7) & ~7u;
+      key_size_ = cell_off_ + kNativeCellBytes;
+    }
     TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
     thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
   } else if (spec_.kind == Kind::kProfile) {
@@ -74,8 +78,12 @@ Status BpfMetric::Build(bool create) {
                            std::to_string(kMaxKeyBytes - sizeof(StackKey)) + ")");
     }
   } else {
-    keyless_ = key_.size == 0;  // a 1-entry per-CPU array (programs.h)
+    keyless_ = key_.size == 0 && !spec_.native;  // a 1-entry per-CPU array (programs.h)
     key_size_ = keyless_ ? 4 : key_.MapKeySize();
+    if (spec_.native) {
+      cell_off_ = (key_.size + 7) & ~7u;
+      key_size_ = cell_off_ + kNativeCellBytes;
+    }
     if (spec_.kind == Kind::kHistogram) {
       TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed));
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
@@ -83,6 +91,16 @@ Status BpfMetric::Build(bool create) {
   }
   value_slots_ =
       spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1 : static_cast<uint32_t>(thresholds_.size() + 2);
+  std::optional<NativeShape> native;
+  if (spec_.native) {
+    if (key_size_ > kMaxKeyBytes) {
+      return Unimplemented("labels of " + std::to_string(cell_off_) + " key bytes with native buckets (at most " +
+                           std::to_string(kMaxKeyBytes - kNativeCellBytes) + ")");
+    }
+    value_slots_ = kNativeValueBytes / 8;
+    native = NativeShape{spec_.native->mantissa_thresholds(), spec_.native->zero_max(), spec_.native->options().schema,
+                         spec_.native->scale() < 0};
+  }
   const uint32_t match_bytes = latency ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
   const uint32_t start_value_bytes = 8 + start_key_.MapKeySize();
 
@@ -143,6 +161,7 @@ Status BpfMetric::Build(bool create) {
         s.key = key_;
         s.value = *spec_.value;
         s.thresholds = thresholds_;
+        s.native = native;
         runs_in_value_ = !CountsRuns(s);
         return add("event", &spec_.end, EmitHistogram(s, fds));
       }
@@ -164,6 +183,7 @@ Status BpfMetric::Build(bool create) {
         e.labels = key_;
         e.thresholds = thresholds_;
         e.timeout_ns = spec_.timeout_ns;
+        e.native = native;
         return add("end", &spec_.end, EmitLatencyEnd(e, fds));
       }
     }
@@ -176,7 +196,13 @@ Status BpfMetric::Build(bool create) {
   // 3. The maps (preallocated when small enough: "Preallocation" in the header), then the
   // programs that use them.
   const uint32_t value_bytes = 8 * value_slots_;
-  const uint32_t max_series = static_cast<uint32_t>(spec_.max_series);
+  // Native buckets: the map holds cells, up to max_buckets native and every classic bucket's per
+  // series (their intersections: at most the sum of both), within 2^22 entries.
+  const uint32_t max_series =
+      spec_.native ? static_cast<uint32_t>(std::min<uint64_t>(
+                         uint64_t{spec_.max_series} * (spec_.native->options().max_buckets + thresholds_.size() + 1),
+                         uint64_t{1} << 22))
+                   : static_cast<uint32_t>(spec_.max_series);
   const uint32_t cpus = static_cast<uint32_t>(PossibleCpus());
   auto hash_flags = [&](uint32_t key, uint32_t value, uint32_t entries, bool per_cpu) -> uint32_t {
     return PreallocatedBytes(key, value, entries, per_cpu, cpus) <= spec_.preallocate_max_bytes ? 0 : BPF_F_NO_PREALLOC;
@@ -264,6 +290,8 @@ Status BpfMetric::Build(bool create) {
   shape.array = keyless_;
   series_ = std::make_unique<MapSeries>(std::make_unique<KernelMap>(values_.get()), shape,
                                         [this](std::string_view k) { return LabelKey(k); });
+  // A native series is all its cells (the label key's last 8 bytes are the cell): swept as one.
+  if (spec_.native) series_->SetSeriesOf([](const std::string& k) { return k.substr(0, k.size() - kNativeCellBytes); });
   return Status::Ok();
 }
 
@@ -454,6 +482,16 @@ std::pair<uint64_t, uint64_t> BpfMetric::series_removed() const {
 }
 
 std::string BpfMetric::LabelKey(std::string_view bpf_key) const {
+  if (spec_.native) {  // the labels' key, then the cell as it is
+    const std::string_view cell = bpf_key.substr(std::min<size_t>(cell_off_, bpf_key.size()));
+    std::string out = LabelKeyOfLabels(bpf_key.substr(0, std::min<size_t>(cell_off_, bpf_key.size())));
+    out.append(cell.data(), cell.size());
+    return out;
+  }
+  return LabelKeyOfLabels(bpf_key);
+}
+
+std::string BpfMetric::LabelKeyOfLabels(std::string_view bpf_key) const {
   if (!is_latency()) return ToLabelKey(key_, bpf_key);
   const std::string_view start = bpf_key.substr(0, std::min<size_t>(start_key_.size, bpf_key.size()));
   const std::string_view end = bpf_key.substr(start.size());
@@ -470,6 +508,53 @@ LabelPairs BpfMetric::Render(std::string_view label_key) const {
   return out;
 }
 
+void BpfMetric::AddNativeSeries(const std::map<std::string, std::vector<uint64_t>>& cells, bool signed_sum,
+                                double scale, MetricSnapshot* s) const {
+  const NativeLayout& layout = *spec_.native;
+  s->classic = !s->bucket_bounds.empty();
+  s->native_max_buckets = layout.options().max_buckets;
+  const size_t n = s->bucket_bounds.size() + 1;
+  struct Series {
+    SeriesSnapshot snap;
+    uint64_t raw_sum = 0;
+    std::map<int32_t, uint64_t> positive, negative;
+  };
+  std::map<std::string, Series> by_labels;  // label key (without the cell) -> its cells added up
+  for (const auto& [key, v] : cells) {
+    if (key.size() < kNativeCellBytes || v.size() < 2) continue;
+    const std::string labels = key.substr(0, key.size() - kNativeCellBytes);
+    int32_t position;
+    uint32_t classic;
+    std::memcpy(&position, key.data() + labels.size(), 4);
+    std::memcpy(&classic, key.data() + labels.size() + 4, 4);
+    Series& ser = by_labels[labels];
+    if (ser.snap.bucket_counts.empty()) ser.snap.bucket_counts.assign(n, 0);
+    ser.snap.bucket_counts[std::min<size_t>(classic, n - 1)] += v[0];
+    ser.snap.count += v[0];
+    ser.raw_sum += v[1];
+    if (position == 0) {
+      if (!ser.snap.native) ser.snap.native.emplace();
+      ser.snap.native->zero_count += v[0];
+    } else if (position > 0) {
+      ser.positive[layout.IndexOfPosition(static_cast<uint32_t>(position - 1))] += v[0];
+    } else {
+      ser.negative[layout.IndexOfPosition(static_cast<uint32_t>(-position - 1))] += v[0];
+    }
+  }
+  for (auto& [labels, ser] : by_labels) {
+    SeriesSnapshot& ss = ser.snap;
+    ss.labels = Render(labels);
+    ss.sum = (signed_sum ? static_cast<double>(static_cast<int64_t>(ser.raw_sum)) : static_cast<double>(ser.raw_sum)) *
+             scale;
+    if (!ss.native) ss.native.emplace();
+    ss.native->schema = layout.options().schema;
+    ss.native->zero_threshold = layout.options().zero_threshold;
+    ss.native->positive.assign(ser.positive.begin(), ser.positive.end());
+    ss.native->negative.assign(ser.negative.begin(), ser.negative.end());
+    s->series.push_back(std::move(ss));
+  }
+}
+
 MetricSnapshot BpfMetric::Snapshot() const {
   const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
   // By label key: program keys whose labels render the same merge, and retired values join.
@@ -482,6 +567,10 @@ MetricSnapshot BpfMetric::Snapshot() const {
   if (!counter) s.bucket_bounds = spec_.buckets->bounds();
   const bool signed_sum = spec_.value && spec_.value->is_signed;
   const double scale = is_latency() ? 1e-9 : spec_.scale;
+  if (spec_.native) {
+    AddNativeSeries(merged, signed_sum, scale, &s);
+    return s;
+  }
   for (auto& [key, v] : merged) {
     SeriesSnapshot ss;
     ss.labels = Render(key);

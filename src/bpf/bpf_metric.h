@@ -47,6 +47,7 @@
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
 #include "collectors/label_set.h"
+#include "collectors/native_buckets.h"
 #include "common/scoped_fd.h"
 #include "filter/filter.h"
 
@@ -80,7 +81,9 @@ struct BpfMetricSpec {
   BpfEndpoint end;
   std::optional<FieldRef> value;  // counter (optional) and histogram: the field
   double scale = 1;
-  std::optional<Buckets> buckets;  // histogram, latency
+  std::optional<Buckets> buckets;  // histogram, latency (Buckets::None() for native buckets alone)
+  // Native buckets (histogram, latency): the series' values are cells (programs.h NativeShape).
+  std::optional<NativeLayout> native;
   size_t max_series = 10000;
   size_t max_inflight = 100000;  // latency
   uint64_t timeout_ns = 10'000'000'000ULL;
@@ -206,7 +209,13 @@ class BpfMetric : public Collector {
   std::vector<BpfEndpoint*> Endpoints();
   // Sums the per-CPU stats slots of every program.
   std::array<uint64_t, kStatCount> Stats() const;
+  // The label key of a program key; a native cell's key keeps its cell as the last 8 bytes.
   std::string LabelKey(std::string_view bpf_key) const;
+  std::string LabelKeyOfLabels(std::string_view bpf_key) const;
+  // Native buckets: adds to *s one series per label set of `cells` (label key with its cell ->
+  // {count, raw sum}), its classic buckets, native buckets and sum (raw × scale) added up.
+  void AddNativeSeries(const std::map<std::string, std::vector<uint64_t>>& cells, bool signed_sum, double scale,
+                       MetricSnapshot* s) const;
   LabelPairs Render(std::string_view bpf_key) const;
 
   BpfMetricSpec spec_;
@@ -219,6 +228,7 @@ class BpfMetric : public Collector {
   uint64_t KeylessCount() const;
   bool per_cpu_ = true;
   std::vector<uint64_t> thresholds_;
+  uint32_t cell_off_ = 0;  // native: where a key's cell begins (its labels rounded up to 8 bytes)
   ScopedFd values_, zero_, starts_, stacks_;
   std::vector<Program> programs_;
   std::vector<TracepointAttachment> attach_fds_;

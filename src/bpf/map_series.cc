@@ -1,5 +1,8 @@
 #include "bpf/map_series.h"
 
+#include <algorithm>
+#include <set>
+
 namespace tpe::bpf {
 namespace {
 
@@ -20,11 +23,13 @@ std::map<std::string, std::vector<uint64_t>> MapSeries::Read() {
     AddInto(&out[label_key_(e.key)], e.value);
     state_[e.key].exported = std::move(e.value);
   }
+  std::set<std::string> live;  // series with a key in the map
+  for (const auto& [lk, v] : out) live.insert(series_of_(lk));
   for (auto it = retired_.begin(); it != retired_.end();) {
-    const bool live = out.count(it->first) != 0;
+    const bool keep = live.count(series_of_(it->first)) != 0;
     AddInto(&out[it->first], it->second);
-    // Exported: its final value reached a page. Kept while a live entry shares the label key.
-    it = live ? std::next(it) : retired_.erase(it);
+    // Exported: its final value reached a page. Kept while a live key shares its series.
+    it = keep ? std::next(it) : retired_.erase(it);
   }
   return out;
 }
@@ -37,23 +42,39 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   std::map<std::string, State> next;
   std::vector<uint64_t> raw(static_cast<size_t>(shape_.slots) * shape_.cpus);
   std::vector<MapEntry> entries = ReadMap(map_.get(), shape_, &batch_);
-  std::map<std::string, int> sharing;  // label key → program keys that render it
-  for (const MapEntry& e : entries) ++sharing[label_key_(e.key)];
-  for (MapEntry& e : entries) {
-    State st;
+  std::map<std::string, int> sharing;          // label key → program keys that render it
+  std::map<std::string, uint64_t> changed_ns;  // series → its keys' latest change
+  std::vector<State> states(entries.size());
+  std::vector<std::string> label_keys(entries.size()), series(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    MapEntry& e = entries[i];
+    label_keys[i] = label_key_(e.key);
+    series[i] = series_of_(label_keys[i]);
+    ++sharing[label_keys[i]];
+    State& st = states[i];
     auto it = state_.find(e.key);
     if (it != state_.end()) st = it->second;
     if (it == state_.end() || st.value != e.value) {
       st.value = e.value;
       st.changed_ns = now_ns;
     }
-    const std::string lk = label_key_(e.key);
-    const bool idle = idle_ns != 0 && now_ns - st.changed_ns >= idle_ns;
-    if (!idle && !(dead && dead(lk))) {
-      next.emplace(std::move(e.key), std::move(st));
+    uint64_t& c = changed_ns[series[i]];
+    c = std::max(c, st.changed_ns);
+  }
+  // The keys of each series to take out, with their final values.
+  struct Out {
+    bool idle = false, on_a_page = true;
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> values;  // label key, final value
+  };
+  std::map<std::string, Out> going;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    MapEntry& e = entries[i];
+    const bool idle = idle_ns != 0 && now_ns - changed_ns[series[i]] >= idle_ns;
+    if (!idle && !(dead && dead(series[i]))) {
+      next.emplace(std::move(e.key), std::move(states[i]));
       continue;
     }
-    // Take it out of the map with its latest value and fold that value into user space.
+    // Take it out of the map with its latest value; user space keeps the value.
     int r = -EINVAL;
     if (lookup_and_delete_) {
       r = map_->LookupAndDelete(e.key.data(), raw.data());
@@ -64,10 +85,20 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
       if (r == 0) map_->Delete(e.key.data());
     }
     if (r != 0) continue;  // gone meanwhile
+    Out& o = going[series[i]];
+    o.idle = idle;
     std::vector<uint64_t> final_value = SumCpus(raw.data(), shape_.slots, shape_.cpus);
-    const bool on_a_page = final_value == st.exported && sharing[lk] == 1 && retired_.count(lk) == 0;
-    if (!on_a_page) AddInto(&retired_[lk], final_value);
-    ++(idle ? removed.idle : removed.exited);
+    o.on_a_page = o.on_a_page && final_value == states[i].exported && sharing[label_keys[i]] == 1 &&
+                  retired_.count(label_keys[i]) == 0;
+    o.values.emplace_back(label_keys[i], std::move(final_value));
+  }
+  for (auto& [name, o] : going) {
+    // A series whose every key's final value a page already shows leaves the page; else its
+    // values are kept for the next scrape.
+    if (!o.on_a_page) {
+      for (const auto& [lk, v] : o.values) AddInto(&retired_[lk], v);
+    }
+    ++(o.idle ? removed.idle : removed.exited);
   }
   state_.swap(next);
   return removed;

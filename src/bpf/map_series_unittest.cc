@@ -253,3 +253,44 @@ TEST(MapSeriesTest, AlreadyExportedFinalValueIsNotKept) {
 
 }  // namespace
 }  // namespace tpe::bpf
+
+namespace tpe::bpf {
+namespace {
+
+// A native histogram's cells (SetSeriesOf): keys 101, 102 are series 1, 201 series 2. A series
+// goes idle only when none of its keys changes, leaves whole (one removal), and a retired key stays
+// while another key of its series is live.
+TEST(MapSeriesTest, CellsOfOneSeriesAreSweptTogether) {
+  auto* m = new FakeMap;
+  MapSeries s = Series(m);
+  s.SetSeriesOf([](const std::string& k) { return std::to_string(KeyOf(k) / 100); });
+  m->entries[Key(101)] = 4;
+  m->entries[Key(102)] = 1;
+  m->entries[Key(201)] = 7;
+  EXPECT_EQ(s.Sweep(0, 10, nullptr).idle, 0u);
+  m->entries[Key(102)] = 2;  // series 1 changes through one cell only
+  auto r = s.Sweep(10, 10, nullptr);
+  EXPECT_EQ(r.idle, 1u);                      // series 2, whole
+  EXPECT_EQ(m->entries.count(Key(101)), 1u);  // unchanged, but its series is not idle
+  EXPECT_EQ(m->entries.count(Key(201)), 0u);
+  r = s.Sweep(20, 10, nullptr);
+  EXPECT_EQ(r.idle, 1u);  // series 1: both cells at once
+  EXPECT_TRUE(m->entries.empty());
+  m->entries[Key(102)] = 1;  // the series comes back through one cell
+  auto page = s.Read();
+  EXPECT_EQ(page[Key(101)][0], 4u);
+  EXPECT_EQ(page[Key(102)][0], 3u);
+  EXPECT_EQ(page[Key(201)][0], 7u);  // series 2 was on no page yet: its final value, once
+  page = s.Read();                   // 101 stays while 102 is live: the series never loses a cell
+  EXPECT_EQ(page[Key(101)][0], 4u);
+  EXPECT_EQ(page.count(Key(201)), 0u);
+  // Exited: `dead` is asked of the series.
+  m->entries[Key(301)] = 1;
+  m->entries[Key(302)] = 1;
+  r = s.Sweep(30, 0, [](const std::string& series) { return series == "3"; });
+  EXPECT_EQ(r.exited, 1u);
+  EXPECT_EQ(m->entries.count(Key(301)) + m->entries.count(Key(302)), 0u);
+}
+
+}  // namespace
+}  // namespace tpe::bpf

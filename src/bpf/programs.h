@@ -209,12 +209,29 @@ struct OffCpuShape {
   uint32_t own_tgid = 0;
   uint64_t min_block_ns = 0;
 };
+// Native buckets (collectors/native_buckets.h) in a program: the value's series is not one map
+// value of bucket slots but one map entry per "cell", keyed by the labels (padded to 8 bytes)
+// then {int32 position (NativeLayout::Position), u32 classic bucket index (0 without classic
+// buckets)}, valued {u64 count, u64 sum of the raw values}; user space adds a series' cells up
+// into its classic buckets, its native buckets and its sum. The position is found as
+// NativeLayout finds it: the magnitude's octave by a 6-step bit search, its mantissa shifted to
+// [2^63, 2^64) and searched among the 2^schema thresholds.
+struct NativeShape {
+  std::vector<uint64_t> mantissa_thresholds;  // NativeLayout::mantissa_thresholds()
+  uint64_t zero_max = 0;
+  int schema = 0;
+  bool negate = false;  // a negative scale: positive raw values are negative buckets
+};
+// Bytes of a native cell's key suffix and of its value.
+inline constexpr uint32_t kNativeCellBytes = 8, kNativeValueBytes = 16;
+
 struct HistogramShape {
   const FilterExpr* filter = nullptr;
   const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   KeyLayout key;
   FieldRef value;
-  std::vector<uint64_t> thresholds;  // Thresholds(); n = size()
+  std::vector<uint64_t> thresholds;   // Thresholds(); n = size()
+  std::optional<NativeShape> native;  // native cells (key.MapKeySize() rounded to 8, then the cell)
 };
 struct LatencyStartShape {
   const FilterExpr* filter = nullptr;
@@ -226,10 +243,11 @@ struct LatencyEndShape {
   const FilterExpr* filter = nullptr;
   const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
   std::vector<FieldRef> match;
-  uint32_t start_label_bytes = 0;    // the start labels' layout size: the key's first bytes
-  KeyLayout labels;                  // end labels, after them in the key
-  std::vector<uint64_t> thresholds;  // over nanoseconds: Thresholds(buckets, 1e-9, false)
-  uint64_t timeout_ns = 0;           // older starts are expired, not observed
+  uint32_t start_label_bytes = 0;     // the start labels' layout size: the key's first bytes
+  KeyLayout labels;                   // end labels, after them in the key
+  std::vector<uint64_t> thresholds;   // over nanoseconds: Thresholds(buckets, 1e-9, false)
+  uint64_t timeout_ns = 0;            // older starts are expired, not observed
+  std::optional<NativeShape> native;  // native cells after the labels (rounded to 8 bytes)
 };
 
 // Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without

@@ -511,7 +511,7 @@ TEST(HistogramProgramTest, SameBucketsAndSumAsHistogramCollector) {
       const FieldFormat* vf = fmt.FindField(field);
       ASSERT_NE(vf, nullptr);
       HistogramCollector perf("h", "h", make_labels(), *FieldExtractor::Compile(*vf, LabelDecode::kAuto, nullptr),
-                              scale, buckets, 1000);
+                              scale, buckets, std::nullopt, 1000);
       LabelSet labels = make_labels();
       auto layout = LayoutKey(labels);
       ASSERT_TRUE(layout.ok());

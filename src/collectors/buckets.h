@@ -29,6 +29,8 @@ class Buckets {
   static StatusOr<Buckets> Exp2(double min, double max);
   static StatusOr<Buckets> Linear(double start, double width, size_t count);
   static StatusOr<Buckets> Explicit(std::vector<double> bounds);
+  // No bounds: every value in the +Inf bucket (a native-only histogram's classic side).
+  static Buckets None() { return Buckets(Type::kExplicit, {}); }
 
   static constexpr size_t kMaxBuckets = 256;
 

@@ -311,9 +311,9 @@ TEST(MergeSeriesByLabelsTest, HistogramsAddCountSumAndEveryBucket) {
   MetricSnapshot m;
   m.kind = MetricKind::kHistogram;
   m.bucket_bounds = {1, 2};
-  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {1, 0, 2}, 7.5, 3});
-  m.series.push_back(SeriesSnapshot{{{"cgroup", "/y"}}, 0, {0, 1, 0}, 1.5, 1});
-  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {0, 4, 1}, 9, 5});
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {1, 0, 2}, 7.5, 3, std::nullopt});
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/y"}}, 0, {0, 1, 0}, 1.5, 1, std::nullopt});
+  m.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {0, 4, 1}, 9, 5, std::nullopt});
   MergeSeriesByLabels(&m);
   ASSERT_EQ(m.series.size(), 2u);
   EXPECT_EQ(m.series[0].labels[0].second, "/x");

@@ -9,11 +9,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
 #include "collectors/label_set.h"
+#include "collectors/native_buckets.h"
 #include "collectors/series_table.h"
 #include "decode/field_extractor.h"
 
@@ -24,9 +26,11 @@ struct HistogramSeries {
   std::unique_ptr<RelaxedCounter[]> buckets;
   size_t n = 0;
   std::atomic<double> sum{0};
-  void Init(size_t count) {
+  std::unique_ptr<NativeCounts> native;  // when the metric has native buckets
+  void Init(size_t count, const NativeLayout* layout) {
     n = count;
     buckets.reset(new RelaxedCounter[count]);
+    if (layout != nullptr) native = std::make_unique<NativeCounts>(layout->options().schema);
   }
   void Observe(size_t index, double v) {
     buckets[index].Add(1);
@@ -41,12 +45,15 @@ struct HistogramSeries {
   }
 };
 
-// A table of histogram series sharing one bucket layout.
+// A table of histogram series sharing one bucket layout: classic buckets (Buckets::None() for a
+// native-only histogram: the +Inf bucket alone), native buckets when `native` is set, or both.
 class HistogramTable {
  public:
-  HistogramTable(Buckets buckets, size_t max_series) : buckets_(std::move(buckets)), series_(max_series) {}
-  // Adds `v` to the series of `key`; false when the cardinality limit drops it.
-  bool Observe(std::string_view key, double v);
+  HistogramTable(Buckets buckets, std::optional<NativeLayout> native, size_t max_series)
+      : buckets_(std::move(buckets)), native_(std::move(native)), series_(max_series) {}
+  // Adds `v` (= raw × the native layout's scale; raw read as signed when `is_signed`) to the
+  // series of `key`; false when the cardinality limit drops it.
+  bool Observe(std::string_view key, double v, int64_t raw, bool is_signed);
   // Fills name/help/kind/bounds and one SeriesSnapshot per series (labels from `render`).
   template <typename Render>
   MetricSnapshot Snapshot(const std::string& name, const std::string& help, Render&& render) const {
@@ -55,6 +62,8 @@ class HistogramTable {
     m.help = help;
     m.kind = MetricKind::kHistogram;
     m.bucket_bounds = buckets_.bounds();
+    m.classic = !buckets_.bounds().empty();
+    if (native_) m.native_max_buckets = native_->options().max_buckets;
     const size_t n = buckets_.bounds().size() + 1;
     series_.ForEach([&](std::string_view key, const HistogramSeries& h) {
       SeriesSnapshot s;
@@ -65,6 +74,7 @@ class HistogramTable {
         s.count += s.bucket_counts[i];  // _count is the +Inf bucket, consistent by construction
       }
       s.sum = h.sum.load(std::memory_order_relaxed);
+      if (h.native) s.native = h.native->Snapshot(*native_);
       m.series.push_back(std::move(s));
     });
     return m;
@@ -78,6 +88,7 @@ class HistogramTable {
 
  private:
   Buckets buckets_;
+  std::optional<NativeLayout> native_;
   SeriesTable<HistogramSeries> series_;
 };
 
@@ -85,7 +96,7 @@ class HistogramCollector : public Collector {
  public:
   // `value` must be a numeric field (FieldFormat::IsNumeric()); observed value = field × scale.
   HistogramCollector(std::string name, std::string help, LabelSet labels, FieldExtractor value, double scale,
-                     Buckets buckets, size_t max_series);
+                     Buckets buckets, std::optional<NativeLayout> native, size_t max_series);
 
   const std::string& name() const override { return name_; }
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;

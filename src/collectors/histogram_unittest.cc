@@ -182,7 +182,7 @@ EventFormat Format(const std::string& rel) {
 TEST(HistogramTest, ValueTimesScaleIntoBuckets) {
   EventFormat f = Format("net/net_dev_xmit");
   auto value = FieldExtractor::Compile(*f.FindField("len"), LabelDecode::kAuto, nullptr);
-  HistogramCollector h("bytes", "h", LabelSet(), *value, 2.0, *Buckets::Explicit({100, 1000}), 10);
+  HistogramCollector h("bytes", "h", LabelSet(), *value, 2.0, *Buckets::Explicit({100, 1000}), std::nullopt, 10);
   CommTable comms;
   std::vector<uint8_t> raw(32, 0);
   Sample s;
@@ -221,7 +221,8 @@ struct LatencyFixture {
     std::vector<LatencyEndpoint> starts;
     starts.push_back(std::move(start));
     c = std::make_unique<LatencyCollector>("lat_seconds", "h", std::move(starts), std::move(end),
-                                           *Buckets::Explicit({1e-6, 1e-3, 1}), 100, max_inflight, timeout_ns);
+                                           *Buckets::Explicit({1e-6, 1e-3, 1}), std::nullopt, 100, max_inflight,
+                                           timeout_ns);
   }
   void Waking(int32_t pid, const char* comm, uint64_t t) {
     std::vector<uint8_t> raw(40, 0);

@@ -21,13 +21,13 @@ const char* LatencyUnmatched::Name(Reason r) {
 }
 
 LatencyCollector::LatencyCollector(std::string name, std::string help, std::vector<LatencyEndpoint> starts,
-                                   LatencyEndpoint end, Buckets buckets, size_t max_series, size_t max_inflight,
-                                   uint64_t timeout_ns)
+                                   LatencyEndpoint end, Buckets buckets, std::optional<NativeLayout> native,
+                                   size_t max_series, size_t max_inflight, uint64_t timeout_ns)
     : name_(std::move(name)),
       help_(std::move(help)),
       starts_(std::move(starts)),
       end_(std::move(end)),
-      table_(std::move(buckets), max_series),
+      table_(std::move(buckets), std::move(native), max_series),
       inflight_(max_inflight),
       timeout_ns_(timeout_ns),
       max_series_(max_series) {
@@ -114,10 +114,11 @@ void LatencyCollector::OnSample(size_t event_index, const Sample& s, CommTable* 
   series_key_.assign(start_label_keys_[start.label_id]);
   series_key_.append(labels_);
   const double seconds = static_cast<double>(ns) * 1e-9;
-  if (table_.Observe(series_key_, seconds)) return;
+  const int64_t raw = static_cast<int64_t>(ns);
+  if (table_.Observe(series_key_, seconds, raw, false)) return;
   if (RoomSweepDue(s.time_ns)) {
     Sweep(s.time_ns, 0, [comms](uint32_t tid) { return comms->HasExited(tid); });
-    if (table_.Observe(series_key_, seconds)) return;
+    if (table_.Observe(series_key_, seconds, raw, false)) return;
   }
   {
     unmatched_[kSeriesLimit].Add(1);

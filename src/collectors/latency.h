@@ -45,7 +45,8 @@ class LatencyCollector : public Collector {
   // Event index i < starts.size() is starts[i]; index starts.size() is the end. Labels render
   // as the start labels (those of starts[0]; all starts must have the same ones) then the end's.
   LatencyCollector(std::string name, std::string help, std::vector<LatencyEndpoint> starts, LatencyEndpoint end,
-                   Buckets buckets, size_t max_series, size_t max_inflight, uint64_t timeout_ns);
+                   Buckets buckets, std::optional<NativeLayout> native, size_t max_series, size_t max_inflight,
+                   uint64_t timeout_ns);
 
   const std::string& name() const override { return name_; }
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;

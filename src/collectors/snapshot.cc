@@ -27,6 +27,13 @@ void MergeSeriesByLabels(MetricSnapshot* m) {
     into.count += s.count;
     if (into.bucket_counts.size() < s.bucket_counts.size()) into.bucket_counts.resize(s.bucket_counts.size(), 0);
     for (size_t i = 0; i < s.bucket_counts.size(); ++i) into.bucket_counts[i] += s.bucket_counts[i];
+    if (s.native) {
+      if (into.native) {
+        into.native->Add(*s.native);
+      } else {
+        into.native = std::move(s.native);
+      }
+    }
   }
   m->series = std::move(merged);
 }

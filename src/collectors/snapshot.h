@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,12 +14,25 @@ using LabelPairs = std::vector<std::pair<std::string, std::string>>;
 
 enum class MetricKind { kCounter, kGauge, kHistogram };
 
+// A native histogram series (collectors/native_buckets.h): counts per bucket (not cumulative) by
+// bucket index, ascending, only populated buckets.
+struct NativeSnapshot {
+  int32_t schema = 0;
+  double zero_threshold = 0;
+  uint64_t zero_count = 0;
+  std::vector<std::pair<int32_t, uint64_t>> positive, negative;
+  // Adds `o` (same schema and zero threshold) bucket by bucket.
+  void Add(const NativeSnapshot& o);
+  size_t populated() const { return positive.size() + negative.size(); }
+};
+
 struct SeriesSnapshot {
   LabelPairs labels;
-  double value = 0;                     // counter / gauge
-  std::vector<uint64_t> bucket_counts;  // histogram: per bucket (not cumulative), +Inf last
-  double sum = 0;                       // histogram
-  uint64_t count = 0;                   // histogram
+  double value = 0;                      // counter / gauge
+  std::vector<uint64_t> bucket_counts;   // histogram: per bucket (not cumulative), +Inf last
+  double sum = 0;                        // histogram
+  uint64_t count = 0;                    // histogram
+  std::optional<NativeSnapshot> native;  // histogram with native buckets
 };
 
 struct MetricSnapshot {
@@ -26,6 +40,11 @@ struct MetricSnapshot {
   std::string help;
   MetricKind kind = MetricKind::kCounter;
   std::vector<double> bucket_bounds;  // histogram upper bounds, increasing, without +Inf
+  // Histogram: whether it has classic buckets (else bucket_bounds is empty and bucket_counts the
+  // +Inf bucket alone: the text page of a native-only histogram), and when its series carry
+  // native buckets, how many may be populated before the exporter lowers the schema (0: none).
+  bool classic = true;
+  uint32_t native_max_buckets = 0;
   std::vector<SeriesSnapshot> series;
 };
 

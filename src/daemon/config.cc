@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "collectors/buckets.h"
+#include "collectors/native_buckets.h"
 #include "common/scoped_fd.h"
 #include "daemon/probes.h"
 #include "decode/field_extractor.h"
@@ -597,6 +598,20 @@ Status ParseLatency(const Checker& c, const json& j, const std::string& jp, Metr
   return Status::Ok();
 }
 
+// Native buckets' options (collectors/native_buckets.h) from `j` at `jp`.
+Status ParseNative(const Checker& c, const json& j, const std::string& jp, BucketsConfig* b) {
+  b->native = true;
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "schema", NativeOptions::kMinSchema, NativeOptions::kMaxSchema, &b->schema));
+  TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "zero_threshold", false, &b->zero_threshold));
+  if (!(b->zero_threshold >= 0)) {
+    return c.Error(jp + ".zero_threshold",
+                   "must be a number >= 0 (values of at most this magnitude share the zero "
+                   "bucket), not " +
+                       Num(b->zero_threshold));
+  }
+  return c.GetWhole(j, jp, "max_buckets", 1, NativeOptions::kMaxMaxBuckets, &b->max_buckets);
+}
+
 Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, BucketsConfig* b) {
   auto it = j.find("buckets");
   const std::string bp = jp + ".buckets";
@@ -674,11 +689,30 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       }
     }
     built = Buckets::Explicit(b->bounds);
+  } else if (b->type == "native") {
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "schema", "zero_threshold", "max_buckets"}));
+    TPE_RETURN_IF_ERROR(ParseNative(c, *it, bp, b));
+    built = Buckets::None();
   } else {
-    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit");
+    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit, native");
   }
   // The collectors' own check, so that what passes here is what the plan accepts.
   if (!built.ok()) return c.Error(bp, built.status().message());
+  auto native = j.find("native");
+  if (native != j.end()) {
+    const std::string np = jp + ".native";
+    if (!b->classic()) {
+      return c.Error(np, "is for classic buckets (exp2, linear, explicit); buckets of type native are native already");
+    }
+    if (native->is_boolean()) {
+      b->native = native->get<bool>();
+    } else if (native->is_object()) {
+      TPE_RETURN_IF_ERROR(c.OnlyKeys(*native, np, {"schema", "zero_threshold", "max_buckets"}));
+      TPE_RETURN_IF_ERROR(ParseNative(c, *native, np, b));
+    } else {
+      return c.Error(np, "must be true, false or an object {\"schema\", \"zero_threshold\", \"max_buckets\"}");
+    }
+  }
   return Status::Ok();
 }
 
@@ -716,12 +750,12 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
         j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid", "maxactive"}));
   } else if (m->type == "histogram") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
-                                   {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "engine",
-                                    "args", "pid", "maxactive"}));
+                                   {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "native",
+                                    "engine", "args", "pid", "maxactive"}));
   } else if (latency) {
-    TPE_RETURN_IF_ERROR(c.OnlyKeys(
-        j, jp,
-        {"name", "help", "type", "start", "end", "labels", "buckets", "max_inflight", "timeout_seconds", "engine"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
+                                   {"name", "help", "type", "start", "end", "labels", "buckets", "native",
+                                    "max_inflight", "timeout_seconds", "engine"}));
   } else {
     return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
   }
@@ -877,7 +911,11 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {"start", b.start},
         {"width", b.width},
         {"count", b.count},
-        {"bounds", b.bounds}}},
+        {"bounds", b.bounds},
+        {"native", b.native},
+        {"schema", b.schema},
+        {"zero_threshold", b.zero_threshold},
+        {"max_buckets", b.max_buckets}}},
       {"start", starts},
       {"end", endpoint(m.end)},
       {"max_inflight", m.max_inflight},

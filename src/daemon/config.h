@@ -69,12 +69,19 @@ struct ValueConfig {
   double scale = 1;
 };
 
-// exp2 {min, max} | linear {start, width, count} | explicit {bounds}.
+// exp2 {min, max} | linear {start, width, count} | explicit {bounds} | native {schema,
+// zero_threshold, max_buckets}; "native": true (or an object of those keys) beside classic buckets
+// adds native buckets to them (collectors/native_buckets.h).
 struct BucketsConfig {
   std::string type;
   double min = 0, max = 0, start = 0, width = 0;
   uint64_t count = 0;
   std::vector<double> bounds;
+  bool native = false;  // native buckets: type "native", or the metric's "native" key
+  uint64_t schema = 3;
+  double zero_threshold = 0x1p-128;
+  uint64_t max_buckets = 160;
+  bool classic() const { return type != "native"; }
   std::string json_path;
 };
 

@@ -191,7 +191,7 @@ TEST(ConfigTest, HistogramAndLatencyErrors) {
       Err("{\"metrics\": [" + hist + R"("value": {"field": "len"}}]})"),
       "cfg.json: metrics[0]: missing required key \"buckets\" (e.g. {\"type\": \"exp2\", \"min\": 1, \"max\": 65536})");
   EXPECT_EQ(Err("{\"metrics\": [" + hist + R"("value": {"field": "len"}, "buckets": {"type": "log"}}]})"),
-            "cfg.json: metrics[0].buckets.type: \"log\" is not one of exp2, linear, explicit");
+            "cfg.json: metrics[0].buckets.type: \"log\" is not one of exp2, linear, explicit, native");
   EXPECT_EQ(Err("{\"metrics\": [" + hist +
                 R"("value": {"field": "len", "scale": 0}, "buckets": {"type": "exp2", "min": 1, "max": 2}}]})"),
             "cfg.json: metrics[0].value.scale: must be a finite non-zero number");
@@ -874,6 +874,56 @@ TEST(ConfigTest, CpuProfileErrors) {
       Err(R"({"profiles": [{"name": "p", "event": "cycles"}]})"),
       "cfg.json: profiles[0].event: \"cycles\" is not of the form \"system:event\" (e.g. \"sched:sched_switch\") "
       "nor a probe (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:) nor a clock (\"cpu-clock\", \"task-clock\")");
+}
+
+}  // namespace
+}  // namespace tpe
+
+namespace tpe {
+namespace {
+
+TEST(ConfigNativeTest, NativeBucketsAloneOrBesideClassic) {
+  auto c = ParseConfig(
+      R"({"metrics": [{"name": "h", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "len"},
+          "buckets": {"type": "native"}},
+         {"name": "g", "type": "histogram", "event": "net:net_dev_xmit", "value": {"field": "len"},
+          "buckets": {"type": "native", "schema": 8, "zero_threshold": 0.5, "max_buckets": 32}},
+         {"name": "l_seconds", "type": "latency", "start": {"event": "a:b", "key": ["x"]},
+          "end": {"event": "a:c", "key": ["x"]}, "buckets": {"type": "exp2", "min": 1, "max": 2}, "native": true},
+         {"name": "k_seconds", "type": "latency", "start": {"event": "a:b", "key": ["x"]},
+          "end": {"event": "a:c", "key": ["x"]}, "buckets": {"type": "exp2", "min": 1, "max": 2},
+          "native": {"schema": 0}}]})",
+      "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const BucketsConfig& a = c->metrics[0].buckets;
+  EXPECT_TRUE(a.native);
+  EXPECT_FALSE(a.classic());
+  EXPECT_EQ(a.schema, 3u);  // defaults: client_golang's zero threshold, 160 buckets
+  EXPECT_EQ(a.zero_threshold, 0x1p-128);
+  EXPECT_EQ(a.max_buckets, 160u);
+  const BucketsConfig& b = c->metrics[1].buckets;
+  EXPECT_EQ(b.schema, 8u);
+  EXPECT_EQ(b.zero_threshold, 0.5);
+  EXPECT_EQ(b.max_buckets, 32u);
+  EXPECT_TRUE(c->metrics[2].buckets.native);
+  EXPECT_TRUE(c->metrics[2].buckets.classic());
+  EXPECT_EQ(c->metrics[3].buckets.schema, 0u);
+}
+
+TEST(ConfigNativeTest, ErrorsNameTheKey) {
+  EXPECT_EQ(Err(Hist(R"({"type": "native", "schema": 9})")),
+            "cfg.json: metrics[0].buckets.schema: 9 is out of range 0..8");
+  EXPECT_EQ(Err(Hist(R"({"type": "native", "schema": -1})")),
+            "cfg.json: metrics[0].buckets.schema: must be a whole number from 0 to 8, not -1");
+  EXPECT_THAT(Err(Hist(R"({"type": "native", "zero_threshold": -1})")),
+              HasSubstr("cfg.json: metrics[0].buckets.zero_threshold: must be a number >= 0"));
+  EXPECT_EQ(Err(Hist(R"({"type": "native", "max_buckets": 0})")),
+            "cfg.json: metrics[0].buckets.max_buckets: 0 is out of range 1..65536");
+  EXPECT_THAT(Err(Hist(R"({"type": "native", "min": 1})")), HasSubstr("metrics[0].buckets"));
+  EXPECT_THAT(Err(Hist(R"({"type": "native"})", R"({"field": "len"})", R"(, "native": true)")),
+              HasSubstr("metrics[0].native: is for classic buckets"));
+  EXPECT_THAT(Err(Lat(R"(, "native": 3)")), HasSubstr("metrics[0].native: must be true, false or an object"));
+  EXPECT_THAT(Err(Lat(R"(, "native": {"scheme": 3})")), HasSubstr("metrics[0].native"));
 }
 
 }  // namespace

@@ -363,8 +363,20 @@ StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
   if (b.type == "exp2") out = Buckets::Exp2(b.min, b.max);
   if (b.type == "linear") out = Buckets::Linear(b.start, b.width, b.count);
   if (b.type == "explicit") out = Buckets::Explicit(b.bounds);
+  if (b.type == "native") out = Buckets::None();
   if (!out.ok()) return out.status().WithContext(cfg.path + ": " + b.json_path);
   return out;
+}
+
+StatusOr<std::optional<NativeLayout>> BuildNative(const Config& cfg, const BucketsConfig& b, double scale) {
+  if (!b.native) return std::optional<NativeLayout>();
+  NativeOptions o;
+  o.schema = static_cast<int>(b.schema);
+  o.zero_threshold = b.zero_threshold;
+  o.max_buckets = static_cast<uint32_t>(b.max_buckets);
+  StatusOr<NativeLayout> l = NativeLayout::Make(o, scale);
+  if (!l.ok()) return l.status().WithContext(cfg.path + ": " + b.json_path);
+  return std::optional<NativeLayout>(std::move(*l));
 }
 
 // Key fields of one latency endpoint: integers, and (checked by the caller) the same sizes as
@@ -390,6 +402,7 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
 Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
+  TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, 1e-9));
   TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps, GetEvents(plan, cfg, m.end.event, m.end.filter, true, m.end.pid,
                                                                   m.end.json_path, tracefs, enums, check_filters));
   EventPlan* end_ep = end_eps[0];
@@ -421,7 +434,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     start_eps.push_back(std::move(eps));
   }
   auto c = std::make_unique<LatencyCollector>(m.name, m.help, std::move(starts), std::move(end), std::move(buckets),
-                                              cfg.settings.max_series_per_metric, m.max_inflight,
+                                              std::move(native), cfg.settings.max_series_per_metric, m.max_inflight,
                                               static_cast<uint64_t>(m.timeout_seconds * 1e9));
   for (size_t i = 0; i < start_eps.size(); ++i) AddConsumer(start_eps[i], c.get(), i);
   AddConsumer(end_eps, c.get(), start_eps.size());
@@ -589,10 +602,11 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
                                "), not a number; a histogram needs an integer field");
       }
       TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
+      TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, m.value.scale));
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
-      c = std::make_unique<HistogramCollector>(m.name, m.help, std::move(labels),
-                                               *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
-                                               std::move(buckets), cfg.settings.max_series_per_metric);
+      c = std::make_unique<HistogramCollector>(
+          m.name, m.help, std::move(labels), *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
+          std::move(buckets), std::move(native), cfg.settings.max_series_per_metric);
     } else if (!m.value.field.empty()) {
       TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(cfg, m, *ep, "a counter adds"));
       TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));

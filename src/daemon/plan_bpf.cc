@@ -381,7 +381,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   if (m.type != "counter" && m.type != "profile") {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
-    for (PartPlan& p : parts) p.spec.buckets = *b;
+    auto native = BuildNative(cfg, m.buckets, m.type == "latency" ? 1e-9 : m.value.scale);
+    if (!native.ok()) return not_bpf(native.status());
+    for (PartPlan& p : parts) {
+      p.spec.buckets = *b;
+      p.spec.native = *native;
+    }
   }
   // The kernel runs at most BPF_TRACE_MAX_PROGS (64) programs per tracepoint
   // (kernel/trace/bpf_trace.c, perf_event_attach_bpf_prog: E2BIG), other tools' included. One

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "bpf/loader.h"
+#include "collectors/native_buckets.h"
 #include "daemon/plan.h"
 
 namespace tpe::plan_internal {
@@ -25,6 +27,8 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
                                EventPlan* sampled_ep, Plan* plan);
 StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b);
+// The native bucket layout of `b` for values raw × `scale` (nullopt when `b` has no native buckets).
+StatusOr<std::optional<NativeLayout>> BuildNative(const Config& cfg, const BucketsConfig& b, double scale);
 
 // Plans `m` on the bpf engine when its "engine" and `bpf` allow it. Returns true when it did
 // (the collector, identity and engine are appended to `plan`), false when the metric should go

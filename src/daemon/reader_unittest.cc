@@ -253,8 +253,9 @@ TEST(ReaderTest, LatencyPairsAcrossCpusReadOutOfOrder) {
   e.key.push_back(*FieldExtractor::Compile(key, LabelDecode::kAuto, nullptr));
   std::vector<LatencyEndpoint> starts;
   starts.push_back(std::move(s));
-  auto c = std::make_unique<LatencyCollector>("lat_seconds", "h", std::move(starts), std::move(e),
-                                              *Buckets::Explicit({1e-6, 1e-3}), 10, 100, 10'000'000'000ULL);
+  auto c =
+      std::make_unique<LatencyCollector>("lat_seconds", "h", std::move(starts), std::move(e),
+                                         *Buckets::Explicit({1e-6, 1e-3}), std::nullopt, 10, 100, 10'000'000'000ULL);
   LatencyCollector* lat = c.get();
   start_ev->consumers.emplace_back(c.get(), 0);
   end_ev->consumers.emplace_back(c.get(), 1);

@@ -16,10 +16,15 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
+#include "collectors/native_buckets.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "exporter/content_negotiation.h"
 #include "exporter/http_server.h"
 #include "exporter/page_cache.h"
@@ -32,7 +37,7 @@ namespace {
 // freed once converted, so that a page's snapshot and its MetricFamily are not both whole in
 // memory at once.
 prometheus::MetricFamily ToFamily(MetricSnapshot m) {
-  MergeSeriesByLabels(&m);
+  MergeSeriesByLabels(&m);  // a no-op when WriteFamily merged already
   prometheus::MetricFamily f;
   f.name = std::move(m.name);
   f.help = std::move(m.help);
@@ -98,11 +103,54 @@ void EscapeHelp(std::string* help) {
   *help = std::move(out);
 }
 
+// One sign's native buckets as client_model's spans and deltas: a span per run of consecutive
+// indexes (the first span's offset is its first index, a later one's the gap after the previous
+// span), and each count as the difference from the previous bucket's (the first from 0).
+template <typename AddSpan, typename AddDelta>
+void EncodeNativeBuckets(const std::vector<std::pair<int32_t, uint64_t>>& buckets, AddSpan&& add_span,
+                         AddDelta&& add_delta) {
+  int64_t prev_count = 0;
+  int32_t prev_index = 0;
+  io::prometheus::client::BucketSpan* span = nullptr;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto& [index, count] = buckets[i];
+    if (span == nullptr || index != prev_index + 1) {
+      span = add_span();
+      span->set_offset(i == 0 ? index : index - prev_index - 1);
+      span->set_length(0);
+    }
+    span->set_length(span->length() + 1);
+    add_delta(static_cast<int64_t>(count) - prev_count);
+    prev_count = static_cast<int64_t>(count);
+    prev_index = index;
+  }
+}
+
+// Fills the native part of `h` from `n` (its schema already reduced to the metric's bound).
+void ToProtoNative(const NativeSnapshot& n, io::prometheus::client::Histogram* h) {
+  h->set_schema(n.schema);
+  h->set_zero_threshold(n.zero_threshold);
+  h->set_zero_count(n.zero_count);
+  EncodeNativeBuckets(
+      n.positive, [h] { return h->add_positive_span(); }, [h](int64_t d) { h->add_positive_delta(d); });
+  EncodeNativeBuckets(
+      n.negative, [h] { return h->add_negative_span(); }, [h](int64_t d) { h->add_negative_delta(d); });
+  // A native histogram with no bucket and a zero threshold of 0 would read as a classic one
+  // with no buckets: an empty span says it is native (as client_golang does).
+  if (n.positive.empty() && n.negative.empty() && n.zero_threshold == 0 && n.zero_count == 0) {
+    io::prometheus::client::BucketSpan* span = h->add_positive_span();
+    span->set_offset(0);
+    span->set_length(0);
+  }
+}
+
 // The protobuf exposition's message for one family (client_model's metrics.proto), from the
 // MetricFamily the text page is written from, so that both pages carry the same series and
 // values. Buckets as on the text page, the +Inf one included (Prometheus accepts it; clients
-// may leave it implicit).
-io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f) {
+// may leave it implicit); a histogram without classic buckets (`classic` false) has none, and
+// `natives` (one per series, or empty) adds native buckets.
+io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f, bool classic = true,
+                                             const std::vector<std::optional<NativeSnapshot>>& natives = {}) {
   namespace pb = io::prometheus::client;
   pb::MetricFamily out;
   out.set_name(f.name);
@@ -125,7 +173,8 @@ io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f) 
       break;
   }
   out.mutable_metric()->Reserve(static_cast<int>(f.metric.size()));
-  for (const auto& cm : f.metric) {
+  for (size_t series = 0; series < f.metric.size(); ++series) {
+    const prometheus::ClientMetric& cm = f.metric[series];
     pb::Metric* m = out.add_metric();
     for (const auto& l : cm.label) {
       pb::LabelPair* lp = m->add_label();
@@ -143,11 +192,14 @@ io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f) 
         pb::Histogram* h = m->mutable_histogram();
         h->set_sample_count(cm.histogram.sample_count);
         h->set_sample_sum(cm.histogram.sample_sum);
-        for (const auto& b : cm.histogram.bucket) {
-          pb::Bucket* pbb = h->add_bucket();
-          pbb->set_cumulative_count(b.cumulative_count);
-          pbb->set_upper_bound(b.upper_bound);
+        if (classic) {
+          for (const auto& b : cm.histogram.bucket) {
+            pb::Bucket* pbb = h->add_bucket();
+            pbb->set_cumulative_count(b.cumulative_count);
+            pbb->set_upper_bound(b.upper_bound);
+          }
         }
+        if (series < natives.size() && natives[series]) ToProtoNative(*natives[series], h);
         break;
       }
       default:
@@ -158,14 +210,40 @@ io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f) 
   return out;
 }
 
+// Logs, once per metric, that a series of it had more than max_buckets native buckets and was
+// exported at a lower schema (`steps` lower; client_golang's doubleBucketWidth).
+void NoteReduction(const std::string& metric, int steps) {
+  if (steps == 0) return;
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!said.insert(metric).second) return;
+  TPE_LOG_INFO(
+      "metric {}: a series has more native buckets than max_buckets; it is exported {} schema step(s) lower (each "
+      "step merges pairs of buckets), as Prometheus clients do",
+      metric, steps);
+}
+
 // Writes one metric family in `format`: the text exposition format (prometheus-cpp's
 // TextSerializer) or one length-delimited MetricFamily message; its MetricFamily is freed
 // before the next one is built.
 void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format = ExpositionFormat::kText) {
+  // Native buckets (protobuf only: the text format has none) of the merged series, in order,
+  // reduced to the metric's bound.
+  MergeSeriesByLabels(&m);
+  std::vector<std::optional<NativeSnapshot>> natives;
+  if (m.native_max_buckets > 0) {
+    natives.reserve(m.series.size());
+    for (SeriesSnapshot& s : m.series) {
+      natives.push_back(std::move(s.native));
+      if (natives.back()) NoteReduction(m.name, ReduceToMaxBuckets(&*natives.back(), m.native_max_buckets));
+    }
+  }
+  const bool classic = m.classic;
   std::vector<prometheus::MetricFamily> one;
   one.push_back(ToFamily(std::move(m)));
   if (format == ExpositionFormat::kProtobuf) {
-    if (!google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0]), &out)) {
+    if (!google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0], classic, natives), &out)) {
       throw std::runtime_error("protobuf exposition: writing " + one[0].name + " failed");  // a 500, logged
     }
     return;
@@ -205,7 +283,7 @@ class PageRenderer {
     took.name = "tracepoint_exporter_scrape_duration_seconds";
     took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
     took.kind = MetricKind::kGauge;
-    took.series.push_back(SeriesSnapshot{{}, last_scrape_seconds_, {}, 0, 0});
+    took.series.push_back(SeriesSnapshot{{}, last_scrape_seconds_, {}, 0, 0, std::nullopt});
     metrics.push_back(std::move(took));
     last_scrape_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Room for the previous page and an eighth more: a page that grows a little is written
@@ -229,7 +307,7 @@ MetricSnapshot Gauge(const std::string& name, const std::string& help, double v,
   m.name = name;
   m.help = help;
   m.kind = kind;
-  m.series.push_back(SeriesSnapshot{{}, v, {}, 0, 0});
+  m.series.push_back(SeriesSnapshot{{}, v, {}, 0, 0, std::nullopt});
   return m;
 }
 
@@ -379,8 +457,10 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
     m.name = "tracepoint_exporter_scrapes_total";
     m.help = "Requests of the telemetry path, by the exposition format they were answered in.";
     m.kind = MetricKind::kCounter;
-    m.series.push_back(SeriesSnapshot{{{"format", "text"}}, static_cast<double>((*scrapes)[0].load()), {}, 0, 0});
-    m.series.push_back(SeriesSnapshot{{{"format", "protobuf"}}, static_cast<double>((*scrapes)[1].load()), {}, 0, 0});
+    m.series.push_back(
+        SeriesSnapshot{{{"format", "text"}}, static_cast<double>((*scrapes)[0].load()), {}, 0, 0, std::nullopt});
+    m.series.push_back(
+        SeriesSnapshot{{{"format", "protobuf"}}, static_cast<double>((*scrapes)[1].load()), {}, 0, 0, std::nullopt});
     metrics.push_back(std::move(m));
     return metrics;
   });

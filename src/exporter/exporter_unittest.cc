@@ -45,15 +45,16 @@ TEST(SerializeTextTest, SeriesThatRenderOneLabelSetAreOneLine) {
   c.name = "calls_total";
   c.help = "h";
   c.kind = MetricKind::kCounter;
-  for (double v : {111.0, 222.0, 333.0}) c.series.push_back(SeriesSnapshot{{{"comm", fffd}}, v, {}, 0, 0});
-  c.series.push_back(SeriesSnapshot{{{"comm", "other"}}, 5, {}, 0, 0});
+  for (double v : {111.0, 222.0, 333.0})
+    c.series.push_back(SeriesSnapshot{{{"comm", fffd}}, v, {}, 0, 0, std::nullopt});
+  c.series.push_back(SeriesSnapshot{{{"comm", "other"}}, 5, {}, 0, 0, std::nullopt});
   MetricSnapshot h;
   h.name = "lat_seconds";
   h.help = "h";
   h.kind = MetricKind::kHistogram;
   h.bucket_bounds = {0.5};
-  h.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {2, 1}, 1.0, 3});
-  h.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {0, 4}, 4.0, 4});
+  h.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {2, 1}, 1.0, 3, std::nullopt});
+  h.series.push_back(SeriesSnapshot{{{"cgroup", "/x"}}, 0, {0, 4}, 4.0, 4, std::nullopt});
   auto lines = SampleLines(SerializeText({c, h}));
   EXPECT_EQ(lines["calls_total{comm=\"" + fffd + "\"}"], "666");
   EXPECT_EQ(lines["calls_total{comm=\"other\"}"], "5");
@@ -132,8 +133,8 @@ std::vector<MetricSnapshot> LargeSnapshot() {
   for (int i = 0; i < kSeries; ++i) {
     std::snprintf(comm, sizeof(comm), "worker_%06d", i);
     std::snprintf(cgroup, sizeof(cgroup), "/system.slice/service-%06d.service", i);
-    m.series.push_back(
-        SeriesSnapshot{{{"cgroup", cgroup}, {"comm", comm}, {"pid", std::to_string(100000 + i)}}, 1e6 + i, {}, 0, 0});
+    m.series.push_back(SeriesSnapshot{
+        {{"cgroup", cgroup}, {"comm", comm}, {"pid", std::to_string(100000 + i)}}, 1e6 + i, {}, 0, 0, std::nullopt});
   }
   std::vector<MetricSnapshot> out;
   out.push_back(std::move(m));

@@ -158,29 +158,29 @@ std::vector<MetricSnapshot> Families() {
   c.name = "tcp_retransmits_total";
   c.help = "Retransmits \\ per \"comm\"\nsecond line";
   c.kind = MetricKind::kCounter;
-  c.series.push_back(SeriesSnapshot{{{"comm", "a\"b\\c\nd"}}, 12345, {}, 0, 0});
-  c.series.push_back(SeriesSnapshot{{{"comm", "tpdup\xef\xbf\xbd"}}, 1e18, {}, 0, 0});
-  c.series.push_back(SeriesSnapshot{{{"comm", "x"}}, 0.1, {}, 0, 0});
+  c.series.push_back(SeriesSnapshot{{{"comm", "a\"b\\c\nd"}}, 12345, {}, 0, 0, std::nullopt});
+  c.series.push_back(SeriesSnapshot{{{"comm", "tpdup\xef\xbf\xbd"}}, 1e18, {}, 0, 0, std::nullopt});
+  c.series.push_back(SeriesSnapshot{{{"comm", "x"}}, 0.1, {}, 0, 0, std::nullopt});
   out.push_back(c);
   MetricSnapshot none;
   none.name = "plain_total";
   none.help = "h";
   none.kind = MetricKind::kCounter;
-  none.series.push_back(SeriesSnapshot{{}, 7, {}, 0, 0});
+  none.series.push_back(SeriesSnapshot{{}, 7, {}, 0, 0, std::nullopt});
   out.push_back(none);
   MetricSnapshot g;
   g.name = "inflight";
   g.help = "g";
   g.kind = MetricKind::kGauge;
-  g.series.push_back(SeriesSnapshot{{{"disk", "sda"}, {"op", "read"}}, -3.5, {}, 0, 0});
+  g.series.push_back(SeriesSnapshot{{{"disk", "sda"}, {"op", "read"}}, -3.5, {}, 0, 0, std::nullopt});
   out.push_back(g);
   MetricSnapshot h;
   h.name = "latency_seconds";
   h.help = "l";
   h.kind = MetricKind::kHistogram;
   h.bucket_bounds = {1e-6, 0.001, 1};
-  h.series.push_back(SeriesSnapshot{{{"cpu", "0"}}, 0, {1, 2, 3, 4}, 12.25, 10});
-  h.series.push_back(SeriesSnapshot{{{"cpu", "1"}}, 0, {0, 0, 0, 0}, 0, 0});
+  h.series.push_back(SeriesSnapshot{{{"cpu", "0"}}, 0, {1, 2, 3, 4}, 12.25, 10, std::nullopt});
+  h.series.push_back(SeriesSnapshot{{{"cpu", "1"}}, 0, {0, 0, 0, 0}, 0, 0, std::nullopt});
   out.push_back(h);
   MetricSnapshot empty;  // a family with no series yet
   empty.name = "later_total";
@@ -205,6 +205,91 @@ TEST(ProtobufExpositionTest, EqualsTheTextPageMetricByMetric) {
   EXPECT_EQ(text_meta, proto_meta);
   ExpectSameValues(text_values, proto_values);
   EXPECT_EQ(proto_values.size(), 3u + 1u + 1u + 2u * 6u);
+}
+
+// The buckets of one sign of a native histogram, decoded from spans and deltas as Prometheus
+// decodes them: index -> count.
+std::map<int32_t, uint64_t> DecodeNative(const google::protobuf::RepeatedPtrField<pb::BucketSpan>& spans,
+                                         const google::protobuf::RepeatedField<int64_t>& deltas) {
+  std::map<int32_t, uint64_t> out;
+  int32_t index = 0;
+  int64_t count = 0;
+  int d = 0;
+  for (int i = 0; i < spans.size(); ++i) {
+    index += spans[i].offset();
+    for (uint32_t j = 0; j < spans[i].length(); ++j, ++index) {
+      count += deltas[d++];
+      out[index] = static_cast<uint64_t>(count);
+    }
+  }
+  EXPECT_EQ(d, deltas.size());
+  return out;
+}
+
+TEST(ProtobufExpositionTest, NativeHistogramsAsSpansAndDeltas) {
+  NativeSnapshot n;
+  n.schema = 3;
+  n.zero_threshold = 1e-9;
+  n.zero_count = 3;
+  n.positive = {{-3, 2}, {-2, 1}, {0, 5}, {5, 1}};
+  n.negative = {{1, 1}};
+  MetricSnapshot only;  // native buckets alone
+  only.name = "native_seconds";
+  only.help = "n";
+  only.kind = MetricKind::kHistogram;
+  only.classic = false;
+  only.native_max_buckets = 160;
+  only.series.push_back(SeriesSnapshot{{{"cpu", "0"}}, 0, {13}, 1.5, 13, n});
+  MetricSnapshot both = only;  // classic buckets too
+  both.name = "both_seconds";
+  both.classic = true;
+  both.bucket_bounds = {0.5};
+  both.series[0].bucket_counts = {10, 3};
+  MetricSnapshot reduced = only;  // 5 buckets > 3: the schema is lowered until at most 3
+  reduced.name = "reduced_seconds";
+  reduced.native_max_buckets = 3;
+  const std::vector<MetricSnapshot> families = {only, both, reduced};
+  const std::vector<pb::MetricFamily> parsed = ParseProtobufPage(SerializeProtobuf(families));
+  ASSERT_EQ(parsed.size(), 3u);
+  const pb::Histogram& h = parsed[0].metric(0).histogram();
+  EXPECT_EQ(h.schema(), 3);
+  EXPECT_EQ(h.zero_threshold(), 1e-9);
+  EXPECT_EQ(h.zero_count(), 3u);
+  EXPECT_EQ(h.sample_count(), 13u);
+  EXPECT_EQ(h.sample_sum(), 1.5);
+  EXPECT_EQ(h.bucket_size(), 0);  // no classic buckets
+  ASSERT_EQ(h.positive_span_size(), 3);
+  EXPECT_EQ(h.positive_span(0).offset(), -3);
+  EXPECT_EQ(h.positive_span(0).length(), 2u);
+  EXPECT_EQ(h.positive_span(1).offset(), 1);  // index 0 after -2: one gap (-1)
+  EXPECT_EQ(h.positive_span(2).offset(), 4);  // index 5 after 0: gaps 1..4
+  EXPECT_EQ(std::vector<int64_t>(h.positive_delta().begin(), h.positive_delta().end()),
+            (std::vector<int64_t>{2, -1, 4, -4}));
+  EXPECT_EQ(DecodeNative(h.positive_span(), h.positive_delta()),
+            (std::map<int32_t, uint64_t>{{-3, 2}, {-2, 1}, {0, 5}, {5, 1}}));
+  EXPECT_EQ(DecodeNative(h.negative_span(), h.negative_delta()), (std::map<int32_t, uint64_t>{{1, 1}}));
+  const pb::Histogram& hb = parsed[1].metric(0).histogram();
+  EXPECT_EQ(hb.schema(), 3);
+  ASSERT_EQ(hb.bucket_size(), 2);
+  EXPECT_EQ(hb.bucket(0).cumulative_count(), 10u);
+  EXPECT_EQ(DecodeNative(hb.positive_span(), hb.positive_delta()).size(), 4u);
+  // Reduced: positive -3,-2,0,5 at schema 3 are -1,-1,0,3 at 2; 0,0,0,2 at 1 (ceil(i/2) each
+  // step); the negative 1 stays 1: 3 buckets at schema 1.
+  const pb::Histogram& hr = parsed[2].metric(0).histogram();
+  EXPECT_EQ(hr.schema(), 1);
+  const auto pos = DecodeNative(hr.positive_span(), hr.positive_delta());
+  const auto neg = DecodeNative(hr.negative_span(), hr.negative_delta());
+  EXPECT_EQ(pos, (std::map<int32_t, uint64_t>{{0, 8}, {2, 1}}));
+  EXPECT_EQ(neg, (std::map<int32_t, uint64_t>{{1, 1}}));
+  uint64_t total = hr.zero_count();
+  for (const auto& [i, c] : pos) total += c;
+  for (const auto& [i, c] : neg) total += c;
+  EXPECT_EQ(total, 13u);
+  // The text page of a native-only histogram: its +Inf bucket, _sum and _count.
+  const std::string text = SerializeText({only});
+  EXPECT_NE(text.find("native_seconds_bucket{cpu=\"0\",le=\"+Inf\"} 13"), std::string::npos) << text;
+  EXPECT_NE(text.find("native_seconds_count{cpu=\"0\"} 13"), std::string::npos) << text;
+  EXPECT_EQ(text.find("le=\"0.5\""), std::string::npos);
 }
 
 // A whole response: status line + headers, then the body.

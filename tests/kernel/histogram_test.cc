@@ -29,33 +29,9 @@ bool PreemptRt() {
   return static_cast<bool>(f >> rt) && rt == 1;
 }
 
-// Forks a child that waits on a pipe, then runs `body` and exits.
-template <typename Body>
-pid_t ForkWaiting(int* go, Body body) {
-  int p[2];
-  EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(p[1]);
-    char c;
-    if (read(p[0], &c, 1) != 1) _exit(2);
-    body();
-    _exit(0);
-  }
-  close(p[0]);
-  *go = p[1];
-  return pid;
-}
-
-void Release(int go, pid_t pid) {
-  EXPECT_EQ(write(go, "x", 1), 1);
-  close(go);
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
 using testing::FindMetric;
+using testing::ForkWaiting;
+using testing::Release;
 using testing::RunPipeline;
 
 void NanosleepRaw(long ns) {

@@ -109,6 +109,32 @@ class EngineTest : public ::testing::TestWithParam<const char*> {
   INSTANTIATE_TEST_SUITE_P(Engines, suite, ::testing::Values("perf", "bpf"), \
                            [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); })
 
+// Forks a child that waits on a pipe, then runs `body` and exits.
+template <typename Body>
+pid_t ForkWaiting(int* go, Body body) {
+  int p[2];
+  EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[1]);
+    char c;
+    if (read(p[0], &c, 1) != 1) _exit(2);
+    body();
+    _exit(0);
+  }
+  close(p[0]);
+  *go = p[1];
+  return pid;
+}
+
+inline void Release(int go, pid_t pid) {
+  EXPECT_EQ(write(go, "x", 1), 1);
+  close(go);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 // Replaces the file at `path` with `text` (a config for a Daemon to load or reload).
 inline void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
