@@ -35,7 +35,17 @@ cat >"$WORK/config.json" <<'JSON'
    "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
    "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
    "labels": [{"name": "comm", "source": "comm", "from": "start"}],
-   "buckets": {"type": "explicit", "bounds": [0.001, 0.01, 0.1, 1]}}
+   "buckets": {"type": "explicit", "bounds": [0.001, 0.01, 0.1, 1]}},
+  {"name": "sleep_native_seconds", "type": "latency", "engine": "perf",
+   "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
+   "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
+   "labels": [{"name": "comm", "source": "comm", "from": "start"}],
+   "buckets": {"type": "native", "schema": 3}},
+  {"name": "sleep_native_bpf_seconds", "type": "latency", "engine": "bpf",
+   "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
+   "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
+   "labels": [{"name": "comm", "source": "comm", "from": "start"}],
+   "buckets": {"type": "native", "schema": 3}}
 ]}
 JSON
 start_daemon "$BIN" "$WORK/config.json" "$WORK/daemon.log" || { cat "$WORK/daemon.log"; exit 1; }
@@ -94,6 +104,14 @@ sleep 0.1
 python3 -c 'import ctypes; libc = ctypes.CDLL(None); libc.prctl(15, b"tpe_sleep", 0, 0, 0)
 ts = (ctypes.c_long * 2)(0, 20_000_000)
 for _ in range(10): libc.syscall(35, ts, None)'
+# 100 × 1 ms and 50 × 10 ms from tpe_native, for the native histograms: the median (the 75th of
+# 150) is a 1 ms sleep, the 0.9 quantile (the 135th) a 10 ms one. Prometheus interpolates inside
+# a bucket, so a quantile can read as low as the lower bound of the bucket holding the sleep:
+# 2^(-80/8) s for 1 ms (bucket -79 at schema 3), 2^(-54/8) s for 10 ms (bucket -53).
+python3 -c 'import ctypes; libc = ctypes.CDLL(None); libc.prctl(15, b"tpe_native", 0, 0, 0)
+for ns, n in ((1_000_000, 100), (10_000_000, 50)):
+    ts = (ctypes.c_long * 2)(0, ns)
+    for _ in range(n): libc.syscall(35, ts, None)'
 
 sleep 2.5
 T2=$(date +%s.%N)
@@ -105,6 +123,26 @@ n=$(query 'sum(nanosleep_seconds_count{comm="tpe_sleep"})')
 check "latency _count of 10 nanosleeps == 10 (got ${n:-none})" test "${n%.*}" == 10
 q=$(query 'histogram_quantile(0.5, sum by (le) (nanosleep_seconds_bucket{comm="tpe_sleep"}))')
 check "median nanosleep latency in (10 ms, 100 ms] (got ${q:-none})" python3 -c "import sys; sys.exit(0 if 0.01 < float('${q:-0}') <= 0.1 else 1)"
+in_range() { python3 -c "import sys; sys.exit(0 if $2 < float('${1:-0}') <= $3 else 1)"; }
+for m in sleep_native_seconds sleep_native_bpf_seconds; do
+  if [[ "$FORMAT" == protobuf ]]; then
+    # Native histograms: Prometheus stores one series of the base name; its functions read it.
+    n=$(query "histogram_count(sum($m{comm=\"tpe_native\"}))")
+    check "$m: histogram_count of 150 sleeps == 150 (got ${n:-none})" test "${n%.*}" == 150
+    q=$(query "histogram_quantile(0.5, sum($m{comm=\"tpe_native\"}))")
+    check "$m: native median in (2^-10 s, 10 ms] (got ${q:-none})" in_range "$q" 0.0009765625 0.01
+    q=$(query "histogram_quantile(0.9, sum($m{comm=\"tpe_native\"}))")
+    check "$m: native 0.9 quantile in (2^-6.75 s, 100 ms] (got ${q:-none})" in_range "$q" 0.009290680585958758 0.1
+    s=$(query "histogram_sum(sum($m{comm=\"tpe_native\"}))")
+    check "$m: histogram_sum at least 0.6 s (got ${s:-none})" in_range "$s" 0.6 60
+  else
+    # Without native histograms a native-only histogram is _count, _sum and the +Inf bucket.
+    n=$(query "sum(${m}_count{comm=\"tpe_native\"})")
+    check "$m: text _count of 150 sleeps == 150 (got ${n:-none})" test "${n%.*}" == 150
+    n=$(query "sum(${m}_bucket{comm=\"tpe_native\",le=\"+Inf\"})")
+    check "$m: text +Inf bucket == 150 (got ${n:-none})" test "${n%.*}" == 150
+  fi
+done
 check "promtool accepts deploy/prometheus/alerts.yml" promtool check rules "$SRC/deploy/prometheus/alerts.yml"
 check "promtool accepts deploy/prometheus/prometheus.yml" promtool check config "$SRC/deploy/prometheus/prometheus.yml"
 check "deploy/grafana/dashboard.json is JSON with panels" python3 -c "import json,sys; d=json.load(open('$SRC/deploy/grafana/dashboard.json')); sys.exit(0 if d['panels'] else 1)"
