@@ -19,7 +19,13 @@ cat > "$WORK/config.json" <<JSON
    "event": "syscalls:sys_enter_getppid", "labels": [{"name": "comm", "source": "comm"}]},
   {"name": "context_switches_total", "type": "counter", "event": "sched:sched_switch"},
   {"name": "tcp_retransmit_segments_total", "type": "counter", "event": "tcp:tcp_retransmit_skb",
-   "labels": [{"name": "state", "field": "state", "decode": "symbolic"}, {"name": "dport", "field": "dport"}]}
+   "labels": [{"name": "state", "field": "state", "decode": "symbolic"}, {"name": "dport", "field": "dport"}]},
+  {"name": "write_request_bytes", "type": "histogram", "event": "syscalls:sys_enter_write",
+   "value": {"field": "count"}, "buckets": {"type": "native"}},
+  {"name": "nanosleep_seconds", "type": "latency",
+   "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
+   "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
+   "buckets": {"type": "exp2", "min": 0.001, "max": 1}, "native": true}
 ]}
 JSON
 
@@ -40,6 +46,10 @@ check "build_info present" grep -q '^tracepoint_exporter_build_info{' "$WORK/scr
 check "scrape duration reported" grep -qE '^tracepoint_exporter_scrape_duration_seconds [0-9.e-]+$' "$WORK/scrape"
 check "process metrics present" grep -q '^process_resident_memory_bytes ' "$WORK/scrape"
 check "counting-mode counter present" grep -qE '^context_switches_total [0-9]' "$WORK/scrape"
+sleep 0.2  # writes and sleeps happen all the time; one more scrape has both histograms
+curl -sf "$URL/metrics" >"$WORK/scrape"
+check "native-only histogram: its +Inf bucket on the text page" grep -qE '^write_request_bytes_bucket\{le="\+Inf"\} [0-9]' "$WORK/scrape"
+check "native-only histogram: no classic bucket on the text page" bash -c "! grep -qE '^write_request_bytes_bucket\{le=\"[0-9]' '$WORK/scrape'"
 if command -v promtool >/dev/null; then
   check "promtool check metrics accepts the scrape" bash -c "promtool check metrics <'$WORK/scrape' >'$WORK/promtool' 2>&1"
   cat "$WORK/promtool"
