@@ -51,6 +51,13 @@ JOBS = [
       "buckets": {"type": "exp2", "min": 1e-6, "max": 1}},
      "tracepoint:syscalls:sys_enter_getppid { @s[tid] = nsecs; } "
      "tracepoint:syscalls:sys_exit_getppid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
+    ("enter->exit latency, native buckets (schema 3), start + end",
+     {"name": "l_seconds", "type": "latency", "engine": "bpf",
+      "start": {"event": GETPPID, "key": ["common_pid"]},
+      "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"]},
+      "buckets": {"type": "native", "schema": 3}},
+     "tracepoint:syscalls:sys_enter_getppid { @s[tid] = nsecs; } "
+     "tracepoint:syscalls:sys_exit_getppid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
     # A profile (a "profiles" entry: no "type"): kernel and user stacks per process, counted.
     ("kernel + user stacks profile", {"name": "p", "event": GETPPID, "engine": "bpf"},
      "tracepoint:syscalls:sys_enter_getppid { @[kstack, ustack] = count(); }"),
@@ -64,6 +71,10 @@ TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter"
            # bpf_get_stackid() (~3.2 us here).
            ("stacks profile <= 1.0 x bpftrace @[kstack, ustack] = count()", "kernel + user stacks profile", 1.0)]
 DEFAULT_BUDGET_NS = 150.0
+# Ours against ours, attached at once in both orders like a job: (row, A's job, B's job, bound of
+# A over B over the floor). Issue 25: a native-histogram latency pair within 10 % of the exp2 pair.
+AB = [("latency pair: native buckets (schema 3) vs exp2", "enter->exit latency, native buckets (schema 3), start + end",
+       "enter->exit latency, start + end", 1.10)]
 # Shipped configs whose per-syscall price is reported: the default (the budget applies to it) and
 # the opt-in syscall metrics.
 SHIPPED = ["default.json", "syscalls.json", "latency.json"]
@@ -217,6 +228,16 @@ def main():
                         res = measure_pair([cmd for _, cmd in order], loop, args.seconds)
                         for place, ((who, _), one) in enumerate(zip(order, res)):
                             cells.setdefault((name, who, place), []).append(ns_per_run(one))
+                metric_of = {name: metric for name, metric, _ in JOBS}
+                for row, a_job, b_job, _ in AB:
+                    if a_job not in metric_of or b_job not in metric_of:
+                        continue
+                    pair = [("a", ours_cmd(args.build, [metric_of[a_job]], tmp, "a")),
+                            ("b", ours_cmd(args.build, [metric_of[b_job]], tmp, "b"))]
+                    for order in (pair, pair[::-1]):
+                        res = measure_pair([cmd for _, cmd in order], loop, args.seconds)
+                        for place, ((who, _), one) in enumerate(zip(order, res)):
+                            cells.setdefault((row, who, place), []).append(ns_per_run(one))
                 # The shipped configs: their programs that run on every syscall, and what the
                 # loop's syscall costs more with the daemon running.
                 for cfg in SHIPPED:
@@ -256,6 +277,15 @@ def main():
         out.append("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |" % (
             name, o, b, o - floor, b - floor, ratio(o, b), ratio(med[(name, "ours", 0)], med[(name, "bpftrace", 1)]),
             ratio(med[(name, "ours", 1)], med[(name, "bpftrace", 0)])))
+    for row, a_job, b_job, _ in AB:
+        if (row, "a", 0) not in med:
+            continue
+        for who in ("a", "b"):
+            med[(row, who)] = (med[(row, who, 0)] + med[(row, who, 1)]) / 2
+        a, b = med[(row, "a")], med[(row, "b")]
+        out.append("| %s (the bpftrace columns: ours with exp2) | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |" % (
+            row, a, b, a - floor, b - floor, ratio(a, b), ratio(med[(row, "a", 0)], med[(row, "b", 1)]),
+            ratio(med[(row, "a", 1)], med[(row, "b", 0)])))
     base = med[("untraced", "loop")]
     for cfg in SHIPPED:
         p = med[(cfg, "programs")]
@@ -278,6 +308,13 @@ def main():
         hit = o <= bound * b
         ok &= hit
         out.append("| %s | %.2f | %s |" % (label, o / max(b, 1e-9), "yes" if hit else "**no**"))
+    for row, _, _, bound in AB:
+        if (row, "a") not in med:
+            continue
+        r = (med[(row, "a")] - floor) / max(med[(row, "b")] - floor, 1e-9)
+        hit = r <= bound
+        ok &= hit
+        out.append("| %s: <= %.2f x over the floor | %.2f | %s |" % (row, bound, r, "yes" if hit else "**no**"))
     hit = d <= DEFAULT_BUDGET_NS
     ok &= hit
     out.append("| config/default.json's programs per syscall <= 150 ns (stats included) | %.0f ns | %s |" %

@@ -5,7 +5,9 @@
 #include <benchmark/benchmark.h>
 #include <bpf/bpf.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 
 #include "bpf/bpf_metric.h"
 #include "collectors/counter.h"
@@ -127,6 +129,35 @@ void BM_Scrape10kSeries(benchmark::State& state) {
   state.counters["bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_Scrape10kSeries)->Unit(benchmark::kMillisecond);
+
+// A scrape of 1,000 latency series of 200 observations each (log-uniform 10 µs .. 100 ms):
+// Arg 0: classic exp2 buckets (1 µs .. 1 s: 21) on the text page; 1: native buckets (schema 3)
+// on the protobuf page; 2: native on the text page (the +Inf bucket alone). Counters: bytes.
+void BM_Scrape1kLatencySeries(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const bool native = mode != 0;
+  HistogramTable table(native ? Buckets::None() : *Buckets::Exp2(1e-6, 1), native ? Native(1e-9) : std::nullopt, 1000);
+  std::mt19937_64 rng(5);
+  for (int series = 0; series < 1000; ++series) {
+    const std::string key = std::to_string(100000 + series);
+    for (int i = 0; i < 200; ++i) {
+      const double u = static_cast<double>(rng() % 1000000) / 1e6;
+      const uint64_t ns = static_cast<uint64_t>(1e4 * std::pow(1e4, u));  // 10 µs .. 100 ms
+      table.Observe(key, static_cast<double>(ns) * 1e-9, static_cast<int64_t>(ns), false);
+    }
+  }
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::vector<MetricSnapshot> snap{table.Snapshot("lat_seconds", "h", [](std::string_view k) {
+      return LabelPairs{{"pid", std::string(k)}};
+    })};
+    std::string page = mode == 1 ? SerializeProtobuf(snap) : SerializeText(snap);
+    bytes = page.size();
+    benchmark::DoNotOptimize(page);
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_Scrape1kLatencySeries)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 // The bpf engine's scrape: 10,000 series read from a per-CPU hash map (one lookup per key,
 // values summed over CPUs), rendered and serialized. Needs CAP_BPF (skipped without).
