@@ -23,10 +23,10 @@ std::map<std::string, std::vector<uint64_t>> MapSeries::Read() {
     AddInto(&out[label_key_(e.key)], e.value);
     state_[e.key].exported = std::move(e.value);
   }
-  std::set<std::string> live;  // series with a key in the map
-  for (const auto& [lk, v] : out) live.insert(series_of_(lk));
+  std::set<std::string> live;  // label keys (with SetSeriesOf: series) with a key in the map
+  for (const auto& [lk, v] : out) live.insert(series_of_ ? series_of_(lk) : lk);
   for (auto it = retired_.begin(); it != retired_.end();) {
-    const bool keep = live.count(series_of_(it->first)) != 0;
+    const bool keep = live.count(series_of_ ? series_of_(it->first) : it->first) != 0;
     AddInto(&out[it->first], it->second);
     // Exported: its final value reached a page. Kept while a live key shares its series.
     it = keep ? std::next(it) : retired_.erase(it);
@@ -45,11 +45,14 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   std::map<std::string, int> sharing;          // label key → program keys that render it
   std::map<std::string, uint64_t> changed_ns;  // series → its keys' latest change
   std::vector<State> states(entries.size());
-  std::vector<std::string> label_keys(entries.size()), series(entries.size());
+  // series[i]: what goes as one (SetSeriesOf's series, else the program key); named[i]: what
+  // `dead` is asked of (the series, else the label key).
+  std::vector<std::string> label_keys(entries.size()), series(entries.size()), named(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     MapEntry& e = entries[i];
     label_keys[i] = label_key_(e.key);
-    series[i] = series_of_(label_keys[i]);
+    series[i] = series_of_ ? series_of_(label_keys[i]) : e.key;
+    named[i] = series_of_ ? series[i] : label_keys[i];
     ++sharing[label_keys[i]];
     State& st = states[i];
     auto it = state_.find(e.key);
@@ -67,10 +70,13 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
     std::vector<std::pair<std::string, std::vector<uint64_t>>> values;  // label key, final value
   };
   std::map<std::string, Out> going;
+  // A retired value of the same series: what a page showed last is not only this key's.
+  std::set<std::string> retired_series;
+  for (const auto& [lk, v] : retired_) retired_series.insert(series_of_ ? series_of_(lk) : lk);
   for (size_t i = 0; i < entries.size(); ++i) {
     MapEntry& e = entries[i];
     const bool idle = idle_ns != 0 && now_ns - changed_ns[series[i]] >= idle_ns;
-    if (!idle && !(dead && dead(series[i]))) {
+    if (!idle && !(dead && dead(named[i]))) {
       next.emplace(std::move(e.key), std::move(states[i]));
       continue;
     }
@@ -89,7 +95,7 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
     o.idle = idle;
     std::vector<uint64_t> final_value = SumCpus(raw.data(), shape_.slots, shape_.cpus);
     o.on_a_page = o.on_a_page && final_value == states[i].exported && sharing[label_keys[i]] == 1 &&
-                  retired_.count(label_keys[i]) == 0;
+                  retired_series.count(series_of_ ? series[i] : label_keys[i]) == 0;
     o.values.emplace_back(label_keys[i], std::move(final_value));
   }
   for (auto& [name, o] : going) {

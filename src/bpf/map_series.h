@@ -50,8 +50,8 @@ class MapSeries {
   // Several label keys of one series (a native histogram's cells, bpf/programs.h NativeShape):
   // `series_of(label key)` names the series. Sweep() then takes a series' keys out together (idle
   // when none changed for idle_ns; `dead` asked of the series), and a retired key stays while any
-  // key of its series is live, so a series never loses part of its value. Default: each label key
-  // is its own series. Call before the first Read or Sweep.
+  // key of its series is live, so a series never loses part of its value. Default: each program
+  // key is its own series (`dead` asked of its label key). Call before the first Read or Sweep.
   using SeriesOfFn = std::function<std::string(const std::string& label_key)>;
   void SetSeriesOf(SeriesOfFn series_of) { series_of_ = std::move(series_of); }
 
@@ -79,7 +79,7 @@ class MapSeries {
   std::unique_ptr<MapAccess> map_;
   const MapShape shape_;
   const LabelKeyFn label_key_;
-  SeriesOfFn series_of_ = [](const std::string& k) { return k; };
+  SeriesOfFn series_of_;   // unset: a series is one program key, as before SetSeriesOf existed
   mutable std::mutex mu_;  // guards everything below, and orders Read against Sweep
   bool batch_ = true, lookup_and_delete_ = true;
   std::map<std::string, State> state_;                    // program key → last value seen by a sweep

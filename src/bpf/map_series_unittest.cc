@@ -284,6 +284,25 @@ TEST(MapSeriesTest, CellsOfOneSeriesAreSweptTogether) {
   page = s.Read();                   // 101 stays while 102 is live: the series never loses a cell
   EXPECT_EQ(page[Key(101)][0], 4u);
   EXPECT_EQ(page.count(Key(201)), 0u);
+  // A series retired, back through a new cell, then idle again: the new cell's final value was on
+  // a page, but with the retired cells beside it; dropping it would lower the series' count.
+  m->entries.clear();
+  (void)s.Read();
+  s.Sweep(40, 10, nullptr);  // forget states
+  m->entries[Key(401)] = 4;
+  s.Sweep(50, 10, nullptr);
+  EXPECT_EQ(s.Sweep(60, 10, nullptr).idle, 1u);  // 401 retired, not yet on a page
+  m->entries[Key(402)] = 1;
+  page = s.Read();
+  auto at = [&](uint64_t k) -> uint64_t {  // 0 when the page has no such key
+    auto it = page.find(Key(k));
+    return it == page.end() || it->second.empty() ? 0 : it->second[0];
+  };
+  EXPECT_EQ(at(401) + at(402), 5u);
+  s.Sweep(70, 10, nullptr);
+  EXPECT_EQ(s.Sweep(80, 10, nullptr).idle, 1u);  // 402 exported as is, but 401 is retired beside it
+  page = s.Read();
+  EXPECT_EQ(at(401) + at(402), 5u);
   // Exited: `dead` is asked of the series.
   m->entries[Key(301)] = 1;
   m->entries[Key(302)] = 1;

@@ -74,7 +74,15 @@ class HistogramTable {
         s.count += s.bucket_counts[i];  // _count is the +Inf bucket, consistent by construction
       }
       s.sum = h.sum.load(std::memory_order_relaxed);
-      if (h.native) s.native = h.native->Snapshot(*native_);
+      if (h.native) {
+        // The native buckets are read after the classic ones and the writer adds to them second,
+        // so they may hold an observation more: the count is theirs, as Prometheus checks it
+        // against them (a count below the buckets fails the whole scrape).
+        s.native = h.native->Snapshot(*native_);
+        s.count = s.native->zero_count;
+        for (const auto& [i, c] : s.native->positive) s.count += c;
+        for (const auto& [i, c] : s.native->negative) s.count += c;
+      }
       m.series.push_back(std::move(s));
     });
     return m;

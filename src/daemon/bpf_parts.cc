@@ -52,6 +52,8 @@ MetricSnapshot BpfPartsMetric::Snapshot() const {
       out.help = s.help;
       out.kind = s.kind;
       out.bucket_bounds = s.bucket_bounds;
+      out.classic = s.classic;
+      out.native_max_buckets = s.native_max_buckets;
       first = false;
     }
     for (auto& series : s.series) out.series.push_back(std::move(series));

@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -67,9 +69,26 @@ TEST_F(ProbeBpfTest, UprobeCountsSumsStringsAndLatencyExactly) {
                              R"(", "key": ["common_pid"]},
      "end": {"event": ")" + ret +
                              R"(", "key": ["common_pid"]},
-     "buckets": {"type": "exp2", "min": 1e-7, "max": 1}}
+     "buckets": {"type": "exp2", "min": 1e-7, "max": 1}, "native": true},
+    {"name": "x_native", "type": "histogram", "engine": "bpf", "event": ")" +
+                             up + R"(",
+     "args": {"x": "arg0:s64"}, "value": {"field": "x"}, "buckets": {"type": "native", "schema": 3}}
   ]})";
   auto snap = RunPipeline(config, [&] { Shell(target + " " + std::to_string(kCalls) + " >/dev/null"); });
+  // Native buckets through a probe metric's parts (BpfPartsMetric): x = 0..N-1, 0 in the zero
+  // bucket, i in bucket ceil(log2(i)·8).
+  const MetricSnapshot* xn = FindMetric(snap, "x_native");
+  ASSERT_NE(xn, nullptr);
+  EXPECT_FALSE(xn->classic);
+  EXPECT_EQ(xn->native_max_buckets, 160u);
+  ASSERT_EQ(xn->series.size(), 1u);
+  ASSERT_TRUE(xn->series[0].native.has_value());
+  std::map<int32_t, uint64_t> want;
+  for (int i = 1; i < kCalls; ++i) ++want[static_cast<int32_t>(std::ceil(std::log2l(i) * 8))];
+  EXPECT_EQ(xn->series[0].native->zero_count, 1u);
+  const auto& xpos = xn->series[0].native->positive;
+  EXPECT_EQ((std::map<int32_t, uint64_t>(xpos.begin(), xpos.end())), want);
+  EXPECT_EQ(xn->series[0].count, static_cast<uint64_t>(kCalls));
   const SeriesSnapshot* calls = FindSeries(snap, "calls_total", {{"comm", "uprobe_target"}});
   ASSERT_NE(calls, nullptr);
   EXPECT_EQ(calls->value, kCalls);
@@ -84,7 +103,11 @@ TEST_F(ProbeBpfTest, UprobeCountsSumsStringsAndLatencyExactly) {
   ASSERT_NE(lat, nullptr);
   EXPECT_EQ(lat->count, static_cast<uint64_t>(kCalls));
   EXPECT_GT(lat->sum, 0);
-  EXPECT_LT(lat->sum, 1.0);  // 1000 calls of a function that returns at once
+  EXPECT_LT(lat->sum, 1.0);              // 1000 calls of a function that returns at once
+  ASSERT_TRUE(lat->native.has_value());  // "native": true beside exp2
+  uint64_t native = lat->native->zero_count;
+  for (const auto& [i, c] : lat->native->positive) native += c;
+  EXPECT_EQ(native, static_cast<uint64_t>(kCalls));
 }
 
 TEST_F(ProbeBpfTest, PythonUsdtLabelsAndFiltersExactly) {
