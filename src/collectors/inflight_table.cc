@@ -46,12 +46,13 @@ size_t InflightTable::Find(std::string_view key, uint64_t h) const {
   }
 }
 
-InflightTable::PutResult InflightTable::Put(std::string_view key, Start start) {
+InflightTable::PutResult InflightTable::Put(std::string_view key, Start start, Start* replaced) {
   key = key.substr(0, kMaxKeyBytes);
   const uint64_t h = Hash(key);
   size_t i = Find(key, h);
   oldest_bound_ns_ = std::min(oldest_bound_ns_, start.time_ns);
   if (i != static_cast<size_t>(-1)) {
+    if (replaced != nullptr) *replaced = slots_[i].start;
     slots_[i].start = start;
     return PutResult::kReplaced;
   }
@@ -92,7 +93,9 @@ bool InflightTable::Take(std::string_view key, Start* out) {
   return true;
 }
 
-size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) {
+size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) { return ExpireBefore(cutoff_ns, nullptr); }
+
+size_t InflightTable::ExpireBefore(uint64_t cutoff_ns, const std::function<void(const Start&)>& expired) {
   // Nothing can be older than the bound: no scan (an idle table, or starts that end quickly,
   // cost nothing; a full scan happens about once per timeout, not once a call).
   if (size_ == 0 || cutoff_ns <= oldest_bound_ns_) return 0;
@@ -101,6 +104,7 @@ size_t InflightTable::ExpireBefore(uint64_t cutoff_ns) {
   uint64_t oldest = UINT64_MAX;
   for (size_t i = 0; slots_ != nullptr && i <= mask_;) {
     if (slots_[i].hash != 0 && slots_[i].start.time_ns < cutoff_ns) {
+      if (expired) expired(slots_[i].start);
       EraseAt(i);  // may pull a later entry into i: look at i again
       ++removed;
     } else {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string_view>
 
 namespace tpe {
@@ -32,13 +33,16 @@ class InflightTable {
   enum class PutResult { kInserted, kReplaced, kFull };
   // Records a start for `key` (at most kMaxKeyBytes; longer keys are cut). A start already
   // there for the key is replaced (kReplaced); kFull when max_entries are in flight.
-  PutResult Put(std::string_view key, Start start);
+  // `replaced`, when not null, receives the start that was replaced.
+  PutResult Put(std::string_view key, Start start, Start* replaced = nullptr);
   // Removes and returns the start for `key`; false when there is none.
   bool Take(std::string_view key, Start* out);
   // Removes every start older than `cutoff_ns`; returns how many. Scans the table only when a
   // start may be that old (a lower bound of the oldest start is kept), so calling it often on a
   // large, idle or fast-moving table costs nothing.
   size_t ExpireBefore(uint64_t cutoff_ns);
+  // The same, calling `expired(start)` for each start removed.
+  size_t ExpireBefore(uint64_t cutoff_ns, const std::function<void(const Start&)>& expired);
   // Full scans done by ExpireBefore (for tests).
   size_t scans() const { return scans_; }
 

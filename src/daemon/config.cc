@@ -598,6 +598,108 @@ Status ParseLatency(const Checker& c, const json& j, const std::string& jp, Metr
   return Status::Ok();
 }
 
+// Labels of `j[key]` (an array) into *out; names unique.
+Status ParseLabelArray(const Checker& c, const json& arr, const std::string& jp, std::vector<LabelConfig>* out) {
+  if (!arr.is_array()) return c.Error(jp, "must be an array of label objects");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    LabelConfig l;
+    const std::string lp = jp + "[" + std::to_string(i) + "]";
+    TPE_RETURN_IF_ERROR(ParseLabel(c, arr[i], lp, false, &l));
+    if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
+    out->push_back(std::move(l));
+  }
+  return Status::Ok();
+}
+
+// An up or down side of a gauge: {"event", "filter", "value", "labels"}.
+Status ParseGaugeSide(const Checker& c, const json& j, const std::string& jp, GaugeSideConfig* side) {
+  if (!j.is_object()) return c.Error(jp, "must be an object like {\"event\": \"sock:inet_sock_set_state\"}");
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"event", "filter", "value", "labels"}));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", true, &side->event));
+  TPE_RETURN_IF_ERROR(CheckEventName(c, jp + ".event", side->event));
+  TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &side->filter));
+  side->json_path = jp;
+  if (auto v = j.find("value"); v != j.end()) {
+    if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
+    TPE_RETURN_IF_ERROR(c.GetString(*v, jp + ".value", "field", true, &side->value.field));
+    TPE_RETURN_IF_ERROR(c.GetNumber(*v, jp + ".value", "scale", false, &side->value.scale));
+    if (!(side->value.scale != 0)) return c.Error(jp + ".value.scale", "must be a finite non-zero number");
+  }
+  if (auto l = j.find("labels"); l != j.end()) {
+    side->has_labels = true;
+    TPE_RETURN_IF_ERROR(ParseLabelArray(c, *l, jp + ".labels", &side->labels));
+  }
+  return Status::Ok();
+}
+
+// type gauge (collectors/gauge.h): exactly one of "inflight", "up" + "down", "max", "min", "last".
+Status ParseGauge(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
+  std::vector<std::string> kinds;
+  for (const char* k : {"inflight", "up", "max", "min", "last"}) {
+    if (j.contains(k)) kinds.push_back(k);
+  }
+  if (j.contains("down") && !j.contains("up")) return c.Error(jp + ".down", "needs \"up\" beside it");
+  if (kinds.size() != 1) {
+    return c.Error(jp,
+                   "a gauge takes exactly one of \"inflight\": {\"start\", \"end\"}, \"up\" + \"down\", "
+                   "\"max\", \"min\", \"last\" (found " +
+                       std::to_string(kinds.size()) + ")");
+  }
+  const std::string kind = kinds[0];
+  if (kind != "inflight") {
+    for (const char* k : {"max_inflight", "timeout_seconds"}) {
+      if (j.contains(k)) return c.Error(jp + "." + k, "is for an inflight gauge");
+    }
+  }
+  if (kind == "inflight") {
+    m->gauge = "inflight";
+    const json& in = j["inflight"];
+    if (!in.is_object()) return c.Error(jp + ".inflight", "must be an object {\"start\": {...}, \"end\": {...}}");
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(in, jp + ".inflight", {"start", "end"}));
+    for (const char* k : {"start", "end"}) {
+      if (!in.contains(k)) return c.Error(jp + ".inflight", std::string("missing required key \"") + k + "\"");
+    }
+    EndpointConfig start;
+    TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["start"], jp + ".inflight.start", &start));
+    m->starts.push_back(std::move(start));
+    TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["end"], jp + ".inflight.end", &m->end));
+    if (m->starts[0].key.size() != m->end.key.size()) {
+      return c.Error(jp + ".inflight.start.key", "has " + std::to_string(m->starts[0].key.size()) +
+                                                     " fields but end.key has " + std::to_string(m->end.key.size()) +
+                                                     "; start and end keys must match");
+    }
+    TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
+    TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
+    if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
+      return c.Error(jp + ".timeout_seconds",
+                     "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
+    }
+    return Status::Ok();
+  }
+  if (kind == "up") {
+    m->gauge = "updown";
+    if (!j.contains("down")) return c.Error(jp + ".up", "needs \"down\" beside it");
+    TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["up"], jp + ".up", &m->up));
+    TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["down"], jp + ".down", &m->down));
+    return Status::Ok();
+  }
+  // max, min, last: {"event", "field", "scale", "filter"}.
+  m->gauge = kind;
+  const json& e = j[kind];
+  const std::string ep = jp + "." + kind;
+  if (!e.is_object()) return c.Error(ep, "must be an object like {\"event\": \"...\", \"field\": \"...\"}");
+  TPE_RETURN_IF_ERROR(c.OnlyKeys(e, ep, {"event", "field", "scale", "filter"}));
+  TPE_RETURN_IF_ERROR(c.GetString(e, ep, "event", true, &m->event));
+  TPE_RETURN_IF_ERROR(CheckEventName(c, ep + ".event", m->event));
+  TPE_RETURN_IF_ERROR(c.GetFilter(e, ep, &m->filter));
+  TPE_RETURN_IF_ERROR(c.GetString(e, ep, "field", true, &m->value.field));
+  TPE_RETURN_IF_ERROR(c.GetNumber(e, ep, "scale", false, &m->value.scale));
+  if (!(m->value.scale != 0)) return c.Error(ep + ".scale", "must be a finite non-zero number");
+  return Status::Ok();
+}
+
 // Native buckets' options (collectors/native_buckets.h) from `j` at `jp`.
 Status ParseNative(const Checker& c, const json& j, const std::string& jp, BucketsConfig* b) {
   b->native = true;
@@ -756,9 +858,14 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "start", "end", "labels", "buckets", "native",
                                     "max_inflight", "timeout_seconds", "engine"}));
+  } else if (m->type == "gauge") {
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
+                                   {"name", "help", "type", "inflight", "up", "down", "max", "min", "last", "labels",
+                                    "max_inflight", "timeout_seconds", "engine"}));
   } else {
-    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency");
+    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency, gauge");
   }
+  const bool gauge = m->type == "gauge";
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &m->engine));
@@ -766,7 +873,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (m->engine != "auto" && m->engine != "bpf" && m->engine != "perf") {
     return c.Error(jp + ".engine", Quote(m->engine) + " is not one of auto, bpf, perf");
   }
-  if (!latency) {
+  if (!latency && !gauge) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", !m->off_cpu, &m->event));
     TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &m->filter));
   }
@@ -794,7 +901,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   }
   if (profile && IsClockEvent(m->event)) {
     TPE_RETURN_IF_ERROR(ParseClockSampling(c, j, jp, m));
-  } else if (!latency) {
+  } else if (!latency && !gauge) {
     for (const char* key : {"frequency_hz", "period", "include_idle"}) {
       if (j.contains(key)) {
         return c.Error(jp + "." + key, Quote(key) +
@@ -806,13 +913,21 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseArgs(c, j, jp, m->event, &m->args));
     TPE_RETURN_IF_ERROR(ParsePid(c, j, jp, m->event, &m->pid));
     TPE_RETURN_IF_ERROR(ParseMaxactive(c, j, jp, m->event, &m->maxactive));
-  } else {
+  } else if (latency) {
     TPE_RETURN_IF_ERROR(ParseLatency(c, j, jp, m));
+  } else {
+    TPE_RETURN_IF_ERROR(ParseGauge(c, j, jp, m));
+  }
+  if (m->help.empty() && gauge) {
+    m->help = m->gauge == "inflight" ? m->starts[0].event + " waiting for " + m->end.event
+              : m->gauge == "updown" ? m->up.event + " up, " + m->down.event + " down"
+                                     : m->gauge + " of " + m->event + " " + m->value.field + " since the last scrape";
   }
   if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
   if (m->off_cpu && !j.contains("help")) m->help = "off-CPU time by stack (sched:sched_switch)";
   // histogram: required; counter, profile: optional (adds field x scale per event instead of 1).
-  if (auto v = j.find("value"); m->type == "histogram" || (!latency && m->type != "histogram" && v != j.end())) {
+  if (auto v = j.find("value");
+      m->type == "histogram" || (!latency && !gauge && m->type != "histogram" && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
     if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
@@ -833,7 +948,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     for (size_t i = 0; i < labels->size(); ++i) {
       LabelConfig l;
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
-      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency, &l));
+      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == "inflight", &l));
+      if (m->gauge == "inflight" && l.from != "start") {
+        return c.Error(lp + ".from", "an inflight gauge's labels are read at the start (the end may never come)");
+      }
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
       // Histogram and latency series carry le="<bound>"; a second le would make
       // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
@@ -891,6 +1009,15 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
   };
   json starts = json::array();
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
+  auto gauge_side = [&](const GaugeSideConfig& g) {
+    json l = json::array();
+    for (const LabelConfig& lc : g.labels) l.push_back({lc.name, lc.field, lc.source, lc.decode});
+    return json{{"event", g.event},
+                {"filter", g.filter},
+                {"value", {{"field", g.value.field}, {"scale", g.value.scale}}},
+                {"labels", l},
+                {"has_labels", g.has_labels}};
+  };
   const BucketsConfig& b = m.buckets;
   const json j = {
       {"name", m.name},
@@ -918,6 +1045,9 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {"max_buckets", b.max_buckets}}},
       {"start", starts},
       {"end", endpoint(m.end)},
+      {"gauge", m.gauge},
+      {"up", gauge_side(m.up)},
+      {"down", gauge_side(m.down)},
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
       {"stack", m.stack},

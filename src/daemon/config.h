@@ -99,10 +99,23 @@ struct EndpointConfig {
   std::string json_path;  // "metrics[3].start[1]"
 };
 
+// gauge: an "up" or "down" side (or, for max/min/last, the one event) of a gauge.
+struct GaugeSideConfig {
+  std::string event, filter;
+  ValueConfig value;                // field empty: 1 per event (up/down only)
+  std::vector<LabelConfig> labels;  // up/down: this side's labels (else the metric's)
+  bool has_labels = false;
+  std::string json_path;
+};
+
 struct MetricConfig {
   std::string name;
   std::string help;
-  std::string type;  // counter | histogram | latency
+  std::string type;  // counter | histogram | latency | gauge
+  // gauge: inflight (starts/end, max_inflight, timeout_seconds as for latency), updown (up,
+  // down) or max | min | last (event, filter, value as for a histogram).
+  std::string gauge;
+  GaugeSideConfig up, down;
   // auto | bpf | perf: which engine aggregates it (daemon/plan.h says how auto chooses).
   std::string engine = "auto";
   std::string event;   // "system:event" (counter, histogram)

@@ -72,8 +72,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
-  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "gauge", "event": "s:e"}]})"),
-            "cfg.json: metrics[0].type: \"gauge\" is not one of counter, histogram, latency");
+  EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "summary", "event": "s:e"}]})"),
+            "cfg.json: metrics[0].type: \"summary\" is not one of counter, histogram, latency, gauge");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "counter", "event": "s:e", "engine": "ebpf"}]})"),
             "cfg.json: metrics[0].engine: \"ebpf\" is not one of auto, bpf, perf");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a-b_total", "type": "counter", "event": "s:e"}]})"),
@@ -924,6 +924,47 @@ TEST(ConfigNativeTest, ErrorsNameTheKey) {
               HasSubstr("metrics[0].native: is for classic buckets"));
   EXPECT_THAT(Err(Lat(R"(, "native": 3)")), HasSubstr("metrics[0].native: must be true, false or an object"));
   EXPECT_THAT(Err(Lat(R"(, "native": {"scheme": 3})")), HasSubstr("metrics[0].native"));
+}
+
+}  // namespace
+}  // namespace tpe
+
+namespace tpe {
+namespace {
+
+TEST(ConfigGaugeTest, KindsAndErrors) {
+  auto c = ParseConfig(
+      R"({"metrics": [
+        {"name": "a", "type": "gauge", "inflight": {"start": {"event": "a:b", "key": ["x"]},
+                                                    "end": {"event": "a:c", "key": ["x"]}}, "max_inflight": 10},
+        {"name": "b", "type": "gauge", "up": {"event": "a:b"}, "down": {"event": "a:c", "value": {"field": "n"}}},
+        {"name": "c", "type": "gauge", "max": {"event": "a:b", "field": "len", "scale": 2}}]})",
+      "cfg.json");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->metrics[0].gauge, "inflight");
+  EXPECT_EQ(c->metrics[0].starts[0].event, "a:b");
+  EXPECT_EQ(c->metrics[0].max_inflight, 10u);
+  EXPECT_EQ(c->metrics[1].gauge, "updown");
+  EXPECT_EQ(c->metrics[1].down.value.field, "n");
+  EXPECT_EQ(c->metrics[2].gauge, "max");
+  EXPECT_EQ(c->metrics[2].event, "a:b");
+  EXPECT_EQ(c->metrics[2].value.scale, 2);
+  const std::string g = R"({"metrics": [{"name": "g", "type": "gauge", )";
+  EXPECT_THAT(Err(g + R"("max": {"event": "a:b", "field": "x"}, "min": {"event": "a:b", "field": "x"}}]})"),
+              HasSubstr("metrics[0]: a gauge takes exactly one of"));
+  EXPECT_THAT(Err(g + R"("labels": []}]})"), HasSubstr("a gauge takes exactly one of"));
+  EXPECT_THAT(Err(g + R"("up": {"event": "a:b"}}]})"), HasSubstr("metrics[0].up: needs \"down\" beside it"));
+  EXPECT_THAT(Err(g + R"("down": {"event": "a:b"}}]})"), HasSubstr("metrics[0].down: needs \"up\" beside it"));
+  EXPECT_THAT(Err(g + R"("max": {"event": "a:b"}}]})"), HasSubstr("metrics[0].max: missing required key \"field\""));
+  EXPECT_THAT(Err(g + R"("last": {"event": "a:b", "field": "x"}, "timeout_seconds": 1}]})"),
+              HasSubstr("metrics[0].timeout_seconds: is for an inflight gauge"));
+  EXPECT_THAT(Err(g + R"("inflight": {"start": {"event": "a:b", "key": ["x"]}}}]})"),
+              HasSubstr("metrics[0].inflight: missing required key \"end\""));
+  EXPECT_THAT(Err(g + R"("inflight": {"start": {"event": "a:b", "key": ["x"]}, "end": {"event": "a:c", "key": ["x"]}},
+                  "labels": [{"name": "c", "source": "comm", "from": "end"}]}]})"),
+              HasSubstr("an inflight gauge's labels are read at the start"));
+  EXPECT_THAT(Err(R"({"metrics": [{"name": "g_total", "type": "gauge", "last": {"event": "a:b", "field": "x"}}]})"),
+              HasSubstr("must not end in _total"));
 }
 
 }  // namespace

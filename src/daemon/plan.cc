@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "collectors/counter.h"
+#include "collectors/gauge.h"
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
 #include "collectors/profile.h"
@@ -478,6 +479,110 @@ StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig
   return *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
 }
 
+// type gauge (collectors/gauge.h) on the perf engine: its events deliver to one GaugeCollector
+// (event index 0: start, up or the event; 1: end or down).
+Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs, const KernelEnums& enums,
+                 bool check_filters) {
+  using Kind = GaugeCollector::Kind;
+  std::vector<GaugeCollector::Side> sides;
+  std::vector<std::vector<EventPlan*>> side_eps;
+  Kind kind = Kind::kLast;
+  if (m.gauge == "inflight") {
+    kind = Kind::kInflight;
+    const EndpointConfig& sc = m.starts[0];
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
+                                                                      sc.json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps,
+                         GetEvents(plan, cfg, m.end.event, m.end.filter, true, m.end.pid, m.end.json_path, tracefs,
+                                   enums, check_filters));
+    GaugeCollector::Side start, end;
+    TPE_ASSIGN_OR_RETURN(start.key, BuildKey(cfg, sc, *start_eps[0]));
+    TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_eps[0]));
+    for (size_t i = 0; i < start.key.size(); ++i) {
+      if (start.key[i].field().size != end.key[i].field().size) {
+        return InvalidArgument(cfg.path + ": " + sc.json_path + ".key[" + std::to_string(i) +
+                               "]: key types differ: start \"" + start.key[i].field().name + "\" is " +
+                               std::to_string(start.key[i].field().size) + " bytes but end \"" +
+                               end.key[i].field().name + "\" is " + std::to_string(end.key[i].field().size));
+      }
+    }
+    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, "start", start_eps[0], plan));
+    sides.push_back(std::move(start));
+    sides.push_back(std::move(end));
+    side_eps.push_back(std::move(start_eps));
+    side_eps.push_back(std::move(end_eps));
+  } else if (m.gauge == "updown") {
+    kind = Kind::kUpDown;
+    std::vector<const FieldFormat*> label_fields[2];
+    for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
+      TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
+                                                                  sc->json_path, tracefs, enums, check_filters));
+      GaugeCollector::Side side;
+      const std::vector<LabelConfig>& labels = sc->has_labels ? sc->labels : m.labels;
+      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, "", eps[0], plan));
+      for (const LabelConfig& l : labels) {
+        const FieldFormat* f = l.field.empty() ? nullptr : eps[0]->format.FindField(l.field);
+        label_fields[sides.size()].push_back(f);
+      }
+      if (!sc->value.field.empty()) {
+        MetricConfig side_metric = m;
+        side_metric.value = sc->value;
+        side_metric.json_path = sc->json_path;
+        TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(cfg, side_metric, *eps[0], "a gauge adds"));
+        side.value = std::move(v);
+        side.scale = sc->value.scale;
+      }
+      sides.push_back(std::move(side));
+      side_eps.push_back(std::move(eps));
+    }
+    // One series is one label set whichever side built it: the same labels, read the same way.
+    const std::vector<LabelConfig>& up = m.up.has_labels ? m.up.labels : m.labels;
+    const std::vector<LabelConfig>& down = m.down.has_labels ? m.down.labels : m.labels;
+    const std::string where = cfg.path + ": " + m.down.json_path + ".labels";
+    if (up.size() != down.size()) {
+      return InvalidArgument(where + ": " + std::to_string(down.size()) + " labels, but up has " +
+                             std::to_string(up.size()) + "; both sides must have the same labels");
+    }
+    for (size_t i = 0; i < up.size(); ++i) {
+      const FieldFormat* a = label_fields[0][i];
+      const FieldFormat* b = label_fields[1][i];
+      const bool same_field =
+          (a == nullptr) == (b == nullptr) &&
+          (a == nullptr || (a->size == b->size && a->is_signed == b->is_signed && a->kind == b->kind));
+      if (up[i].name != down[i].name || up[i].source != down[i].source || up[i].decode != down[i].decode ||
+          !same_field) {
+        return InvalidArgument(where + "[" + std::to_string(i) + "]: \"" + down[i].name + "\" must match up's label " +
+                               std::to_string(i) + " (\"" + up[i].name +
+                               "\"): the same name, source and decode, from fields of one type");
+      }
+    }
+  } else {
+    kind = m.gauge == "max" ? Kind::kMax : m.gauge == "min" ? Kind::kMin : Kind::kLast;
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
+                         GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
+    GaugeCollector::Side side;
+    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, "", eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(cfg, m, *eps[0], "a " + m.gauge + " gauge reads"));
+    side.value = std::move(v);
+    side.scale = m.value.scale;
+    sides.push_back(std::move(side));
+    side_eps.push_back(std::move(eps));
+  }
+  auto c = std::make_unique<GaugeCollector>(m.name, m.help, kind, std::move(sides), cfg.settings.max_series_per_metric,
+                                            m.max_inflight, static_cast<uint64_t>(m.timeout_seconds * 1e9));
+  for (size_t i = 0; i < side_eps.size(); ++i) {
+    ShareSampling(side_eps[i]);
+    AddConsumer(side_eps[i], c.get(), i);
+  }
+  plan->needs_comm |= c->NeedsComm();
+  plan->needs_ordering |= c->NeedsOrdering();
+  plan->collectors.push_back(std::move(c));
+  plan->identities.push_back(m.canonical);
+  plan->counting_events.emplace_back();
+  plan->counting_carried.push_back(0);
+  return Status::Ok();
+}
+
 // A CPU profile's software clock event (EventPlan::software_clock), shared by the profiles that
 // sample it alike: no tracefs, no format. Named "perf:<clock>", shown as "<clock> stacks".
 EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, uint8_t callchain) {
@@ -586,6 +691,10 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     if (m.type == "profile") {
       TPE_RETURN_IF_ERROR(PlanProfile(plan.get(), cfg, m, tracefs, enums, check_filters));
+      continue;
+    }
+    if (m.type == "gauge") {
+      TPE_RETURN_IF_ERROR(PlanGauge(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
     // A counter that adds a field's value needs every sample, labels or not.

@@ -93,6 +93,13 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
+  if (m.type == "gauge") {
+    const std::string perf_only = "a gauge runs on the perf engine in this release";
+    if (forced)
+      return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + perf_only + "; use \"auto\" or \"perf\"");
+    *why = perf_only;
+    return false;
+  }
   if (m.type == "profile") {
     // "auto": perf. A callchain is taken whole with each sample, so its stacks are exact; a
     // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower

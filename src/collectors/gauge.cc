@@ -1,0 +1,193 @@
+#include "collectors/gauge.h"
+
+#include <algorithm>
+
+namespace tpe {
+
+GaugeCollector::GaugeCollector(std::string name, std::string help, Kind kind, std::vector<Side> sides,
+                               size_t max_series, size_t max_inflight, uint64_t timeout_ns)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      kind_(kind),
+      sides_(std::move(sides)),
+      series_(max_series),
+      inflight_(kind == Kind::kInflight ? max_inflight : 0),
+      timeout_ns_(timeout_ns),
+      max_series_(max_series) {
+  key_.reserve(InflightTable::kMaxKeyBytes);
+  labels_.reserve(256);
+}
+
+bool GaugeCollector::NeedsComm() const {
+  bool comm = false;
+  for (const Side& s : sides_) comm |= s.labels.needs_comm();
+  return comm;
+}
+
+void GaugeCollector::Add(std::string_view key, double delta) {
+  GaugeSeries* g = series_.FindOrInsert(key);
+  if (g == nullptr) {
+    series_dropped_.Add(1);
+    return;
+  }
+  g->value.store(g->value.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  g->updates.Add(1);
+}
+
+void GaugeCollector::Extreme(std::string_view key, double v) {
+  GaugeSeries* g = series_.FindOrInsert(key);
+  if (g == nullptr) {
+    series_dropped_.Add(1);
+    return;
+  }
+  const uint64_t w = window_.load(std::memory_order_acquire);
+  const double old = g->value.load(std::memory_order_relaxed);
+  double next = v;
+  if (g->window.load(std::memory_order_relaxed) == w) {
+    if (kind_ == Kind::kMax) next = std::max(old, v);
+    if (kind_ == Kind::kMin) next = std::min(old, v);
+  }
+  g->value.store(next, std::memory_order_relaxed);
+  g->window.store(w, std::memory_order_release);
+  g->updates.Add(1);
+}
+
+uint32_t GaugeCollector::Intern(std::string_view label_key) {
+  auto it = label_ids_.find(label_key);
+  if (it != label_ids_.end()) return it->second;
+  if (label_keys_.size() >= max_series_) return UINT32_MAX;
+  const std::string& stored = label_keys_.emplace_back(label_key);
+  const uint32_t id = static_cast<uint32_t>(label_keys_.size() - 1);
+  label_ids_.emplace(std::string_view(stored), id);
+  return id;
+}
+
+namespace {
+
+bool MatchKey(const std::vector<FieldExtractor>& fields, const Sample& s, std::string* key) {
+  key->clear();
+  for (const auto& f : fields) {
+    int64_t v = 0;
+    if (!f.ReadInteger(s.raw, &v)) return false;
+    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  return true;
+}
+
+// The side's value: field × scale (the field read as its signedness says), or 1.
+bool ReadValue(const GaugeCollector::Side& side, const Sample& s, double* out) {
+  if (!side.value) {
+    *out = 1;
+    return true;
+  }
+  int64_t raw = 0;
+  if (!side.value->ReadInteger(s.raw, &raw)) return false;
+  *out = (side.value->field().is_signed ? static_cast<double>(raw) : static_cast<double>(static_cast<uint64_t>(raw))) *
+         side.scale;
+  return true;
+}
+
+}  // namespace
+
+void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* comms) {
+  if (event_index >= sides_.size()) return;
+  const Side& side = sides_[event_index];
+  if (s.time_ns > last_time_ns_) last_time_ns_ = s.time_ns;
+  switch (kind_) {
+    case Kind::kInflight: {
+      if (!MatchKey(side.key, s, &key_)) {
+        decode_errors_.Add(1);
+        return;
+      }
+      if (event_index == 0) {
+        if (!side.labels.BuildKey(s, comms, &labels_)) {
+          decode_errors_.Add(1);
+          return;
+        }
+        const uint32_t id = Intern(labels_);
+        if (id == UINT32_MAX) {
+          series_dropped_.Add(1);
+          return;
+        }
+        InflightTable::Start replaced;
+        switch (inflight_.Put(key_, {s.time_ns, id}, &replaced)) {
+          case InflightTable::PutResult::kInserted:
+            Add(label_keys_[id], 1);
+            break;
+          case InflightTable::PutResult::kReplaced:
+            unmatched_[LatencyUnmatched::kReplaced].Add(1);
+            Add(label_keys_[replaced.label_id], -1);
+            Add(label_keys_[id], 1);
+            break;
+          case InflightTable::PutResult::kFull:
+            unmatched_[LatencyUnmatched::kTableFull].Add(1);
+            break;
+        }
+      } else {
+        InflightTable::Start start;
+        if (!inflight_.Take(key_, &start)) {
+          unmatched_[LatencyUnmatched::kNoStart].Add(1);
+          return;
+        }
+        Add(label_keys_[start.label_id], -1);
+      }
+      inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
+      return;
+    }
+    case Kind::kUpDown:
+    case Kind::kMax:
+    case Kind::kMin:
+    case Kind::kLast: {
+      double v = 0;
+      if (!ReadValue(side, s, &v) || !side.labels.BuildKey(s, comms, &labels_)) {
+        decode_errors_.Add(1);
+        return;
+      }
+      if (kind_ == Kind::kUpDown) {
+        Add(labels_, event_index == 0 ? v : -v);
+      } else {
+        Extreme(labels_, v);
+      }
+      return;
+    }
+  }
+}
+
+void GaugeCollector::OnRoundEnd() {
+  // kInflight: starts older than the timeout leave their gauge, at most once a second of trace time.
+  if (kind_ != Kind::kInflight || timeout_ns_ == 0) return;
+  if (last_time_ns_ < last_expiry_ns_ + 1'000'000'000ULL || last_time_ns_ < timeout_ns_) return;
+  last_expiry_ns_ = last_time_ns_;
+  const size_t n = inflight_.ExpireBefore(
+      last_time_ns_ - timeout_ns_, [this](const InflightTable::Start& st) { Add(label_keys_[st.label_id], -1); });
+  unmatched_[LatencyUnmatched::kExpired].Add(n);
+  inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
+}
+
+void GaugeCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
+  // An inflight or up/down gauge stands until events change it: never idle.
+  const bool extreme = kind_ != Kind::kInflight && kind_ != Kind::kUpDown;
+  const LabelSet& labels = sides_[0].labels;
+  series_.Sweep(now_ns, extreme ? idle_ns : 0,
+                [&](std::string_view key) { return labels.NamesExitedTask(key, exited); });
+}
+
+MetricSnapshot GaugeCollector::Snapshot() const {
+  MetricSnapshot m;
+  m.name = name_;
+  m.help = help_;
+  m.kind = MetricKind::kGauge;
+  const bool extreme = kind_ != Kind::kInflight && kind_ != Kind::kUpDown;
+  // Closes the window: writers from now on start a new one.
+  const uint64_t w = extreme ? window_.fetch_add(1, std::memory_order_acq_rel) : 0;
+  series_.ForEach([&](std::string_view key, const GaugeSeries& g) {
+    if (extreme && g.window.load(std::memory_order_acquire) != w) return;  // nothing in this window
+    SeriesSnapshot s;
+    s.labels = sides_[0].labels.Render(key);
+    s.value = g.value.load(std::memory_order_relaxed);
+    m.series.push_back(std::move(s));
+  });
+  return m;
+}
+
+}  // namespace tpe

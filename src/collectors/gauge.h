@@ -1,0 +1,99 @@
+// type: gauge — a value that goes up and down, per label set. Three kinds:
+//  * kInflight: starts waiting for their end (a latency metric's pairing: a start's match key
+//    waits in an InflightTable until an end with the same key takes it): the gauge of the
+//    start's label set is +1 at the start and -1 at its end, at its replacement by a later start
+//    of the same key (counted in unmatched(kReplaced)) and when it expires (older than
+//    timeout_ns, e.g. a task that died inside the syscall). Labels come from the start.
+//  * kUpDown: + value on the "up" event, - value on the "down" event (value: a field × scale,
+//    or 1), each side with its own labels of the same names (TCP connections by state from
+//    sock:inet_sock_set_state: up on newstate, down on oldstate).
+//  * kMax, kMin, kLast: the largest, smallest or latest value (a field × scale) since the
+//    previous scrape. Every Snapshot() (a scrape) closes the window; a series that saw no value
+//    in a window is not on that page. With several scrapers, each sees the window since the
+//    previous scrape of any. An observation racing a Snapshot may land in the window that
+//    Snapshot closes without being on its page.
+//
+// Series lifetime as for counters, except that an inflight or up/down series is never idle
+// (its value stands until events change it); it goes when a pid/tid label's task exits.
+//
+// Thread-safety: OnSample, OnRoundEnd and Sweep from the reader thread; Snapshot from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectors/collector.h"
+#include "collectors/inflight_table.h"
+#include "collectors/label_set.h"
+#include "collectors/series_table.h"
+#include "decode/field_extractor.h"
+
+namespace tpe {
+
+struct GaugeSeries {
+  std::atomic<double> value{0};
+  std::atomic<uint64_t> window{0};  // kMax/kMin/kLast: the window of `value`
+  RelaxedCounter updates;
+  uint64_t Count() const { return updates.Get(); }
+};
+
+class GaugeCollector : public Collector {
+ public:
+  enum class Kind { kInflight, kUpDown, kMax, kMin, kLast };
+
+  // One event of the gauge. kInflight: sides[0] is the start, sides[1] the end (`key`: the match
+  // fields, equal in size on both; `labels` of the start). kUpDown: sides[0] up, sides[1] down
+  // (`value` optional: 1 without). kMax/kMin/kLast: sides[0], `value` required.
+  struct Side {
+    std::vector<FieldExtractor> key;
+    LabelSet labels;
+    std::optional<FieldExtractor> value;
+    double scale = 1;
+  };
+  // `max_inflight`, `timeout_ns`: kInflight only (as for a latency metric).
+  GaugeCollector(std::string name, std::string help, Kind kind, std::vector<Side> sides, size_t max_series,
+                 size_t max_inflight = 0, uint64_t timeout_ns = 0);
+
+  const std::string& name() const override { return name_; }
+  void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
+  MetricSnapshot Snapshot() const override;
+  bool NeedsComm() const override;
+  bool NeedsOrdering() const override { return kind_ == Kind::kInflight || kind_ == Kind::kUpDown || NeedsComm(); }
+  void OnRoundEnd() override;
+  void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
+  std::pair<uint64_t, uint64_t> series_removed() const override {
+    return {series_.removed_idle(), series_.removed_exited()};
+  }
+  // kInflight: why a start or end changed no gauge (replaced, no_start, table_full, expired).
+  uint64_t unmatched(LatencyUnmatched::Reason r) const override { return unmatched_[r].Get(); }
+  size_t inflight() const override { return inflight_gauge_.load(std::memory_order_relaxed); }
+  Kind kind() const { return kind_; }
+
+ private:
+  void Add(std::string_view key, double delta);
+  void Extreme(std::string_view key, double v);
+  uint32_t Intern(std::string_view label_key);
+
+  std::string name_, help_;
+  Kind kind_;
+  std::vector<Side> sides_;
+  SeriesTable<GaugeSeries> series_;
+  mutable std::atomic<uint64_t> window_{1};
+  // kInflight.
+  InflightTable inflight_;
+  uint64_t timeout_ns_;
+  uint64_t last_time_ns_ = 0, last_expiry_ns_ = 0;
+  std::deque<std::string> label_keys_;  // start label sets by id (stable: label_ids_ views them)
+  std::unordered_map<std::string_view, uint32_t> label_ids_;
+  size_t max_series_;
+  std::array<RelaxedCounter, LatencyUnmatched::kReasonCount> unmatched_;
+  std::atomic<size_t> inflight_gauge_{0};
+  std::string key_, labels_;  // scratch
+};
+
+}  // namespace tpe

@@ -1,0 +1,216 @@
+// Kernel tier for gauges (issue 25), perf engine: K tasks blocked between a start and an end event
+// read K, then 0; TCP connections in a network namespace of their own read by state through
+// sock:inet_sock_set_state (up on newstate, down on oldstate); a max gauge reads each scrape
+// window's largest value, then nothing until new values come. And "engine": "bpf" on a gauge is
+// refused with the reason, while "auto" plans it on perf.
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "kernel/kernel_util.h"
+
+namespace tpe {
+namespace {
+
+using testing::FindMetric;
+using testing::FindSeries;
+using testing::RunPipelineWith;
+using testing::WaitFor;
+
+double Gauge(const std::vector<MetricSnapshot>& snap, const std::string& name, const LabelPairs& labels = {}) {
+  const SeriesSnapshot* s = FindSeries(snap, name, labels);
+  return s == nullptr ? -1e9 : s->value;
+}
+
+TEST(KernelGaugeTest, InflightReadsTheBlockedTasksThenZero) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  constexpr int kBlocked = 4;
+  int go[2], block[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(block, O_CLOEXEC), 0);
+  std::vector<pid_t> kids;
+  for (int i = 0; i < kBlocked; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_NAME, "tpe_blocked");
+      close(go[1]);  // so that the parent's close is an end of file here
+      close(block[1]);
+      char c;
+      if (read(go[0], &c, 1) != 1) _exit(2);     // before the pipeline: no start seen
+      if (read(block[0], &c, 1) != 1) _exit(3);  // the read the gauge counts while it blocks
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  std::string pids;
+  for (pid_t p : kids) pids += (pids.empty() ? "" : " || ") + std::string("common_pid == ") + std::to_string(p);
+  const std::string config = R"({"metrics": [{"name": "reads_in_flight", "type": "gauge",
+      "inflight": {"start": {"event": "syscalls:sys_enter_read", "key": ["common_pid"], "filter": ")" +
+                             pids + R"("},
+                   "end": {"event": "syscalls:sys_exit_read", "key": ["common_pid"], "filter": ")" +
+                             pids + R"("}},
+      "labels": [{"name": "comm", "source": "comm"}]}]})";
+  bool saw_k = false, saw_zero = false;
+  auto snap = RunPipelineWith(config, [&](Pipeline& pipeline) {
+    ASSERT_EQ(write(go[1], "xxxx", kBlocked), kBlocked);
+    saw_k = WaitFor(pipeline, [&](const auto& s) {
+      return Gauge(s, "reads_in_flight", {{"comm", "tpe_blocked"}}) == kBlocked;
+    });
+    ASSERT_EQ(write(block[1], "yyyy", kBlocked), kBlocked);
+    for (pid_t p : kids) {
+      int status = 0;
+      EXPECT_EQ(waitpid(p, &status, 0), p);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    saw_zero = WaitFor(pipeline, [&](const auto& s) {
+      return Gauge(s, "reads_in_flight", {{"comm", "tpe_blocked"}}) == 0;
+    });
+  });
+  for (int fd : {go[0], go[1], block[0], block[1]}) close(fd);  // children still waiting read EOF
+  for (pid_t p : kids) waitpid(p, nullptr, 0);                  // (reaped already when all went well)
+  EXPECT_TRUE(saw_k) << "never read " << kBlocked << " tasks in read()";
+  EXPECT_TRUE(saw_zero) << "never back to 0; last " << Gauge(snap, "reads_in_flight", {{"comm", "tpe_blocked"}});
+}
+
+TEST(KernelGaugeTest, TcpConnectionsByStateInANetworkNamespace) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  if (system("command -v unshare >/dev/null && command -v python3 >/dev/null && command -v ip >/dev/null") != 0) {
+    if (testing::KernelRequired()) FAIL() << "unshare, ip and python3 are needed (util-linux, iproute2, python3)";
+    GTEST_SKIP() << "unshare, ip or python3 missing";
+  }
+  constexpr int kConnections = 3;
+  const std::string config = R"json({"metrics": [{"name": "tcp_connections", "type": "gauge",
+      "up": {"event": "sock:inet_sock_set_state", "filter": "sport == 47123 || dport == 47123",
+             "labels": [{"name": "state", "field": "newstate", "decode": "symbolic"}]},
+      "down": {"event": "sock:inet_sock_set_state",
+               "filter": "(sport == 47123 || dport == 47123) && (oldstate != 10 || newstate != 3)",
+               "labels": [{"name": "state", "field": "oldstate", "decode": "symbolic"}]}}]})json";
+  std::vector<MetricSnapshot> held;
+  RunPipelineWith(config, [&](Pipeline& pipeline) {
+    // A namespace of its own: no other socket on port 47123. A listener and 3 connections, held
+    // until the file "release" appears.
+    const std::string dir = ::testing::TempDir();
+    const std::string release = dir + "/tpe_tcp_release", ready = dir + "/tpe_tcp_ready";
+    unlink(release.c_str());
+    unlink(ready.c_str());
+    const std::string script =
+        "import os, socket, time\n"
+        "os.system('ip link set lo up')\n"
+        "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "l.bind(('127.0.0.1', 47123)); l.listen(8)\n"
+        "cs = [socket.create_connection(('127.0.0.1', 47123)) for _ in range(" +
+        std::to_string(kConnections) +
+        ")]\n"
+        "ss = [l.accept()[0] for _ in cs]\n"
+        "open('" +
+        ready +
+        "', 'w').close()\n"
+        "while not os.path.exists('" +
+        release + "'): time.sleep(0.05)\n";
+    const pid_t child = fork();
+    if (child == 0) {
+      execlp("unshare", "unshare", "-n", "python3", "-c", script.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 600 && access(ready.c_str(), F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(access(ready.c_str(), F_OK), 0) << "the namespace's connections never came up";
+    WaitFor(
+        pipeline,
+        [&](const auto& s) {
+          return Gauge(s, "tcp_connections", {{"state", "TCP_ESTABLISHED"}}) == 2 * kConnections;
+        },
+        30);
+    held = pipeline.Snapshot();
+    FILE* f = fopen(release.c_str(), "w");
+    if (f != nullptr) fclose(f);
+    int status = 0;
+    EXPECT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  });
+  // Each connection is ESTABLISHED at both ends; the listener is LISTEN; nothing is left half-open.
+  // A server-side socket is cloned from the listener and reports LISTEN -> SYN_RECV
+  // (inet_csk_clone_lock): not a listener going down, so the down side filters it out
+  // (TCP_LISTEN = 10, TCP_SYN_RECV = 3). CLOSE reads minus the sockets that left it (the
+  // listener and the clients): the gauge starts at 0, not at the number of closed sockets.
+  EXPECT_EQ(Gauge(held, "tcp_connections", {{"state", "TCP_ESTABLISHED"}}), 2 * kConnections);
+  EXPECT_EQ(Gauge(held, "tcp_connections", {{"state", "TCP_LISTEN"}}), 1);
+  for (const char* st : {"TCP_SYN_SENT", "TCP_SYN_RECV"}) {
+    const double v = Gauge(held, "tcp_connections", {{"state", st}});
+    EXPECT_TRUE(v == 0 || v == -1e9) << st << " " << v;
+  }
+  EXPECT_EQ(Gauge(held, "tcp_connections", {{"state", "TCP_CLOSE"}}), -(kConnections + 1));
+}
+
+// write() sizes from one task: the max gauge of each scrape window.
+TEST(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  int go[2], again[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(again, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    static char buf[10000];
+    char c;
+    close(go[1]);
+    close(again[1]);
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (read(go[0], &c, 1) != 1) _exit(2);
+    for (size_t n : {100, 5000, 300}) (void)!write(fd, buf, n);
+    if (read(again[0], &c, 1) != 1) _exit(2);
+    for (size_t n : {7, 9}) (void)!write(fd, buf, n);
+    _exit(0);
+  }
+  const std::string pid = std::to_string(child);
+  const std::string config = R"({"metrics": [{"name": "write_max_bytes", "type": "gauge",
+      "max": {"event": "syscalls:sys_enter_write", "field": "count", "filter": "common_pid == )" +
+                             pid + R"("}}]})";
+  std::vector<MetricSnapshot> first, empty, second;
+  RunPipelineWith(config, [&](Pipeline& pipeline) {
+    // The reader reads the rings at least every 100 ms: a second after the writes, they are in.
+    // (Polling would close the windows: every snapshot is a scrape.)
+    ASSERT_EQ(write(go[1], "x", 1), 1);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    first = pipeline.Snapshot();
+    empty = pipeline.Snapshot();
+    ASSERT_EQ(write(again[1], "x", 1), 1);
+    int status = 0;
+    EXPECT_EQ(waitpid(child, &status, 0), child);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    second = pipeline.Snapshot();
+  });
+  for (int fd : {go[0], go[1], again[0], again[1]}) close(fd);
+  waitpid(child, nullptr, 0);  // (reaped already when all went well)
+  EXPECT_EQ(Gauge(first, "write_max_bytes"), 5000);
+  ASSERT_NE(FindMetric(empty, "write_max_bytes"), nullptr);
+  EXPECT_TRUE(FindMetric(empty, "write_max_bytes")->series.empty()) << "a window without writes has no value";
+  EXPECT_EQ(Gauge(second, "write_max_bytes"), 9);
+}
+
+TEST(KernelGaugeTest, BpfIsRefusedWithTheReasonAutoPlansPerf) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  auto tracefs = Tracefs::Discover("auto");
+  ASSERT_TRUE(tracefs.ok());
+  for (const char* engine : {"bpf", "auto"}) {
+    auto cfg = ParseConfig(std::string(R"({"metrics": [{"name": "g", "type": "gauge", "engine": ")") + engine +
+                               R"(", "last": {"event": "syscalls:sys_enter_write", "field": "count"}}]})",
+                           "cfg.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, testing::Bpf(), {}, testing::Probed());
+    if (std::string(engine) == "bpf") {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_NE(plan.status().message().find("a gauge runs on the perf engine"), std::string::npos)
+          << plan.status().message();
+    } else {
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_EQ((*plan)->engines, std::vector<std::string>{"perf"});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpe
