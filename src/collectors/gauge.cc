@@ -25,7 +25,8 @@ bool GaugeCollector::NeedsComm() const {
 }
 
 void GaugeCollector::Add(std::string_view key, double delta) {
-  GaugeSeries* g = series_.FindOrInsert(key);
+  const bool standing = kind_ == Kind::kInflight || kind_ == Kind::kUpDown;
+  GaugeSeries* g = series_.FindOrInsert(key, [standing](GaugeSeries& s) { s.standing = standing; });
   if (g == nullptr) {
     series_dropped_.Add(1);
     return;
@@ -47,19 +48,41 @@ void GaugeCollector::Extreme(std::string_view key, double v) {
     if (kind_ == Kind::kMax) next = std::max(old, v);
     if (kind_ == Kind::kMin) next = std::min(old, v);
   }
+  // A seqlock: a scrape that sees `window` change around its read of `value` skips the series.
+  g->window.store(GaugeSeries::kWriting, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   g->value.store(next, std::memory_order_relaxed);
   g->window.store(w, std::memory_order_release);
   g->updates.Add(1);
 }
 
+// Label sets of starts in the table, by id: an id is freed when its last start leaves, so that
+// label churn (a pid label) never exhausts them.
 uint32_t GaugeCollector::Intern(std::string_view label_key) {
   auto it = label_ids_.find(label_key);
-  if (it != label_ids_.end()) return it->second;
-  if (label_keys_.size() >= max_series_) return UINT32_MAX;
-  const std::string& stored = label_keys_.emplace_back(label_key);
-  const uint32_t id = static_cast<uint32_t>(label_keys_.size() - 1);
-  label_ids_.emplace(std::string_view(stored), id);
+  uint32_t id;
+  if (it != label_ids_.end()) {
+    id = it->second;
+  } else if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+    label_keys_[id] = std::string(label_key);
+    label_ids_.emplace(std::string_view(label_keys_[id]), id);
+  } else {
+    if (label_keys_.size() >= max_series_) return UINT32_MAX;
+    label_keys_.emplace_back(label_key);
+    label_refs_.push_back(0);
+    id = static_cast<uint32_t>(label_keys_.size() - 1);
+    label_ids_.emplace(std::string_view(label_keys_[id]), id);
+  }
+  ++label_refs_[id];
   return id;
+}
+
+void GaugeCollector::Release(uint32_t id) {
+  if (--label_refs_[id] != 0) return;
+  label_ids_.erase(std::string_view(label_keys_[id]));
+  free_ids_.push_back(id);
 }
 
 namespace {
@@ -117,10 +140,12 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
           case InflightTable::PutResult::kReplaced:
             unmatched_[LatencyUnmatched::kReplaced].Add(1);
             Add(label_keys_[replaced.label_id], -1);
+            Release(replaced.label_id);
             Add(label_keys_[id], 1);
             break;
           case InflightTable::PutResult::kFull:
             unmatched_[LatencyUnmatched::kTableFull].Add(1);
+            Release(id);
             break;
         }
       } else {
@@ -130,6 +155,7 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
           return;
         }
         Add(label_keys_[start.label_id], -1);
+        Release(start.label_id);
       }
       inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
       return;
@@ -165,11 +191,9 @@ void GaugeCollector::OnRoundEnd() {
 }
 
 void GaugeCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
-  // An inflight or up/down gauge stands until events change it: never idle.
-  const bool extreme = kind_ != Kind::kInflight && kind_ != Kind::kUpDown;
+  // An inflight or up/down series at a value other than 0 never looks idle (GaugeSeries::Count).
   const LabelSet& labels = sides_[0].labels;
-  series_.Sweep(now_ns, extreme ? idle_ns : 0,
-                [&](std::string_view key) { return labels.NamesExitedTask(key, exited); });
+  series_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels.NamesExitedTask(key, exited); });
 }
 
 MetricSnapshot GaugeCollector::Snapshot() const {
@@ -181,10 +205,20 @@ MetricSnapshot GaugeCollector::Snapshot() const {
   // Closes the window: writers from now on start a new one.
   const uint64_t w = extreme ? window_.fetch_add(1, std::memory_order_acq_rel) : 0;
   series_.ForEach([&](std::string_view key, const GaugeSeries& g) {
-    if (extreme && g.window.load(std::memory_order_acquire) != w) return;  // nothing in this window
+    double v = 0;
+    if (extreme) {
+      // Nothing in this window, or the writer changing the value meanwhile (the seqlock in
+      // Extreme): not on this page.
+      if (g.window.load(std::memory_order_acquire) != w) return;
+      v = g.value.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (g.window.load(std::memory_order_relaxed) != w) return;
+    } else {
+      v = g.value.load(std::memory_order_relaxed);
+    }
     SeriesSnapshot s;
     s.labels = sides_[0].labels.Render(key);
-    s.value = g.value.load(std::memory_order_relaxed);
+    s.value = v;
     m.series.push_back(std::move(s));
   });
   return m;

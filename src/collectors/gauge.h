@@ -13,8 +13,9 @@
 //    previous scrape of any. An observation racing a Snapshot may land in the window that
 //    Snapshot closes without being on its page.
 //
-// Series lifetime as for counters, except that an inflight or up/down series is never idle
-// (its value stands until events change it); it goes when a pid/tid label's task exits.
+// Series lifetime as for counters, except that an inflight or up/down series is idle only while
+// its value is 0 (its value stands until events change it); it goes when a pid/tid label's task
+// exits.
 //
 // Thread-safety: OnSample, OnRoundEnd and Sweep from the reader thread; Snapshot from any thread.
 #pragma once
@@ -36,10 +37,19 @@
 namespace tpe {
 
 struct GaugeSeries {
+  static constexpr uint64_t kWriting = UINT64_MAX;  // `window` while the writer changes `value`
   std::atomic<double> value{0};
-  std::atomic<uint64_t> window{0};  // kMax/kMin/kLast: the window of `value`
+  std::atomic<uint64_t> window{0};  // kMax/kMin/kLast: the window of `value` (a seqlock's sequence)
   RelaxedCounter updates;
-  uint64_t Count() const { return updates.Get(); }
+  // What SeriesTable's idle sweep watches (writer thread): a gauge that stands at a value other
+  // than 0 looks changed at every sweep, so only series at 0 (or max/min/last ones no value
+  // reached) can go idle: removing those changes nothing on the page's meaning.
+  mutable uint64_t tick = 0;
+  bool standing = false;  // inflight, up/down
+  uint64_t Count() const {
+    if (standing && value.load(std::memory_order_relaxed) != 0) return ++tick + updates.Get();
+    return updates.Get();
+  }
 };
 
 class GaugeCollector : public Collector {
@@ -63,6 +73,9 @@ class GaugeCollector : public Collector {
   void OnSample(size_t event_index, const Sample& s, CommTable* comms) override;
   MetricSnapshot Snapshot() const override;
   bool NeedsComm() const override;
+  // kInflight reports its unmatched starts and ends and its starts in flight like a latency
+  // metric (tracepoint_exporter_latency_unmatched_total, _latency_inflight).
+  bool is_latency() const override { return kind_ == Kind::kInflight; }
   bool NeedsOrdering() const override { return kind_ == Kind::kInflight || kind_ == Kind::kUpDown || NeedsComm(); }
   void OnRoundEnd() override;
   void Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) override;
@@ -78,6 +91,7 @@ class GaugeCollector : public Collector {
   void Add(std::string_view key, double delta);
   void Extreme(std::string_view key, double v);
   uint32_t Intern(std::string_view label_key);
+  void Release(uint32_t id);  // a start of label set `id` left the table
 
   std::string name_, help_;
   Kind kind_;
@@ -90,6 +104,8 @@ class GaugeCollector : public Collector {
   uint64_t last_time_ns_ = 0, last_expiry_ns_ = 0;
   std::deque<std::string> label_keys_;  // start label sets by id (stable: label_ids_ views them)
   std::unordered_map<std::string_view, uint32_t> label_ids_;
+  std::vector<uint32_t> label_refs_;  // starts in the table per label set id; 0: free
+  std::vector<uint32_t> free_ids_;
   size_t max_series_;
   std::array<RelaxedCounter, LatencyUnmatched::kReasonCount> unmatched_;
   std::atomic<size_t> inflight_gauge_{0};

@@ -117,5 +117,26 @@ TEST(GaugeTest, MaxMinLastPerScrapeWindow) {
   }
 }
 
+// Label churn: label sets whose starts all ended free their ids, so max_series bounds the sets in
+// flight, not the sets ever seen. And a standing series goes idle only at 0.
+TEST(GaugeTest, InflightLabelIdsAreReusedAndOnlyZeroSeriesGoIdle) {
+  std::vector<GaugeCollector::Side> sides(2);
+  sides[0].key.push_back(*FieldExtractor::Compile(Field("v", 8), LabelDecode::kAuto, nullptr));
+  sides[1].key.push_back(*FieldExtractor::Compile(Field("v", 8), LabelDecode::kAuto, nullptr));
+  sides[0].labels = CpuLabel();
+  GaugeCollector g("inflight", "h", GaugeCollector::Kind::kInflight, std::move(sides), 2, 100, 0);
+  CommTable comms([](uint32_t, char*, size_t) { return -1; });
+  for (uint32_t cpu = 0; cpu < 50; ++cpu) {  // 50 label sets, one at a time
+    g.OnSample(0, At(Record(cpu), cpu, 10 * cpu), &comms);
+    g.OnSample(1, At(Record(cpu), cpu, 10 * cpu + 1), &comms);
+    g.Sweep(10 * cpu + 2, 1, [](uint32_t) { return false; });  // series at 0 go idle
+  }
+  EXPECT_EQ(g.series_dropped(), 0u);
+  g.OnSample(0, At(Record(7), 3, 1000), &comms);  // one standing start
+  g.Sweep(2000, 1, [](uint32_t) { return false; });
+  g.Sweep(3000, 1, [](uint32_t) { return false; });
+  EXPECT_EQ(ValueOf(g.Snapshot(), "3"), 1);  // not idle at 1
+}
+
 }  // namespace
 }  // namespace tpe

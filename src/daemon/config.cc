@@ -1071,7 +1071,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
 // is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
 // as client_golang's registry.
 std::vector<std::string> ExportedNames(const MetricConfig& m) {
-  if (m.type == "counter" || m.type == "profile") return {m.name};
+  if (m.type == "counter" || m.type == "profile" || m.type == "gauge") return {m.name};
   return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
 }
 

@@ -204,12 +204,19 @@ void NameAsConfigured(const Plan& plan, EventPlan* ep) {
 }
 
 Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m) {
+  for (const GaugeSideConfig* side : {&m->up, &m->down}) {
+    if (IsProbeEvent(side->event)) {
+      return Unimplemented(cfg.path + ": " + side->json_path + ".event: \"" + side->event +
+                           "\": an up/down gauge takes tracepoints in this release (an inflight or max/min/last "
+                           "gauge takes probe events)");
+    }
+  }
   const bool probe =
       IsProbeEvent(m->event) || IsProbeEvent(m->end.event) ||
       std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
   if (!probe) return Status::Ok();
   m->probe = true;
-  if (m->type != "latency") {
+  if (m->type != "latency" && m->gauge != "inflight") {
     return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
   }
   for (EndpointConfig& e : m->starts) {

@@ -62,7 +62,14 @@ void PrintReport(const std::vector<MetricSnapshot>& metrics, std::ostream& out) 
   for (const auto& m : metrics) {
     if (m.kind != MetricKind::kHistogram) {
       if (m.series.empty()) out << m.name << " (no samples)\n";
-      for (const auto& s : m.series) out << m.name << Labels(s.labels) << " " << static_cast<uint64_t>(s.value) << "\n";
+      for (const auto& s : m.series) {
+        out << m.name << Labels(s.labels) << " ";
+        if (m.kind == MetricKind::kGauge) {
+          out << s.value << "\n";  // may be negative or fractional
+        } else {
+          out << static_cast<uint64_t>(s.value) << "\n";
+        }
+      }
       continue;
     }
     const bool seconds = m.name.ends_with("_seconds");

@@ -149,41 +149,49 @@ TEST(KernelGaugeTest, TcpConnectionsByStateInANetworkNamespace) {
 // write() sizes from one task: the max gauge of each scrape window.
 TEST(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
-  int go[2], again[2];
+  int go[2], again[2], done[2];
   ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(again, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(done, O_CLOEXEC), 0);
   const pid_t child = fork();
   if (child == 0) {
     static char buf[10000];
     char c;
     close(go[1]);
     close(again[1]);
+    close(done[0]);
     int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (read(go[0], &c, 1) != 1) _exit(2);
     for (size_t n : {100, 5000, 300}) (void)!write(fd, buf, n);
+    if (write(done[1], "d", 1) != 1) _exit(4);  // 1 byte: filtered out (count > 1)
     if (read(again[0], &c, 1) != 1) _exit(2);
     for (size_t n : {7, 9}) (void)!write(fd, buf, n);
     _exit(0);
   }
+  close(done[1]);
   const std::string pid = std::to_string(child);
+  // The child's signal to us is a write of 1 byte too: the filter keeps writes of 2 bytes or more.
   const std::string config = R"({"metrics": [{"name": "write_max_bytes", "type": "gauge",
       "max": {"event": "syscalls:sys_enter_write", "field": "count", "filter": "common_pid == )" +
-                             pid + R"("}}]})";
+                             pid + R"( && count > 1"}}]})";
   std::vector<MetricSnapshot> first, empty, second;
   RunPipelineWith(config, [&](Pipeline& pipeline) {
-    // The reader reads the rings at least every 100 ms: a second after the writes, they are in.
-    // (Polling would close the windows: every snapshot is a scrape.)
+    // The reader reads the rings at least every 100 ms: 2 s (longer in a slow guest) after the
+    // writes are done, they are in. (Polling would close the windows: every snapshot is a scrape.)
+    const auto settle = std::chrono::milliseconds(testing::ScaledForGuest(2000));
+    char c;
     ASSERT_EQ(write(go[1], "x", 1), 1);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    ASSERT_EQ(read(done[0], &c, 1), 1);
+    std::this_thread::sleep_for(settle);
     first = pipeline.Snapshot();
     empty = pipeline.Snapshot();
     ASSERT_EQ(write(again[1], "x", 1), 1);
     int status = 0;
     EXPECT_EQ(waitpid(child, &status, 0), child);
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(settle);
     second = pipeline.Snapshot();
   });
-  for (int fd : {go[0], go[1], again[0], again[1]}) close(fd);
+  for (int fd : {go[0], go[1], again[0], again[1], done[0]}) close(fd);
   waitpid(child, nullptr, 0);  // (reaped already when all went well)
   EXPECT_EQ(Gauge(first, "write_max_bytes"), 5000);
   ASSERT_NE(FindMetric(empty, "write_max_bytes"), nullptr);
