@@ -87,16 +87,6 @@ void GaugeCollector::Release(uint32_t id) {
 
 namespace {
 
-bool MatchKey(const std::vector<FieldExtractor>& fields, const Sample& s, std::string* key) {
-  key->clear();
-  for (const auto& f : fields) {
-    int64_t v = 0;
-    if (!f.ReadInteger(s.raw, &v)) return false;
-    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-  return true;
-}
-
 // The side's value: field × scale (the field read as its signedness says), or 1.
 bool ReadValue(const GaugeCollector::Side& side, const Sample& s, double* out) {
   if (!side.value) {
@@ -118,7 +108,7 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
   if (s.time_ns > last_time_ns_) last_time_ns_ = s.time_ns;
   switch (kind_) {
     case Kind::kInflight: {
-      if (!MatchKey(side.key, s, &key_)) {
+      if (!BuildMatchKey(side.key, s.raw, &key_)) {
         decode_errors_.Add(1);
         return;
       }

@@ -5,6 +5,16 @@
 
 namespace tpe {
 
+bool BuildMatchKey(const std::vector<FieldExtractor>& fields, Bytes raw, std::string* key) {
+  key->clear();
+  for (const auto& f : fields) {
+    int64_t v = 0;
+    if (!f.ReadInteger(raw, &v)) return false;
+    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  return true;
+}
+
 InflightTable::InflightTable(size_t max_entries) : max_entries_(max_entries) {
   size_t cap = 16;
   while (cap < max_entries * 2) cap <<= 1;  // load factor <= 0.5 keeps probes short

@@ -11,9 +11,18 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "decode/field_extractor.h"
 
 namespace tpe {
+
+// The key of a start or an end in the table: each of `fields` read from `raw` as 8 bytes, in
+// order (start and end keys are equal exactly when their fields' values are). False when a
+// field lies outside `raw`.
+bool BuildMatchKey(const std::vector<FieldExtractor>& fields, Bytes raw, std::string* key);
 
 class InflightTable {
  public:

@@ -42,16 +42,6 @@ bool LatencyCollector::NeedsComm() const {
   return comm;
 }
 
-bool LatencyCollector::BuildKey(const LatencyEndpoint& e, const Sample& s, std::string* key) {
-  key->clear();
-  for (const auto& f : e.key) {
-    int64_t v = 0;
-    if (!f.ReadInteger(s.raw, &v)) return false;
-    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-  return true;
-}
-
 uint32_t LatencyCollector::InternStartLabels(std::string_view key) {
   auto it = start_label_ids_.find(key);
   if (it != start_label_ids_.end()) return it->second;
@@ -66,7 +56,7 @@ void LatencyCollector::OnSample(size_t event_index, const Sample& s, CommTable* 
   if (s.time_ns > last_time_ns_) last_time_ns_ = s.time_ns;
   if (event_index < starts_.size()) {
     const LatencyEndpoint& start = starts_[event_index];
-    if (!BuildKey(start, s, &key_) || !start.labels.BuildKey(s, comms, &labels_)) {
+    if (!BuildMatchKey(start.key, s.raw, &key_) || !start.labels.BuildKey(s, comms, &labels_)) {
       decode_errors_.Add(1);
       return;
     }
@@ -89,7 +79,7 @@ void LatencyCollector::OnSample(size_t event_index, const Sample& s, CommTable* 
     inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
     return;
   }
-  if (!BuildKey(end_, s, &key_)) {
+  if (!BuildMatchKey(end_.key, s.raw, &key_)) {
     decode_errors_.Add(1);
     return;
   }

@@ -62,7 +62,6 @@ class LatencyCollector : public Collector {
   size_t inflight() const override { return inflight_gauge_.load(std::memory_order_relaxed); }
 
  private:
-  bool BuildKey(const LatencyEndpoint& e, const Sample& s, std::string* key);
   uint32_t InternStartLabels(std::string_view key);
 
   std::string name_, help_;

@@ -562,6 +562,24 @@ Status ParseEndpoint(const Checker& c, const json& j, const std::string& jp, End
   return Status::Ok();
 }
 
+// What pairs starts with ends (a latency, an inflight gauge): keys of as many fields on every
+// side, and the "max_inflight" and "timeout_seconds" of `j`.
+Status ParsePairing(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
+  for (const auto& s : m->starts) {
+    if (s.key.size() != m->end.key.size()) {
+      return c.Error(s.json_path + ".key", "has " + std::to_string(s.key.size()) + " fields but end.key has " +
+                                               std::to_string(m->end.key.size()) + "; start and end keys must match");
+    }
+  }
+  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
+  TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
+  if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
+    return c.Error(jp + ".timeout_seconds",
+                   "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
+  }
+  return Status::Ok();
+}
+
 Status ParseLatency(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
   auto start = j.find("start");
   if (start == j.end())
@@ -583,19 +601,7 @@ Status ParseLatency(const Checker& c, const json& j, const std::string& jp, Metr
     return c.Error(jp,
                    "missing required key \"end\" (e.g. {\"event\": \"sched:sched_switch\", \"key\": [\"next_pid\"]})");
   TPE_RETURN_IF_ERROR(ParseEndpoint(c, *end, jp + ".end", &m->end));
-  for (const auto& s : m->starts) {
-    if (s.key.size() != m->end.key.size()) {
-      return c.Error(s.json_path + ".key", "has " + std::to_string(s.key.size()) + " fields but end.key has " +
-                                               std::to_string(m->end.key.size()) + "; start and end keys must match");
-    }
-  }
-  TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
-  TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
-  if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
-    return c.Error(jp + ".timeout_seconds",
-                   "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
-  }
-  return Status::Ok();
+  return ParsePairing(c, j, jp, m);
 }
 
 // Labels of `j[key]` (an array) into *out; names unique.
@@ -665,18 +671,7 @@ Status ParseGauge(const Checker& c, const json& j, const std::string& jp, Metric
     TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["start"], jp + ".inflight.start", &start));
     m->starts.push_back(std::move(start));
     TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["end"], jp + ".inflight.end", &m->end));
-    if (m->starts[0].key.size() != m->end.key.size()) {
-      return c.Error(jp + ".inflight.start.key", "has " + std::to_string(m->starts[0].key.size()) +
-                                                     " fields but end.key has " + std::to_string(m->end.key.size()) +
-                                                     "; start and end keys must match");
-    }
-    TPE_RETURN_IF_ERROR(c.GetWhole(j, jp, "max_inflight", 1, kMaxInflight, &m->max_inflight));
-    TPE_RETURN_IF_ERROR(c.GetNumber(j, jp, "timeout_seconds", false, &m->timeout_seconds));
-    if (!(m->timeout_seconds >= kMinTimeoutSeconds && m->timeout_seconds <= kMaxTimeoutSeconds)) {
-      return c.Error(jp + ".timeout_seconds",
-                     "must be a number of seconds from 0.000001 to 86400 (1 day), not " + Num(m->timeout_seconds));
-    }
-    return Status::Ok();
+    return ParsePairing(c, j, jp, m);
   }
   if (kind == "up") {
     m->gauge = "updown";
