@@ -32,12 +32,10 @@
 namespace tpe {
 namespace {
 
-// The one place every page passes through: series that render one label set are merged here,
-// for both engines (MergeSeriesByLabels). Label strings are moved, and each series' vectors
-// freed once converted, so that a page's snapshot and its MetricFamily are not both whole in
-// memory at once.
+// `m` (its series merged by WriteFamily) as prometheus-cpp's MetricFamily. Label strings are
+// moved, and each series' vectors freed once converted, so that a page's snapshot and its
+// MetricFamily are not both whole in memory at once.
 prometheus::MetricFamily ToFamily(MetricSnapshot m) {
-  MergeSeriesByLabels(&m);  // a no-op when WriteFamily merged already
   prometheus::MetricFamily f;
   f.name = std::move(m.name);
   f.help = std::move(m.help);
@@ -228,8 +226,9 @@ void NoteReduction(const std::string& metric, int steps) {
 // TextSerializer) or one length-delimited MetricFamily message; its MetricFamily is freed
 // before the next one is built.
 void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format = ExpositionFormat::kText) {
-  // Native buckets (protobuf only: the text format has none) of the merged series, in order,
-  // reduced to the metric's bound.
+  // The one place every page passes through: series that render one label set are merged here,
+  // for both engines. Then their native buckets (protobuf only: the text format has none), in
+  // order, reduced to the metric's bound.
   MergeSeriesByLabels(&m);
   std::vector<std::optional<NativeSnapshot>> natives;
   if (m.native_max_buckets > 0) {
