@@ -1,6 +1,9 @@
 #include "bpf/bpf_metric.h"
 
 #include <bpf/bpf.h>
+#include <linux/membarrier.h>
+#include <spdlog/spdlog.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,12 +51,14 @@ std::vector<BpfEndpoint*> BpfMetric::Endpoints() {
 
 Status BpfMetric::Build(bool create) {
   using Kind = BpfMetricSpec::Kind;
-  const bool latency = spec_.kind == Kind::kLatency;
+  // Starts paired with ends through the starts map: a latency metric, an inflight gauge.
+  const bool pairs = latency() || inflight_gauge();
+  const bool gauge_kind = spec_.kind == Kind::kGauge;
   // 1. Layouts and thresholds: everything that can say Unimplemented, before any map exists.
   auto key = LayoutKey(spec_.end.labels);
   if (!key.ok()) return key.status();
   key_ = *key;
-  if (latency) {
+  if (pairs) {
     for (size_t i = 0; i < spec_.starts.size(); ++i) {
       auto sk = LayoutKey(spec_.starts[i].labels);
       if (!sk.ok()) return sk.status();
@@ -69,8 +74,24 @@ Status BpfMetric::Build(bool create) {
       cell_off_ = (start_key_.size + key_.size + 7) & ~7u;
       key_size_ = cell_off_ + kNativeCellBytes;
     }
-    TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
-    thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
+    if (latency()) {
+      TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
+      thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
+    }
+  } else if (gauge_kind) {
+    key_size_ = key_.MapKeySize();  // a hash even without labels: one series under a zero key
+    if (gauge(BpfMetricSpec::Gauge::kUpDown)) {
+      // One series is one label set whichever side built it: the same slots of the same kinds.
+      auto up = LayoutKey(spec_.starts.at(0).labels);
+      if (!up.ok()) return up.status();
+      bool same = up->size == key_.size && up->segments.size() == key_.segments.size();
+      for (size_t i = 0; same && i < key_.segments.size(); ++i) {
+        same = up->segments[i].kind == key_.segments[i].kind &&
+               up->segments[i].key_offset == key_.segments[i].key_offset &&
+               up->segments[i].key_size == key_.segments[i].key_size;
+      }
+      if (!same) return Unimplemented("up and down labels laid out differently in the program's key");
+    }
   } else if (spec_.kind == Kind::kProfile) {
     key_size_ = key_.size + static_cast<uint32_t>(sizeof(StackKey));
     if (key_size_ > kMaxKeyBytes) {
@@ -89,8 +110,10 @@ Status BpfMetric::Build(bool create) {
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
     }
   }
-  value_slots_ =
-      spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1 : static_cast<uint32_t>(thresholds_.size() + 2);
+  value_slots_ = spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1
+                 : gauge(BpfMetricSpec::Gauge::kUpDown)                       ? kUpDownSlots
+                 : extreme_gauge()                                            ? kExtremeSlots
+                                   : static_cast<uint32_t>(thresholds_.size() + 2);
   std::optional<NativeShape> native;
   if (spec_.native) {
     if (key_size_ > kMaxKeyBytes) {
@@ -101,7 +124,7 @@ Status BpfMetric::Build(bool create) {
     native = NativeShape{spec_.native->mantissa_thresholds(), spec_.native->zero_max(), spec_.native->options().schema,
                          spec_.native->scale() < 0};
   }
-  const uint32_t match_bytes = latency ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
+  const uint32_t match_bytes = pairs ? static_cast<uint32_t>(8 * spec_.end.match.size()) : 0;
   const uint32_t start_value_bytes = 8 + start_key_.MapKeySize();
 
   // Probe records guard with BPF_XCHG where the kernel has it (probe_record.h).
@@ -165,6 +188,32 @@ Status BpfMetric::Build(bool create) {
         runs_in_value_ = !CountsRuns(s);
         return add("event", &spec_.end, EmitHistogram(s, fds));
       }
+      case Kind::kGauge:
+        if (!inflight_gauge()) {
+          GaugeShape g;
+          g.key = key_;
+          if (gauge(BpfMetricSpec::Gauge::kUpDown)) {
+            for (uint32_t side = 0; side < kUpDownSlots; ++side) {
+              const BpfEndpoint& ep = side == 0 ? spec_.starts.at(0) : spec_.end;
+              g.key = side == 0 ? *LayoutKey(ep.labels) : key_;  // each side reads its own fields (checked alike)
+              g.filter = ep.filter ? &*ep.filter : nullptr;
+              g.probe = probe_of(ep);
+              g.value = ep.value;
+              g.slot = side;
+              TPE_RETURN_IF_ERROR(add(side == 0 ? "up" : "down", &ep, EmitGauge(g, fds)));
+            }
+            return Status::Ok();
+          }
+          g.op = spec_.gauge == BpfMetricSpec::Gauge::kLast ? GaugeShape::Op::kLast
+                 // A negative scale turns the raw value's order around.
+                 : (spec_.gauge == BpfMetricSpec::Gauge::kMax) == (spec_.scale >= 0) ? GaugeShape::Op::kMax
+                                                                                     : GaugeShape::Op::kMin;
+          g.filter = end_filter;
+          g.probe = probe_of(spec_.end);
+          g.value = spec_.value;
+          return add("event", &spec_.end, EmitGauge(g, fds));
+        }
+        [[fallthrough]];  // an inflight gauge: a latency metric's start and a bare end
       case Kind::kLatency: {
         for (size_t i = 0; i < spec_.starts.size(); ++i) {
           const BpfEndpoint& st = spec_.starts[i];
@@ -184,6 +233,7 @@ Status BpfMetric::Build(bool create) {
         e.thresholds = thresholds_;
         e.timeout_ns = spec_.timeout_ns;
         e.native = native;
+        e.observe = latency();
         return add("end", &spec_.end, EmitLatencyEnd(e, fds));
       }
     }
@@ -198,11 +248,13 @@ Status BpfMetric::Build(bool create) {
   const uint32_t value_bytes = 8 * value_slots_;
   // Native buckets: the map holds cells, up to max_buckets native and every classic bucket's per
   // series (their intersections: at most the sum of both), within 2^22 entries.
+  // An inflight gauge's end observes nothing: its values map is never written.
   const uint32_t max_series =
-      spec_.native ? static_cast<uint32_t>(std::min<uint64_t>(
+      spec_.native       ? static_cast<uint32_t>(std::min<uint64_t>(
                          uint64_t{spec_.max_series} * (spec_.native->options().max_buckets + thresholds_.size() + 1),
                          uint64_t{1} << 22))
-                   : static_cast<uint32_t>(spec_.max_series);
+      : inflight_gauge() ? 1
+                         : static_cast<uint32_t>(spec_.max_series);
   const uint32_t cpus = static_cast<uint32_t>(PossibleCpus());
   auto hash_flags = [&](uint32_t key, uint32_t value, uint32_t entries, bool per_cpu) -> uint32_t {
     return PreallocatedBytes(key, value, entries, per_cpu, cpus) <= spec_.preallocate_max_bytes ? 0 : BPF_F_NO_PREALLOC;
@@ -245,7 +297,16 @@ Status BpfMetric::Build(bool create) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
     fds.zero = zero_.get();
   }
-  if (latency) {
+  if (extreme_gauge()) {  // the open window's number, 1 at first (a new value is window 0)
+    TPE_ASSIGN_OR_RETURN(epoch_map_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_epoch", 4, 8, 1));
+    const uint32_t index = 0;
+    const uint64_t first = window_.load();
+    if (bpf_map_update_elem(epoch_map_.get(), &index, &first, BPF_ANY) != 0) {
+      return Internal(spec_.name + ": cannot write its epoch map: " + std::string(strerror(errno)));
+    }
+    fds.epoch = epoch_map_.get();
+  }
+  if (pairs) {
     const uint32_t inflight = static_cast<uint32_t>(spec_.max_inflight);
     TPE_ASSIGN_OR_RETURN(starts_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_starts", match_bytes, start_value_bytes, inflight,
                                             hash_flags(match_bytes, start_value_bytes, inflight, false)));
@@ -288,10 +349,28 @@ Status BpfMetric::Build(bool create) {
   shape.cpus = static_cast<uint32_t>(PossibleCpus());
   shape.max_entries = keyless_ ? 1 : max_series;
   shape.array = keyless_;
+  if (extreme_gauge()) {  // each CPU's value as it is: the window decides which count (ExtremeSeries)
+    shape.slots = value_slots_ * shape.cpus;
+    shape.cpus = 1;
+  }
   series_ = std::make_unique<MapSeries>(std::make_unique<KernelMap>(values_.get()), shape,
                                         [this](std::string_view k) { return LabelKey(k); });
   // A native series is all its cells (the label key's last 8 bytes are the cell): swept as one.
   if (spec_.native) series_->SetSeriesOf([](const std::string& k) { return k.substr(0, k.size() - kNativeCellBytes); });
+  if (gauge(BpfMetricSpec::Gauge::kUpDown)) {  // idle only at 0 (collectors/gauge.h)
+    series_->SetMayIdle([this](const std::vector<uint64_t>& v) { return UpDownValue(v) == 0; }, /*drop=*/false);
+  } else if (extreme_gauge()) {  // nothing of the open window in it: nothing a scrape has yet to read
+    const uint32_t cpus = shape.slots / kExtremeSlots;
+    series_->SetMayIdle(
+        [this, cpus](const std::vector<uint64_t>& v) {
+          const uint64_t open = window_.load();
+          for (uint32_t c = 0; c < cpus && (c + 1) * kExtremeSlots <= v.size(); ++c) {
+            if (v[c * kExtremeSlots + kExtremeWindow] == open) return false;
+          }
+          return true;
+        },
+        /*drop=*/true);
+  }
   return Status::Ok();
 }
 
@@ -492,14 +571,14 @@ std::string BpfMetric::LabelKey(std::string_view bpf_key) const {
 }
 
 std::string BpfMetric::LabelKeyOfLabels(std::string_view bpf_key) const {
-  if (!is_latency()) return ToLabelKey(key_, bpf_key);
+  if (!latency()) return ToLabelKey(key_, bpf_key);
   const std::string_view start = bpf_key.substr(0, std::min<size_t>(start_key_.size, bpf_key.size()));
   const std::string_view end = bpf_key.substr(start.size());
   return ToLabelKey(start_key_, start) + ToLabelKey(key_, end);
 }
 
 LabelPairs BpfMetric::Render(std::string_view label_key) const {
-  if (!is_latency()) return spec_.end.labels.Render(label_key);
+  if (!latency()) return spec_.end.labels.Render(label_key);
   const LabelSet& start = spec_.starts.front().labels;
   const size_t n = start.KeySize(label_key);
   LabelPairs out = start.Render(label_key.substr(0, n));
@@ -555,7 +634,139 @@ void BpfMetric::AddNativeSeries(const std::map<std::string, std::vector<uint64_t
   }
 }
 
+double BpfMetric::UpDownValue(const std::vector<uint64_t>& v) const {
+  auto side = [](const BpfEndpoint& ep, uint64_t raw) {
+    if (!ep.value) return static_cast<double>(raw);  // events counted
+    const double x = ep.value->is_signed ? static_cast<double>(static_cast<int64_t>(raw)) : static_cast<double>(raw);
+    return x * ep.scale;
+  };
+  if (v.size() < kUpDownSlots || spec_.starts.empty()) return 0;
+  return side(spec_.starts.front(), v[0]) - side(spec_.end, v[1]);
+}
+
+void BpfMetric::UpDownSeries(const std::map<std::string, std::vector<uint64_t>>& merged, MetricSnapshot* s) const {
+  for (const auto& [key, v] : merged) {
+    SeriesSnapshot ss;
+    ss.labels = Render(key);
+    ss.value = UpDownValue(v);
+    s->series.push_back(std::move(ss));
+  }
+}
+
+void BpfMetric::InflightSeries(MetricSnapshot* s) const {
+  if (!starts_map_) return;
+  MapShape shape;
+  shape.key_size = static_cast<uint32_t>(8 * spec_.end.match.size());
+  shape.slots = (8 + start_key_.MapKeySize()) / 8;  // the start's time, then its labels
+  shape.max_entries = static_cast<uint32_t>(spec_.max_inflight);
+  bool batch = true;
+  const uint64_t now = MonotonicNs();  // bpf_ktime_get_ns: CLOCK_MONOTONIC
+  std::map<std::string, uint64_t> counts;
+  for (const MapEntry& e : ReadMap(starts_map_.get(), shape, &batch)) {
+    if (e.value.size() < shape.slots) continue;
+    // Older than the timeout: expired (the sweep or an end takes it out and counts it), as the
+    // perf engine's starts leave their gauge.
+    if (spec_.timeout_ns != 0 && now > e.value[0] && now - e.value[0] > spec_.timeout_ns) continue;
+    const std::string_view labels(reinterpret_cast<const char*>(e.value.data() + 1), start_key_.size);
+    ++counts[ToLabelKey(start_key_, labels)];
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, n] : counts) inflight_seen_[key] = now;
+  const LabelSet& labels = spec_.starts.front().labels;
+  for (const auto& [key, seen] : inflight_seen_) {
+    SeriesSnapshot ss;
+    ss.labels = labels.Render(key);
+    auto it = counts.find(key);
+    ss.value = it == counts.end() ? 0 : static_cast<double>(it->second);
+    s->series.push_back(std::move(ss));
+  }
+}
+
+namespace {
+
+// Returns once every BPF program run that began before the call has returned: an RCU grace
+// period (the programs run under rcu_read_lock, kernel/trace/bpf_trace.c trace_call_bpf), which
+// membarrier(MEMBARRIER_CMD_GLOBAL) waits for (kernel/sched/membarrier.c: synchronize_rcu();
+// membarrier(2)). Refused with nohz_full CPUs (EINVAL): then 20 ms, far beyond any run, said once.
+void WaitForProgramRuns() {
+  if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0) return;
+  static std::once_flag said;
+  std::call_once(said, [] {
+    spdlog::warn(
+        "membarrier(MEMBARRIER_CMD_GLOBAL) refused ({}): max/min/last gauges on the bpf engine wait 20 ms at "
+        "each scrape instead of an RCU grace period",
+        strerror(errno));
+  });
+  usleep(20000);
+}
+
+}  // namespace
+
+void BpfMetric::ExtremeSeries(MetricSnapshot* s) const {
+  if (!series_ || !epoch_map_.valid()) return;
+  std::lock_guard<std::mutex> window_lock(window_mu_);
+  // Close the window: runs from now on write the next one.
+  const uint64_t closed = window_.load();
+  const uint64_t open = closed + 1;
+  const uint32_t index = 0;
+  if (bpf_map_update_elem(epoch_map_.get(), &index, &open, BPF_ANY) != 0) {
+    spdlog::warn("{}: cannot close its scrape window (epoch map update: {}): no series on this page", spec_.name,
+                 strerror(errno));
+    return;
+  }
+  window_.store(open);
+  WaitForProgramRuns();  // every run that read `closed` has written its value
+  const bool is_signed = spec_.value && spec_.value->is_signed;
+  for (const auto& [key, v] : series_->Read()) {
+    bool have = false;
+    double best = 0;
+    uint64_t best_time = 0;
+    for (size_t c = 0; (c + 1) * kExtremeSlots <= v.size(); ++c) {
+      const uint64_t* cpu = v.data() + c * kExtremeSlots;
+      if (cpu[kExtremeWindow] != closed) continue;  // nothing of the closed window on this CPU
+      const uint64_t raw = cpu[kExtremeValue];
+      const double x =
+          (is_signed ? static_cast<double>(static_cast<int64_t>(raw)) : static_cast<double>(raw)) * spec_.scale;
+      bool take = !have;
+      switch (spec_.gauge) {
+        case BpfMetricSpec::Gauge::kMax:
+          take = take || x > best;
+          break;
+        case BpfMetricSpec::Gauge::kMin:
+          take = take || x < best;
+          break;
+        default:  // kLast: the latest
+          take = take || cpu[kExtremeTime] > best_time;
+      }
+      if (take) {
+        best = x;
+        best_time = cpu[kExtremeTime];
+        have = true;
+      }
+    }
+    if (!have) continue;
+    SeriesSnapshot ss;
+    ss.labels = Render(key);
+    ss.value = best;
+    s->series.push_back(std::move(ss));
+  }
+}
+
 MetricSnapshot BpfMetric::Snapshot() const {
+  if (spec_.kind == BpfMetricSpec::Kind::kGauge) {
+    MetricSnapshot s;
+    s.name = spec_.name;
+    s.help = spec_.help;
+    s.kind = MetricKind::kGauge;
+    if (inflight_gauge()) {
+      InflightSeries(&s);
+    } else if (gauge(BpfMetricSpec::Gauge::kUpDown)) {
+      if (series_) UpDownSeries(series_->Read(), &s);
+    } else {
+      ExtremeSeries(&s);
+    }
+    return s;
+  }
   const bool counter = spec_.kind == BpfMetricSpec::Kind::kCounter;
   // By label key: program keys whose labels render the same merge, and retired values join.
   std::map<std::string, std::vector<uint64_t>> merged;
@@ -566,7 +777,7 @@ MetricSnapshot BpfMetric::Snapshot() const {
   s.kind = counter ? MetricKind::kCounter : MetricKind::kHistogram;
   if (!counter) s.bucket_bounds = spec_.buckets->bounds();
   const bool signed_sum = spec_.value && spec_.value->is_signed;
-  const double scale = is_latency() ? 1e-9 : spec_.scale;
+  const double scale = latency() ? 1e-9 : spec_.scale;
   if (spec_.native) {
     AddNativeSeries(merged, signed_sum, scale, &s);
     return s;
@@ -608,7 +819,7 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   std::function<bool(const std::string&)> dead;
   if (names_tasks) {
     dead = [&](const std::string& lk) {
-      if (!is_latency()) return spec_.end.labels.NamesExitedTask(lk, exited);
+      if (!latency()) return spec_.end.labels.NamesExitedTask(lk, exited);
       const LabelSet& start = spec_.starts.front().labels;
       const size_t n = start.KeySize(lk);
       return start.NamesExitedTask(lk.substr(0, n), exited) || spec_.end.labels.NamesExitedTask(lk.substr(n), exited);
@@ -624,6 +835,17 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   std::lock_guard<std::mutex> lock(mu_);
   removed_idle_ += idle;
   removed_exited_ += gone;
+  // An inflight gauge's label sets at 0: gone once unseen for idle_ns (or their task exited).
+  for (auto it = inflight_seen_.begin(); it != inflight_seen_.end();) {
+    const bool idle_set = idle_ns != 0 && now_ns >= it->second && now_ns - it->second >= idle_ns;
+    const bool dead_set = names_tasks && spec_.starts.front().labels.NamesExitedTask(it->first, exited);
+    if (!idle_set && !dead_set) {
+      ++it;
+      continue;
+    }
+    ++(idle_set ? removed_idle_ : removed_exited_);
+    it = inflight_seen_.erase(it);
+  }
   swept_.expired += swept.expired;
   swept_.replaced += swept.replaced;
   swept_.table_full += swept.table_full;

@@ -1,5 +1,20 @@
-// A metric of the bpf engine: counter, histogram or latency aggregated in the kernel by
+// A metric of the bpf engine: counter, histogram, latency or gauge aggregated in the kernel by
 // generated tracepoint programs (programs.h) into BPF maps, read at scrape.
+//
+// Gauges (collectors/gauge.h for what each kind means; the same pages as the perf engine's):
+//  * inflight: the latency metric's start program and an end program that only takes its start
+//    out of the starts map; the gauge is the starts map's entries counted by their start labels
+//    at scrape (expired starts leave it at the sweep, as a latency metric's). A label set whose
+//    count fell to 0 shows 0 until it has been 0 for idle_ns.
+//  * up/down: the up and down programs add their raw values (or 1) to slots 0 and 1 of the label
+//    set's per-CPU value; the gauge is up × scale - down × scale, each sum read as its field's
+//    signedness says. A series goes idle only at 0.
+//  * max/min/last: each CPU keeps the extreme (last: latest, with its time) raw value of the open
+//    scrape window (programs.h GaugeShape). A scrape raises the window number in the epoch map,
+//    waits for an RCU grace period (membarrier(MEMBARRIER_CMD_GLOBAL): every program run that
+//    read the old number has returned), then combines the CPUs' values of the closed window: no
+//    value of a window is lost or shown twice. A series goes when it has been idle for idle_ns
+//    and holds nothing of the open window.
 //
 // Lifecycle: Create() builds the maps and loads (verifies) the programs without attaching them
 // — so a plan can be checked, and an unchanged metric kept across a reload keeps its maps and
@@ -32,6 +47,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +79,9 @@ struct BpfEndpoint {
   // A probe event (uprobe, USDT, kprobe): its program is a BPF_PROG_TYPE_KPROBE one that
   // materializes this record (probe_record.h). Unset: a tracepoint.
   std::optional<ProbeRecord> probe;
+  // An up/down gauge's side: the field it adds (unset: 1) and its scale.
+  std::optional<FieldRef> value;
+  double scale = 1;
   // A CPU profile's software clock (kProfile only; tracepoint_id, filter, match and probe
   // unused): its program is a BPF_PROG_TYPE_PERF_EVENT one, which the pipeline attaches to the
   // per-CPU clock events it opens (PERF_EVENT_IOC_SET_BPF at each open, CPU hotplug included;
@@ -74,7 +93,10 @@ struct BpfEndpoint {
 struct BpfMetricSpec {
   // kProfile: a counter of samples keyed by labels ++ StackKey (programs.h), for BpfProfile
   // (bpf_profile.h), which reads it; never swept.
-  enum class Kind { kCounter, kHistogram, kLatency, kProfile } kind = Kind::kCounter;
+  // kGauge: starts = {the start} and end (inflight), starts = {up} and end = down (up/down), or
+  // the event as `end` with `value` and `scale` (max/min/last).
+  enum class Kind { kCounter, kHistogram, kLatency, kProfile, kGauge } kind = Kind::kCounter;
+  enum class Gauge { kInflight, kUpDown, kMax, kMin, kLast } gauge = Gauge::kInflight;
   std::string name, help;
   // counter and histogram: starts is empty and `end` is the event.
   std::vector<BpfEndpoint> starts;
@@ -164,7 +186,8 @@ class BpfMetric : public Collector {
   // kernel charges it (MapMemoryBytes). 0 when not loaded.
   uint64_t map_memory_bytes() const;
 
-  bool is_latency() const override { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
+  // A latency metric, or an inflight gauge (its unmatched starts and ends are reported alike).
+  bool is_latency() const override { return latency() || inflight_gauge(); }
   uint64_t unmatched(Reason r) const override;
   size_t inflight() const override;
   // Program runs, misses and run time (per program), no_memory and map_memory_bytes.
@@ -203,6 +226,20 @@ class BpfMetric : public Collector {
     std::unique_ptr<ProgramCost> cost = std::make_unique<ProgramCost>();
   };
   explicit BpfMetric(BpfMetricSpec spec) : spec_(std::move(spec)) {}
+  bool latency() const { return spec_.kind == BpfMetricSpec::Kind::kLatency; }
+  bool gauge(BpfMetricSpec::Gauge g) const { return spec_.kind == BpfMetricSpec::Kind::kGauge && spec_.gauge == g; }
+  bool inflight_gauge() const { return gauge(BpfMetricSpec::Gauge::kInflight); }
+  bool extreme_gauge() const {
+    return spec_.kind == BpfMetricSpec::Kind::kGauge && spec_.gauge != BpfMetricSpec::Gauge::kInflight &&
+           spec_.gauge != BpfMetricSpec::Gauge::kUpDown;
+  }
+  // Gauges' snapshots (see the header).
+  void InflightSeries(MetricSnapshot* s) const;
+  void UpDownSeries(const std::map<std::string, std::vector<uint64_t>>& merged, MetricSnapshot* s) const;
+  void ExtremeSeries(MetricSnapshot* s) const;
+  // An up/down series' value: slot 0 (up) × its scale - slot 1 (down) × its scale, each sum read
+  // as signed when its side's field is.
+  double UpDownValue(const std::vector<uint64_t>& v) const;
   // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.
   Status Build(bool create);
   // The endpoints: the starts, then the end.
@@ -229,7 +266,7 @@ class BpfMetric : public Collector {
   bool per_cpu_ = true;
   std::vector<uint64_t> thresholds_;
   uint32_t cell_off_ = 0;  // native: where a key's cell begins (its labels rounded up to 8 bytes)
-  ScopedFd values_, zero_, starts_, stacks_;
+  ScopedFd values_, zero_, starts_, stacks_, epoch_map_;
   std::vector<Program> programs_;
   std::vector<TracepointAttachment> attach_fds_;
   bool clock_attached_ = false;
@@ -240,6 +277,11 @@ class BpfMetric : public Collector {
   StartSweepCounts swept_;                 // latency: the sweeps' expired, replaced and table_full; inflight: the last
   std::unique_ptr<KernelMap> starts_map_;  // latency: the starts map, for start_sweeper_
   std::unique_ptr<StartSweeper> start_sweeper_;  // latency; sweep thread only
+  // Inflight gauge: label key -> when its count was last seen above 0 (CLOCK_MONOTONIC ns).
+  mutable std::map<std::string, uint64_t> inflight_seen_;
+  // Max/min/last: the open window (the epoch map's value); scrapes close it one at a time.
+  mutable std::mutex window_mu_;
+  mutable std::atomic<uint64_t> window_{1};
 };
 
 }  // namespace tpe::bpf

@@ -75,8 +75,10 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   for (const auto& [lk, v] : retired_) retired_series.insert(series_of_ ? series_of_(lk) : lk);
   for (size_t i = 0; i < entries.size(); ++i) {
     MapEntry& e = entries[i];
-    const bool idle = idle_ns != 0 && now_ns - changed_ns[series[i]] >= idle_ns;
-    if (!idle && !(dead && dead(named[i]))) {
+    const bool may_idle = !may_idle_ || may_idle_(e.value);
+    const bool idle = idle_ns != 0 && now_ns - changed_ns[series[i]] >= idle_ns && may_idle;
+    const bool gone = dead && (!drop_taken_ || may_idle) && dead(named[i]);
+    if (!idle && !gone) {
       next.emplace(std::move(e.key), std::move(states[i]));
       continue;
     }
@@ -101,7 +103,7 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   for (auto& [name, o] : going) {
     // A series whose every key's final value a page already shows leaves the page; else its
     // values are kept for the next scrape.
-    if (!o.on_a_page) {
+    if (!o.on_a_page && !drop_taken_) {
       for (const auto& [lk, v] : o.values) AddInto(&retired_[lk], v);
     }
     ++(o.idle ? removed.idle : removed.exited);

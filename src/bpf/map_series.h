@@ -55,6 +55,18 @@ class MapSeries {
   using SeriesOfFn = std::function<std::string(const std::string& label_key)>;
   void SetSeriesOf(SeriesOfFn series_of) { series_of_ = std::move(series_of); }
 
+  // A series goes idle (Sweep) only when `may_idle(its program key's value)` holds: a gauge that
+  // stands at a value other than 0 stays however long it is unchanged (collectors/gauge.h).
+  // With `drop`, values taken out are dropped, not retired (a gauge of scrape windows, whose
+  // `may_idle` says the value holds nothing a scrape has yet to read), and a series of an exited
+  // task goes only when `may_idle` holds too. Default: any unchanged series goes idle, and
+  // taken-out values are retired. Call before the first Read or Sweep.
+  using MayIdleFn = std::function<bool(const std::vector<uint64_t>& value)>;
+  void SetMayIdle(MayIdleFn may_idle, bool drop) {
+    may_idle_ = std::move(may_idle);
+    drop_taken_ = drop;
+  }
+
   // Label key → value slots (summed over CPUs; live + retired).
   std::map<std::string, std::vector<uint64_t>> Read();
 
@@ -79,7 +91,9 @@ class MapSeries {
   std::unique_ptr<MapAccess> map_;
   const MapShape shape_;
   const LabelKeyFn label_key_;
-  SeriesOfFn series_of_;   // unset: a series is one program key, as before SetSeriesOf existed
+  SeriesOfFn series_of_;  // unset: a series is one program key, as before SetSeriesOf existed
+  MayIdleFn may_idle_;    // unset: any unchanged series may go idle
+  bool drop_taken_ = false;
   mutable std::mutex mu_;  // guards everything below, and orders Read against Sweep
   bool batch_ = true, lookup_and_delete_ = true;
   std::map<std::string, State> state_;                    // program key → last value seen by a sweep

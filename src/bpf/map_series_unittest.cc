@@ -251,6 +251,30 @@ TEST(MapSeriesTest, AlreadyExportedFinalValueIsNotKept) {
   EXPECT_EQ(page[Key(301)][0], 10u);
 }
 
+// A gauge (SetMayIdle): a series unchanged for idle_ns goes only when may_idle holds on its
+// value (an up/down gauge at 0); with drop, what is taken out is not retired, and a dead task's
+// series waits for may_idle too (an extreme's window still unread).
+TEST(MapSeriesTest, MayIdleKeepsStandingGaugesAndDropSkipsRetiring) {
+  auto* m = new FakeMap;
+  MapSeries s = Series(m);
+  s.SetMayIdle([](const std::vector<uint64_t>& v) { return v[0] == 0; }, /*drop=*/true);
+  m->entries[Key(1)] = 6;    // stands at 6
+  m->entries[Key(2)] = 0;    // back at 0
+  m->entries[Key(300)] = 5;  // a dead task's, not yet read
+  EXPECT_EQ(s.Sweep(0, 10, nullptr).idle, 0u);
+  auto r = s.Sweep(20, 10, [](const std::string& lk) { return KeyOf(lk) >= 100; });
+  EXPECT_EQ(r.idle, 1u);
+  EXPECT_EQ(r.exited, 0u);
+  EXPECT_EQ(m->entries.count(Key(1)), 1u);
+  EXPECT_EQ(m->entries.count(Key(2)), 0u);
+  EXPECT_EQ(m->entries.count(Key(300)), 1u);
+  EXPECT_EQ(s.retired_size(), 0u);
+  EXPECT_EQ(s.Read().count(Key(2)), 0u);
+  m->entries[Key(300)] = 0;  // read: nothing left in it
+  EXPECT_EQ(s.Sweep(21, 0, [](const std::string& lk) { return KeyOf(lk) >= 100; }).exited, 1u);
+  EXPECT_EQ(s.retired_size(), 0u);
+}
+
 }  // namespace
 }  // namespace tpe::bpf
 

@@ -13,7 +13,6 @@ using namespace internal;  // NOLINT(google-build-using-namespace): this file's 
 namespace {
 
 // Stack layout (offsets from R10; the stack is the 512 bytes below it).
-constexpr int16_t kIndexOff = -8;              // u32 array index for stats/zero lookups
 constexpr int16_t kValueOff = -16;             // u64 scratch value
 constexpr int16_t kScratchOff = -48;           // 32 bytes for the filter code (COMM)
 constexpr int16_t kMatchOff = -80;             // latency match key: up to 4 fields of 8 bytes
@@ -44,7 +43,7 @@ void EmitPerCpuIncrement(Assembler* a, Reg ptr, int16_t off) {
   a->Store(8, ptr, off, R1);
 }
 }  // namespace internal
-namespace {
+namespace internal {
 
 // stats[slot] += 1. Clobbers R0-R5.
 void EmitStat(Assembler* a, const MapFds& maps, Stat slot) {
@@ -163,7 +162,7 @@ void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base) {
 // The prologue of every shape: R6 = ctx (a probe's: its materialized record), count the run,
 // apply the filter (to `filtered`).
 Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, const FilterExpr* filter,
-                    Label filtered, bool count_runs = true) {
+                    Label filtered, bool count_runs) {
   if (probe != nullptr) {
     EmitProbeRecord(a, *probe, maps.record, maps.stats, kBusy, kStringFaults, kIndexOff);
   } else {
@@ -180,7 +179,7 @@ Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, 
 }
 
 // `perf_event`: CounterShape::perf_event.
-void EmitReturn(Assembler* a, const ProbeRecord* probe, bool perf_event = false) {
+void EmitReturn(Assembler* a, const ProbeRecord* probe, bool perf_event) {
   if (probe != nullptr) EmitProbeRecordRelease(a);
   // 1: other perf events on this tracepoint still get the hit. 0 on a perf event's overflow:
   // no sample is written for it.
@@ -194,7 +193,7 @@ void StackPtr(Assembler* a, Reg r, int16_t off) {
   a->Alu(BPF_ADD, r, off);
 }
 
-}  // namespace
+}  // namespace internal
 namespace internal {
 // Compares R7 with `t` and jumps to `target` when R7 > t (signed or unsigned).
 void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target) {
@@ -729,12 +728,14 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   EmitStat(&a, maps, kExpired);
   a.Goto(out);
   a.Bind(in_time);
-  EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
-  if (s.native) {
-    EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
-  } else {
-    EmitFindHistogram(&a, maps, out);
-    EmitObserve(&a, s.thresholds, false);
+  if (s.observe) {  // else an inflight gauge: taking the start out was all
+    EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
+    if (s.native) {
+      EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
+    } else {
+      EmitFindHistogram(&a, maps, out);
+      EmitObserve(&a, s.thresholds, false);
+    }
   }
   a.Bind(out);
   a.Bind(filtered);

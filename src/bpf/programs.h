@@ -28,6 +28,7 @@
 //               which takes them atomically (start_sweep.h). No program writes through a pointer
 //               into an element another CPU or the sweep may delete (an element freed into a
 //               preallocated map's free list is reused at once: hashtab.c free_htab_elem).
+//   gauge       an up/down side or a max/min/last event (GaugeShape below)
 //   off-CPU     on sched:sched_switch: the task switching out → hash by thread id of {u64 time,
 //               its key (labels ++ stacks)}; the task switching in: its entry taken whole (as a
 //               latency end takes a start), now - time (ns) added to its key's series (OffCpuShape)
@@ -146,6 +147,7 @@ struct MapFds {
   int starts = -1;  // latency: the hash of in-flight starts
   int record = -1;  // probe programs: the per-CPU array (1 entry) of the materialized record
   int stacks = -1;  // profiles: the BPF_MAP_TYPE_STACK_TRACE map of stacks
+  int epoch = -1;   // max/min/last gauges: a 1-entry array of the open scrape window's number (u64)
 };
 
 // The stack part of a profile's key (CounterShape::stacks), after its labels: the process and
@@ -248,7 +250,38 @@ struct LatencyEndShape {
   std::vector<uint64_t> thresholds;   // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;            // older starts are expired, not observed
   std::optional<NativeShape> native;  // native cells after the labels (rounded to 8 bytes)
+  // false (an inflight gauge): the end only takes its start out of the starts map (the gauge is
+  // the map's entries counted by start labels in user space); nothing is observed.
+  bool observe = true;
 };
+
+// A gauge's program (collectors/gauge.h kinds on the bpf engine), keyed by its labels in a
+// per-CPU hash of MapFds::values whose new series are created zeroed from MapFds::zero:
+//   kAdd (an up or down side): value[slot] += the field's raw value (two's complement: a
+//               negative signed value is added as such), or += 1; slot 0 is up, 1 is down
+//               (kUpDownSlots), and user space reads up × scale - down × scale.
+//   kMax, kMin, kLast: the value {u64 raw, u64 time (kLast: bpf_ktime_get_ns), u64 window}
+//               (kExtremeSlots) holds the extreme (or latest) raw value of the scrape window
+//               MapFds::epoch names: a value of an older window is replaced whole (window
+//               first, then the value), one of the same window compared (signed or unsigned as
+//               the field is) and replaced when beyond. User space closes the window by raising
+//               the epoch, waits until every program run that read the old one has returned
+//               (an RCU grace period: the programs run under rcu_read_lock), then reads the
+//               CPUs' values of the old window: the copy reads slot 0 before slot 2, the
+//               program writes slot 2 before slot 0, so a copy that sees the old window in slot
+//               2 saw its value in slot 0 (x86-64 orders stores, and loads, as issued).
+// Each CPU's value is written by that CPU's runs only, one at a time (EmitPerCpuAdd's note).
+struct GaugeShape {
+  enum class Op { kAdd, kMax, kMin, kLast } op = Op::kAdd;
+  const FilterExpr* filter = nullptr;
+  const ProbeRecord* probe = nullptr;  // a probe event's program (probe_record.h); null: a tracepoint's
+  KeyLayout key;                       // size 0: one series under an 8-byte zero key
+  std::optional<FieldRef> value;       // kAdd: optional (1 without); others: required
+  uint32_t slot = 0;                   // kAdd: 0 (up) or 1 (down)
+};
+inline constexpr uint32_t kUpDownSlots = 2, kExtremeSlots = 3;
+// Slots of an extreme gauge's value.
+enum ExtremeSlot : uint32_t { kExtremeValue = 0, kExtremeTime = 1, kExtremeWindow = 2 };
 
 // Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without
 // a filter (a counter that adds 1, or a histogram) does not: each run adds exactly 1 to its one
@@ -263,6 +296,8 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
 StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps);
 StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps);
+// Errors: Unimplemented for a key over kMaxKeyBytes, an extreme without a value, a slot over 1.
+StatusOr<std::vector<bpf_insn>> EmitGauge(const GaugeShape& s, const MapFds& maps);
 // Errors: Unimplemented for a key over kMaxKeyBytes or without room for its StackKey, and for
 // common_pid as one of the switch's fields.
 StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& maps);

@@ -12,6 +12,23 @@ namespace tpe::bpf::internal {
 
 // The series key on the stack: kMaxKeyBytes below the other scratch areas (programs.cc).
 inline constexpr int16_t kKeyOff = -80 - static_cast<int16_t>(kMaxKeyBytes);
+// A u32 array index (stats, zero and epoch lookups) on the stack.
+inline constexpr int16_t kIndexOff = -8;
+
+// stats[slot] += 1. Clobbers R0-R5.
+void EmitStat(Assembler* a, const MapFds& maps, Stat slot);
+// dst = the integer `f` (sign- or zero-extended to 64 bits). Clobbers R0-R5 for common_pid.
+void EmitLoadInt(Assembler* a, const FieldRef& f, Reg dst);
+// Fills the label slots of `layout` at R10 + base (already zeroed). Clobbers R0-R5.
+void EmitKey(Assembler* a, const KeyLayout& layout, int16_t base);
+// The prologue of every shape: R6 = ctx (a probe's: its materialized record), the run counted
+// (kRuns) when `count_runs`, the filter applied (to `filtered` when it rejects).
+Status EmitPrologue(Assembler* a, const MapFds& maps, const ProbeRecord* probe, const FilterExpr* filter,
+                    Label filtered, bool count_runs = true);
+// Returns 1 (0 for a perf_event program: CounterShape::perf_event), releasing a probe's record.
+void EmitReturn(Assembler* a, const ProbeRecord* probe, bool perf_event = false);
+// r = R10 + off.
+void StackPtr(Assembler* a, Reg r, int16_t off);
 
 // *(u64 *)(ptr + off) += val (or += 1) on a per-CPU map value; clobbers R1.
 void EmitPerCpuAdd(Assembler* a, Reg ptr, int16_t off, Reg val);

@@ -93,8 +93,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
-  if (m.type == "gauge") {
-    const std::string perf_only = "a gauge runs on the perf engine in this release";
+  if (m.type == "gauge" && m.probe) {
+    const std::string perf_only = "a gauge of probe events runs on the perf engine in this release";
     if (forced)
       return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + perf_only + "; use \"auto\" or \"perf\"");
     *why = perf_only;
@@ -182,7 +182,13 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.kind = m.type == "latency"     ? BpfMetricSpec::Kind::kLatency
                 : m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram
                 : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
+                : m.type == "gauge"     ? BpfMetricSpec::Kind::kGauge
                                         : BpfMetricSpec::Kind::kCounter;
+    spec.gauge = m.gauge == "updown" ? BpfMetricSpec::Gauge::kUpDown
+                 : m.gauge == "max"  ? BpfMetricSpec::Gauge::kMax
+                 : m.gauge == "min"  ? BpfMetricSpec::Gauge::kMin
+                 : m.gauge == "last" ? BpfMetricSpec::Gauge::kLast
+                                     : BpfMetricSpec::Gauge::kInflight;
     if (m.type == "profile") {
       spec.kernel_stack = m.stack != "user";
       spec.user_stack = m.stack != "kernel";
@@ -203,9 +209,10 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return spec;
   };
   // One side: its event (format), filter (parsed and compilable), labels and key fields.
+  // `labels`: the side's own (an up/down gauge's side); null: the metric's.
   auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
                   const std::string& json_path, const std::string& from, BpfEndpoint* out,
-                  std::unique_ptr<EventPlan>* ep_out) -> Status {
+                  std::unique_ptr<EventPlan>* ep_out, const std::vector<LabelConfig>* labels = nullptr) -> Status {
     TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                          LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
     // A probe event is named as the config names it (EventPlan::display): labels stay the same
@@ -233,7 +240,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
       out->filter = std::move(*expr);
     }
-    TPE_ASSIGN_OR_RETURN(out->labels, BuildLabels(cfg, m.labels, from, ep.get(), plan));
+    TPE_ASSIGN_OR_RETURN(out->labels, BuildLabels(cfg, labels != nullptr ? *labels : m.labels, from, ep.get(), plan));
     for (size_t i = 0; i < key.size(); ++i) {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f,
                            GetField(cfg, *ep, key[i], json_path + ".key[" + std::to_string(i) + "]"));
@@ -283,6 +290,52 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     auto labels = BuildLabels(cfg, m.labels, "", clock_ep.get(), plan);
     if (!labels.ok()) return not_bpf(labels.status());
     part.spec.end.labels = std::move(*labels);
+    parts.push_back(std::move(part));
+  } else if (m.type == "gauge") {
+    // One part (no probe events: refused above). The value field of a side, as a counter's.
+    auto value_of = [&](const EventPlan& ep, const ValueConfig& v, const std::string& json_path,
+                        std::optional<bpf::FieldRef>* out) -> Status {
+      if (v.field.empty()) return Status::Ok();
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, v.field, json_path + ".value.field"));
+      if (f->kind != FieldKind::kInteger) return InvalidArgument("value field");  // the perf planning says why
+      TPE_ASSIGN_OR_RETURN(*out, bpf::IntegerField(*f));
+      return Status::Ok();
+    };
+    PartPlan part;
+    part.spec = base_spec();
+    part.key = "gauge";
+    std::unique_ptr<EventPlan> ep;
+    Status st = Status::Ok();
+    if (m.gauge == "inflight") {
+      const EndpointConfig& sc = m.starts.at(0);
+      BpfEndpoint s;
+      st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep);
+      part.spec.starts.push_back(std::move(s));
+      const std::vector<LabelConfig> none;  // labels come from the start
+      if (st.ok()) {
+        st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep, &none);
+      }
+      const auto& a = part.spec.starts.front().match;
+      const auto& b = part.spec.end.match;
+      for (size_t i = 0; st.ok() && i < a.size(); ++i) {
+        if (a.size() != b.size() || a[i].size != b[i].size) st = InvalidArgument("key fields differ");
+      }
+    } else if (m.gauge == "updown") {
+      BpfEndpoint up;
+      const GaugeSideConfig* sides[] = {&m.up, &m.down};
+      BpfEndpoint* outs[] = {&up, &part.spec.end};
+      for (int i = 0; i < 2 && st.ok(); ++i) {
+        const GaugeSideConfig& sc = *sides[i];
+        st = side(sc.event, sc.filter, {}, sc.json_path, "", outs[i], &ep, sc.has_labels ? &sc.labels : nullptr);
+        if (st.ok()) st = value_of(*ep, sc.value, sc.json_path, &outs[i]->value);
+        outs[i]->scale = sc.value.scale;
+      }
+      part.spec.starts.push_back(std::move(up));
+    } else {
+      st = side(m.event, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep);
+      if (st.ok()) st = value_of(*end_ep, m.value, m.json_path, &part.spec.value);
+    }
+    if (!st.ok()) return not_bpf(st);
     parts.push_back(std::move(part));
   } else if (m.type == "latency") {
     const std::vector<std::string> ends = variants(m.end.event);
@@ -385,7 +438,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
         Unimplemented("a profile of a probe whose binary was replaced while processes still run the old "
                       "file (one program per file)"));
   }
-  if (m.type != "counter" && m.type != "profile") {
+  if (m.type != "counter" && m.type != "profile" && m.type != "gauge") {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
     auto native = BuildNative(cfg, m.buckets, m.type == "latency" ? 1e-9 : m.value.scale);

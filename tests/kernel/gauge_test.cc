@@ -1,8 +1,8 @@
-// Kernel tier for gauges (issue 25), perf engine: K tasks blocked between a start and an end event
-// read K, then 0; TCP connections in a network namespace of their own read by state through
+// Kernel tier for gauges (issue 25), both engines: K tasks blocked between a start and an end
+// event read K, then 0; TCP connections in a network namespace of their own read by state through
 // sock:inet_sock_set_state (up on newstate, down on oldstate); a max gauge reads each scrape
-// window's largest value, then nothing until new values come. And "engine": "bpf" on a gauge is
-// refused with the reason, while "auto" plans it on perf.
+// window's largest value, then nothing until new values come. And "auto" plans gauges on the bpf
+// engine where it is available.
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -26,7 +26,10 @@ double Gauge(const std::vector<MetricSnapshot>& snap, const std::string& name, c
   return s == nullptr ? -1e9 : s->value;
 }
 
-TEST(KernelGaugeTest, InflightReadsTheBlockedTasksThenZero) {
+class KernelGaugeTest : public testing::EngineTest {};
+TPE_INSTANTIATE_ENGINES(KernelGaugeTest);
+
+TEST_P(KernelGaugeTest, InflightReadsTheBlockedTasksThenZero) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   constexpr int kBlocked = 4;
   int go[2], block[2];
@@ -76,7 +79,7 @@ TEST(KernelGaugeTest, InflightReadsTheBlockedTasksThenZero) {
   EXPECT_TRUE(saw_zero) << "never back to 0; last " << Gauge(snap, "reads_in_flight", {{"comm", "tpe_blocked"}});
 }
 
-TEST(KernelGaugeTest, TcpConnectionsByStateInANetworkNamespace) {
+TEST_P(KernelGaugeTest, TcpConnectionsByStateInANetworkNamespace) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   if (system("command -v unshare >/dev/null && command -v python3 >/dev/null && command -v ip >/dev/null") != 0) {
     if (testing::KernelRequired()) FAIL() << "unshare, ip and python3 are needed (util-linux, iproute2, python3)";
@@ -147,7 +150,7 @@ TEST(KernelGaugeTest, TcpConnectionsByStateInANetworkNamespace) {
 }
 
 // write() sizes from one task: the max gauge of each scrape window.
-TEST(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
+TEST_P(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   int go[2], again[2], done[2];
   ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
@@ -199,24 +202,25 @@ TEST(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
   EXPECT_EQ(Gauge(second, "write_max_bytes"), 9);
 }
 
-TEST(KernelGaugeTest, BpfIsRefusedWithTheReasonAutoPlansPerf) {
+// "auto" plans every kind of gauge on the bpf engine where it is available (in-kernel
+// aggregation, as for counters with labels), else on perf.
+TEST(KernelGaugeAutoTest, AutoPlansBpfWhereAvailable) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
   ASSERT_TRUE(tracefs.ok());
-  for (const char* engine : {"bpf", "auto"}) {
-    auto cfg = ParseConfig(std::string(R"({"metrics": [{"name": "g", "type": "gauge", "engine": ")") + engine +
-                               R"(", "last": {"event": "syscalls:sys_enter_write", "field": "count"}}]})",
-                           "cfg.json");
+  const std::string want = testing::Bpf().available ? "bpf" : "perf";
+  for (const char* gauge : {
+           R"("last": {"event": "syscalls:sys_enter_write", "field": "count"})",
+           R"("up": {"event": "syscalls:sys_enter_write"}, "down": {"event": "syscalls:sys_exit_write"})",
+           R"("inflight": {"start": {"event": "syscalls:sys_enter_write", "key": ["common_pid"]},
+                           "end": {"event": "syscalls:sys_exit_write", "key": ["common_pid"]}})",
+       }) {
+    SCOPED_TRACE(gauge);
+    auto cfg = ParseConfig(std::string(R"({"metrics": [{"name": "g", "type": "gauge", )") + gauge + "}]}", "cfg.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, testing::Bpf(), {}, testing::Probed());
-    if (std::string(engine) == "bpf") {
-      ASSERT_FALSE(plan.ok());
-      EXPECT_NE(plan.status().message().find("a gauge runs on the perf engine"), std::string::npos)
-          << plan.status().message();
-    } else {
-      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-      EXPECT_EQ((*plan)->engines, std::vector<std::string>{"perf"});
-    }
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ((*plan)->engines, std::vector<std::string>{want}) << (*plan)->engine_reasons.at(0);
   }
 }
 

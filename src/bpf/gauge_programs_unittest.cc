@@ -1,0 +1,142 @@
+// Gauge programs (programs.h GaugeShape), run in the Interpreter: an up/down side adds its raw
+// value (negative ones as such) or 1 to its slot of the label set's value; a max, min or last
+// gauge keeps the extreme or latest raw value of the window the epoch map names, and a value of
+// an older window is replaced whole.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "bpf/programs_testing.h"
+#include "collectors/label_set.h"
+#include "testing/labels.h"
+
+namespace tpe::bpf {
+namespace {
+
+using testing::SourceLabel;
+constexpr int kEpochFd = 15;
+
+// The value slots of each label set (the cpu label: its key's first 4 bytes).
+std::map<uint32_t, std::vector<uint64_t>> ByCpu(Interpreter* in) {
+  std::map<uint32_t, std::vector<uint64_t>> out;
+  for (const auto& [k, v] : in->map(kValuesFd)->entries) {
+    uint32_t cpu = 0;
+    std::memcpy(&cpu, k.data(), 4);
+    out[cpu] = U64s(v);
+  }
+  return out;
+}
+
+KeyLayout CpuKey() {
+  std::vector<LabelSpec> specs;
+  specs.push_back(SourceLabel("cpu", LabelSource::kCpu));
+  auto key = LayoutKey(LabelSet(std::move(specs)));
+  EXPECT_TRUE(key.ok());
+  return *key;
+}
+
+TEST(GaugeProgramTest, UpAndDownAddToTheirSlotsNegativeValuesIncluded) {
+  EventFormat fmt = Event("sched", "sched_switch");
+  GaugeShape up, down;
+  up.key = down.key = CpuKey();
+  up.value = down.value = *IntegerField(*fmt.FindField("prev_state"));  // 8 bytes, signed
+  down.slot = 1;
+  auto up_prog = EmitGauge(up, Fds());
+  auto down_prog = EmitGauge(down, Fds());
+  ASSERT_TRUE(up_prog.ok() && down_prog.ok()) << up_prog.status().ToString() << down_prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, 8, 8 * kUpDownSlots, 100);
+  auto run = [&](const std::vector<bpf_insn>& p, int64_t v, uint32_t cpu) {
+    RunProg(&in, p, Switch("p", 1, 2, v, "n", 3), FakeTask{1, 2, cpu, "t", 0, 0});
+  };
+  run(*up_prog, 5, 0);
+  run(*up_prog, 7, 0);
+  run(*up_prog, -2, 0);
+  run(*down_prog, 3, 0);
+  run(*down_prog, 4, 1);
+  auto got = ByCpu(&in);
+  EXPECT_EQ(got[0], (std::vector<uint64_t>{10, 3}));
+  EXPECT_EQ(got[1], (std::vector<uint64_t>{0, 4}));
+  EXPECT_EQ(StatOf(&in, kDecodeErrors), 0u);
+  EXPECT_EQ(StatOf(&in, kRuns), 5u);
+
+  // Without a value field: 1 per event.
+  up.value.reset();
+  down.value.reset();
+  Interpreter ones;
+  AddMaps(&ones, 8, 8 * kUpDownSlots, 100);
+  for (int i = 0; i < 3; ++i) {
+    RunProg(&ones, *EmitGauge(up, Fds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
+  }
+  RunProg(&ones, *EmitGauge(down, Fds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
+  EXPECT_EQ(ByCpu(&ones)[0], (std::vector<uint64_t>{3, 1}));
+}
+
+TEST(GaugeProgramTest, ExtremesKeepTheWindowsValueAndANewWindowReplacesIt) {
+  EventFormat fmt = Event("sched", "sched_switch");
+  struct Case {
+    GaugeShape::Op op;
+    bool is_signed;
+    uint64_t first_window, second_window;  // after -5, 9, 3 in window 1; 4 in window 2
+  };
+  const Case cases[] = {
+      {GaugeShape::Op::kMax, true, 9, 4},  {GaugeShape::Op::kMin, true, static_cast<uint64_t>(-5), 4},
+      {GaugeShape::Op::kMin, false, 3, 4}, {GaugeShape::Op::kMax, false, static_cast<uint64_t>(-5), 4},
+      {GaugeShape::Op::kLast, true, 3, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(c.op)) + (c.is_signed ? " signed" : " unsigned"));
+    GaugeShape s;
+    s.op = c.op;
+    s.key = CpuKey();
+    s.value = *IntegerField(*fmt.FindField("prev_state"));
+    s.value->is_signed = c.is_signed;
+    MapFds fds = Fds();
+    fds.epoch = kEpochFd;
+    auto prog = EmitGauge(s, fds);
+    ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+    Interpreter in;
+    AddMaps(&in, 8, 8 * kExtremeSlots, 100);
+    FakeMap epoch;
+    epoch.type = BPF_MAP_TYPE_ARRAY;
+    epoch.key_size = 4;
+    epoch.value_size = 8;
+    epoch.max_entries = 1;
+    in.AddMap(kEpochFd, epoch);
+    auto set_epoch = [&](uint64_t e) {
+      std::string v(8, '\0');
+      std::memcpy(v.data(), &e, 8);
+      in.map(kEpochFd)->entries[std::string(4, '\0')] = v;
+    };
+    uint64_t t = 1000;
+    auto run = [&](int64_t v) {
+      t += 10;
+      RunProg(&in, *prog, Switch("p", 1, 2, v, "n", 3), FakeTask{1, 2, 0, "t", 0, t});
+    };
+    set_epoch(1);
+    for (int64_t v : {-5, 9, 3}) run(v);
+    std::vector<uint64_t> got = ByCpu(&in)[0];
+    ASSERT_EQ(got.size(), kExtremeSlots);
+    EXPECT_EQ(got[kExtremeValue], c.first_window);
+    EXPECT_EQ(got[kExtremeWindow], 1u);
+    EXPECT_EQ(got[kExtremeTime], c.op == GaugeShape::Op::kLast ? 1030u : 0u);
+    set_epoch(2);
+    run(4);
+    got = ByCpu(&in)[0];
+    EXPECT_EQ(got[kExtremeValue], c.second_window);
+    EXPECT_EQ(got[kExtremeWindow], 2u);
+    EXPECT_EQ(StatOf(&in, kDropped), 0u);
+  }
+}
+
+TEST(GaugeProgramTest, RefusesAnExtremeWithoutAValue) {
+  GaugeShape s;
+  s.op = GaugeShape::Op::kMax;
+  EXPECT_EQ(EmitGauge(s, Fds()).status().code(), StatusCode::kUnimplemented);
+  s.op = GaugeShape::Op::kAdd;
+  s.slot = 2;
+  EXPECT_EQ(EmitGauge(s, Fds()).status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace tpe::bpf
