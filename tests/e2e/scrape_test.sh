@@ -25,7 +25,13 @@ cat > "$WORK/config.json" <<JSON
   {"name": "nanosleep_seconds", "type": "latency",
    "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
    "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
-   "buckets": {"type": "exp2", "min": 0.001, "max": 1}, "native": true}
+   "buckets": {"type": "exp2", "min": 0.001, "max": 1}, "native": true},
+  {"name": "nanosleeps_in_flight", "type": "gauge", "labels": [{"name": "comm", "source": "comm"}],
+   "inflight": {"start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
+                "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]}}},
+  {"name": "write_max_bytes", "type": "gauge", "max": {"event": "syscalls:sys_enter_write", "field": "count"}},
+  {"name": "getppid_minus_getpid", "type": "gauge", "engine": "perf",
+   "up": {"event": "syscalls:sys_enter_getppid"}, "down": {"event": "syscalls:sys_enter_getpid"}}
 ]}
 JSON
 
@@ -50,6 +56,11 @@ sleep 0.2  # writes and sleeps happen all the time; one more scrape has both his
 curl -sf "$URL/metrics" >"$WORK/scrape"
 check "native-only histogram: its +Inf bucket on the text page" grep -qE '^write_request_bytes_bucket\{le="\+Inf"\} [0-9]' "$WORK/scrape"
 check "native-only histogram: no classic bucket on the text page" bash -c "! grep -qE '^write_request_bytes_bucket\{le=\"[0-9]' '$WORK/scrape'"
+# Gauges ("auto": bpf where it is available; the up/down one on perf): typed gauge on the page.
+for g in nanosleeps_in_flight write_max_bytes getppid_minus_getpid; do
+  check "gauge $g: # TYPE $g gauge" grep -q "^# TYPE $g gauge\$" "$WORK/scrape"
+done
+check "up/down gauge: a value" grep -qE "^getppid_minus_getpid -?[0-9][0-9.e+]*$" "$WORK/scrape"
 if command -v promtool >/dev/null; then
   check "promtool check metrics accepts the scrape" bash -c "promtool check metrics <'$WORK/scrape' >'$WORK/promtool' 2>&1"
   cat "$WORK/promtool"
