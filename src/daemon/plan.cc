@@ -407,6 +407,23 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
   return key;
 }
 
+// A start's key fields against the end's, field by field: the same widths (the config parser
+// checked their number), else InvalidArgument naming the start's key field and both types.
+Status CheckKeyWidths(const Config& cfg, const EndpointConfig& start, const std::vector<FieldExtractor>& start_key,
+                      const std::vector<FieldExtractor>& end_key) {
+  for (size_t i = 0; i < start_key.size() && i < end_key.size(); ++i) {
+    const FieldFormat& a = start_key[i].field();
+    const FieldFormat& b = end_key[i].field();
+    if (a.size != b.size) {
+      return InvalidArgument(cfg.path + ": " + start.json_path + ".key[" + std::to_string(i) +
+                             "]: key types differ: start \"" + a.name + "\" is " + a.type + " (" +
+                             std::to_string(a.size) + " bytes) but end \"" + b.name + "\" is " + b.type + " (" +
+                             std::to_string(b.size) + " bytes)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
   TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
@@ -426,16 +443,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     EventPlan* ep = eps[0];
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
-    for (size_t i = 0; i < s.key.size(); ++i) {
-      const FieldFormat& a = s.key[i].field();
-      const FieldFormat& b = end.key[i].field();
-      if (a.size != b.size) {
-        return InvalidArgument(cfg.path + ": " + sc.json_path + ".key[" + std::to_string(i) +
-                               "]: key types differ: start \"" + a.name + "\" is " + a.type + " (" +
-                               std::to_string(a.size) + " bytes) but end \"" + b.name + "\" is " + b.type + " (" +
-                               std::to_string(b.size) + " bytes)");
-      }
-    }
+    TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, s.key, end.key));
     TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", ep, plan));
     ShareSampling(eps);
     starts.push_back(std::move(s));
@@ -505,14 +513,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     GaugeCollector::Side start, end;
     TPE_ASSIGN_OR_RETURN(start.key, BuildKey(cfg, sc, *start_eps[0]));
     TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_eps[0]));
-    for (size_t i = 0; i < start.key.size(); ++i) {
-      if (start.key[i].field().size != end.key[i].field().size) {
-        return InvalidArgument(cfg.path + ": " + sc.json_path + ".key[" + std::to_string(i) +
-                               "]: key types differ: start \"" + start.key[i].field().name + "\" is " +
-                               std::to_string(start.key[i].field().size) + " bytes but end \"" +
-                               end.key[i].field().name + "\" is " + std::to_string(end.key[i].field().size));
-      }
-    }
+    TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, start.key, end.key));
     TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, "start", start_eps[0], plan));
     sides.push_back(std::move(start));
     sides.push_back(std::move(end));
