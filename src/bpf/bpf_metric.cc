@@ -758,6 +758,10 @@ MetricSnapshot BpfMetric::Snapshot() const {
     s.name = spec_.name;
     s.help = spec_.help;
     s.kind = MetricKind::kGauge;
+    s.combine = gauge(BpfMetricSpec::Gauge::kMax)    ? MetricSnapshot::Combine::kMax
+                : gauge(BpfMetricSpec::Gauge::kMin)  ? MetricSnapshot::Combine::kMin
+                : gauge(BpfMetricSpec::Gauge::kLast) ? MetricSnapshot::Combine::kFirst
+                                                     : MetricSnapshot::Combine::kAdd;
     if (inflight_gauge()) {
       InflightSeries(&s);
     } else if (gauge(BpfMetricSpec::Gauge::kUpDown)) {

@@ -307,6 +307,28 @@ TEST(MergeSeriesByLabelsTest, NoTwoSeriesShareALabelSetAndCountsAreKept) {
   EXPECT_EQ(sum, static_cast<double>(total));
 }
 
+// Gauges: inflight and up/down series of one label set add; max keeps the larger, min the
+// smaller, last the first.
+TEST(MergeSeriesByLabelsTest, GaugesCombineAsTheirKindSays) {
+  using Combine = MetricSnapshot::Combine;
+  const std::pair<Combine, double> cases[] = {
+      {Combine::kAdd, 12}, {Combine::kMax, 7}, {Combine::kMin, 2}, {Combine::kFirst, 3}};
+  for (const auto& [combine, want] : cases) {
+    MetricSnapshot m;
+    m.kind = MetricKind::kGauge;
+    m.combine = combine;
+    for (double v : {3.0, 7.0, 2.0}) {
+      SeriesSnapshot s;
+      s.labels = {{"comm", "\uFFFD"}};
+      s.value = v;
+      m.series.push_back(s);
+    }
+    MergeSeriesByLabels(&m);
+    ASSERT_EQ(m.series.size(), 1u);
+    EXPECT_EQ(m.series[0].value, want) << static_cast<int>(combine);
+  }
+}
+
 TEST(MergeSeriesByLabelsTest, HistogramsAddCountSumAndEveryBucket) {
   MetricSnapshot m;
   m.kind = MetricKind::kHistogram;

@@ -22,7 +22,19 @@ void MergeSeriesByLabels(MetricSnapshot* m) {
       continue;
     }
     SeriesSnapshot& into = merged[it->second];
-    into.value += s.value;
+    switch (m->combine) {
+      case MetricSnapshot::Combine::kAdd:
+        into.value += s.value;
+        break;
+      case MetricSnapshot::Combine::kMax:
+        into.value = std::max(into.value, s.value);
+        break;
+      case MetricSnapshot::Combine::kMin:
+        into.value = std::min(into.value, s.value);
+        break;
+      case MetricSnapshot::Combine::kFirst:
+        break;
+    }
     into.sum += s.sum;
     into.count += s.count;
     if (into.bucket_counts.size() < s.bucket_counts.size()) into.bucket_counts.resize(s.bucket_counts.size(), 0);

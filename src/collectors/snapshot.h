@@ -45,15 +45,19 @@ struct MetricSnapshot {
   // native buckets, how many may be populated before the exporter lowers the schema (0: none).
   bool classic = true;
   uint32_t native_max_buckets = 0;
+  // Gauge: how two series of one label set combine (MergeSeriesByLabels): inflight and up/down
+  // gauges add; a max or min gauge keeps the larger or smaller value; a last gauge keeps the
+  // first series' value (which came later is not known here).
+  enum class Combine { kAdd, kMax, kMin, kFirst } combine = Combine::kAdd;
   std::vector<SeriesSnapshot> series;
 };
 
 // Series identity is the rendered label set (DESIGN.md): series whose label names and values
 // are equal after rendering (e.g. comms "a\xff" and "a\xfe" both render "a\uFFFD"; a cgroup
 // deleted and re-created at one path has a new id but the same path) are one series on the page.
-// Merges such series of `*m` in place: counters and gauges add their values, histograms add
-// count, sum and each bucket. The first series of each label set keeps its position. O(n log n)
-// in the number of series; pure; not thread-safe on one `*m`.
+// Merges such series of `*m` in place: counters and gauges add their values (a max, min or last
+// gauge: MetricSnapshot::combine), histograms add count, sum and each bucket. The first series of each label set keeps
+// its position. O(n log n) in the number of series; pure; not thread-safe on one `*m`.
 void MergeSeriesByLabels(MetricSnapshot* m);
 
 }  // namespace tpe

@@ -54,6 +54,7 @@ MetricSnapshot BpfPartsMetric::Snapshot() const {
       out.bucket_bounds = s.bucket_bounds;
       out.classic = s.classic;
       out.native_max_buckets = s.native_max_buckets;
+      out.combine = s.combine;
       first = false;
     }
     for (auto& series : s.series) out.series.push_back(std::move(series));
