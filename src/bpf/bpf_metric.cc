@@ -1,9 +1,7 @@
 #include "bpf/bpf_metric.h"
 
 #include <bpf/bpf.h>
-#include <linux/membarrier.h>
 #include <spdlog/spdlog.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +12,14 @@
 
 namespace tpe::bpf {
 namespace {
+
+// Whether a label of `set` names a task (pid or tid): its series go when the task exits.
+bool NamesTasks(const LabelSet& set) {
+  for (const LabelSpec& l : set.labels()) {
+    if (l.source == LabelSource::kPid || l.source == LabelSource::kTid) return true;
+  }
+  return false;
+}
 
 std::string ProgramName(const std::string& metric, const std::string& role) {
   return "tpe_" + role.substr(0, 3) + "_" + metric;  // cut to 15 characters by the loader
@@ -53,6 +59,7 @@ Status BpfMetric::Build(bool create) {
   using Kind = BpfMetricSpec::Kind;
   // Starts paired with ends through the starts map: a latency metric, an inflight gauge.
   const bool pairs = latency() || inflight_gauge();
+  start_names_tasks_ = inflight_gauge() && NamesTasks(spec_.starts.at(0).labels);
   const bool gauge_kind = spec_.kind == Kind::kGauge;
   // 1. Layouts and thresholds: everything that can say Unimplemented, before any map exists.
   auto key = LayoutKey(spec_.end.labels);
@@ -112,7 +119,7 @@ Status BpfMetric::Build(bool create) {
   }
   value_slots_ = spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1
                  : gauge(BpfMetricSpec::Gauge::kUpDown)                       ? kUpDownSlots
-                 : extreme_gauge()                                            ? kExtremeSlots
+                 : extreme_gauge()                                            ? kExtremeSlots * kExtremeRecords
                                    : static_cast<uint32_t>(thresholds_.size() + 2);
   std::optional<NativeShape> native;
   if (spec_.native) {
@@ -358,18 +365,18 @@ Status BpfMetric::Build(bool create) {
   // A native series is all its cells (the label key's last 8 bytes are the cell): swept as one.
   if (spec_.native) series_->SetSeriesOf([](const std::string& k) { return k.substr(0, k.size() - kNativeCellBytes); });
   if (gauge(BpfMetricSpec::Gauge::kUpDown)) {  // idle only at 0 (collectors/gauge.h)
-    series_->SetMayIdle([this](const std::vector<uint64_t>& v) { return UpDownValue(v) == 0; }, /*drop=*/false);
-  } else if (extreme_gauge()) {  // nothing of the open window in it: nothing a scrape has yet to read
-    const uint32_t cpus = shape.slots / kExtremeSlots;
+    series_->SetMayIdle([this](const std::vector<uint64_t>& v) { return UpDownValue(v) == 0; },
+                        MapSeries::Gauge::kStanding);
+  } else if (extreme_gauge()) {  // nothing a scrape has yet to read: no window after the last read
     series_->SetMayIdle(
-        [this, cpus](const std::vector<uint64_t>& v) {
-          const uint64_t open = window_.load();
-          for (uint32_t c = 0; c < cpus && (c + 1) * kExtremeSlots <= v.size(); ++c) {
-            if (v[c * kExtremeSlots + kExtremeWindow] == open) return false;
+        [this](const std::vector<uint64_t>& v) {
+          const uint64_t read = read_through_.load();
+          for (size_t i = kExtremeWindow; i < v.size(); i += kExtremeSlots) {
+            if (v[i] > read) return false;
           }
           return true;
         },
-        /*drop=*/true);
+        MapSeries::Gauge::kWindowed);
   }
   return Status::Ok();
 }
@@ -463,7 +470,12 @@ std::string BpfMetric::Disassembly() const {
   return out;
 }
 
-uint64_t BpfMetric::series_dropped() const { return Stats()[kDropped]; }
+uint64_t BpfMetric::series_dropped() const {
+  uint64_t lost = 0;
+  if (series_ && extreme_gauge()) lost = series_->lost();
+  std::lock_guard<std::mutex> lock(mu_);
+  return Stats()[kDropped] + inflight_refused_total_ + lost;
+}
 uint64_t BpfMetric::decode_errors() const { return Stats()[kDecodeErrors]; }
 uint64_t BpfMetric::no_memory() const { return Stats()[kNoMemory]; }
 void BpfMetric::OnCostWindow(bool open) {
@@ -516,7 +528,7 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
 
 uint64_t BpfMetric::map_memory_bytes() const {
   uint64_t n = 0;
-  for (const ScopedFd* fd : {&values_, &zero_, &starts_, &stacks_}) {
+  for (const ScopedFd* fd : {&values_, &zero_, &starts_, &stacks_, &epoch_map_}) {
     if (fd->valid()) n += MapMemoryBytes(fd->get());
   }
   for (const Program& p : programs_) {
@@ -578,7 +590,7 @@ std::string BpfMetric::LabelKeyOfLabels(std::string_view bpf_key) const {
 }
 
 LabelPairs BpfMetric::Render(std::string_view label_key) const {
-  if (!latency()) return spec_.end.labels.Render(label_key);
+  if (!latency()) return OwnLabels().Render(label_key);
   const LabelSet& start = spec_.starts.front().labels;
   const size_t n = start.KeySize(label_key);
   LabelPairs out = start.Render(label_key.substr(0, n));
@@ -670,9 +682,34 @@ void BpfMetric::InflightSeries(MetricSnapshot* s) const {
     const std::string_view labels(reinterpret_cast<const char*>(e.value.data() + 1), start_key_.size);
     ++counts[ToLabelKey(start_key_, labels)];
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [key, n] : counts) inflight_seen_[key] = now;
   const LabelSet& labels = spec_.starts.front().labels;
+  const TaskExited gone = [](uint32_t tid) { return ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0; };
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> refused;  // this scrape's
+  for (auto it = counts.begin(); it != counts.end();) {
+    const std::string& key = it->first;
+    // A start of a task that exited (it died inside the call) names a series that went with the
+    // task, as on the perf engine; the start leaves when it expires.
+    if (start_names_tasks_ && labels.NamesExitedTask(key, gone)) {
+      it = counts.erase(it);
+      continue;
+    }
+    auto seen = inflight_seen_.find(key);
+    if (seen == inflight_seen_.end()) {
+      if (inflight_seen_.size() >= spec_.max_series) {  // no room: dropped, counted once while it lasts
+        if (inflight_refused_.insert(key).second) ++inflight_refused_total_;
+        refused.insert(key);
+        it = counts.erase(it);
+        continue;
+      }
+      seen = inflight_seen_.emplace(key, now).first;
+      inflight_refused_.erase(key);
+    }
+    seen->second = now;
+    ++it;
+  }
+  // A label set refused before but not now (no starts left, or shown): a later refusal is a new drop.
+  inflight_refused_ = std::move(refused);
   for (const auto& [key, seen] : inflight_seen_) {
     SeriesSnapshot ss;
     ss.labels = labels.Render(key);
@@ -681,26 +718,6 @@ void BpfMetric::InflightSeries(MetricSnapshot* s) const {
     s->series.push_back(std::move(ss));
   }
 }
-
-namespace {
-
-// Returns once every BPF program run that began before the call has returned: an RCU grace
-// period (the programs run under rcu_read_lock, kernel/trace/bpf_trace.c trace_call_bpf), which
-// membarrier(MEMBARRIER_CMD_GLOBAL) waits for (kernel/sched/membarrier.c: synchronize_rcu();
-// membarrier(2)). Refused with nohz_full CPUs (EINVAL): then 20 ms, far beyond any run, said once.
-void WaitForProgramRuns() {
-  if (syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0) return;
-  static std::once_flag said;
-  std::call_once(said, [] {
-    spdlog::warn(
-        "membarrier(MEMBARRIER_CMD_GLOBAL) refused ({}): max/min/last gauges on the bpf engine wait 20 ms at "
-        "each scrape instead of an RCU grace period",
-        strerror(errno));
-  });
-  usleep(20000);
-}
-
-}  // namespace
 
 void BpfMetric::ExtremeSeries(MetricSnapshot* s) const {
   if (!series_ || !epoch_map_.valid()) return;
@@ -715,14 +732,28 @@ void BpfMetric::ExtremeSeries(MetricSnapshot* s) const {
     return;
   }
   window_.store(open);
-  WaitForProgramRuns();  // every run that read `closed` has written its value
+  // Every run that read `closed` has written its value.
+  if (Status st = WaitForProgramRuns(); !st.ok()) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      spdlog::warn(
+          "{}: max/min/last gauges on the bpf engine wait 20 ms at each scrape instead (a program run "
+          "preempted for longer could write into a window already read)",
+          st.ToString());
+    });
+    usleep(20000);
+  }
   const bool is_signed = spec_.value && spec_.value->is_signed;
-  for (const auto& [key, v] : series_->Read()) {
+  const size_t record = kExtremeSlots * (closed % kExtremeRecords);  // window w is in record w & 1
+  const std::map<std::string, std::vector<uint64_t>> values = series_->Read();
+  read_through_.store(closed);  // the sweep may take a series now empty of unread windows
+  for (const auto& [key, v] : values) {
     bool have = false;
     double best = 0;
     uint64_t best_time = 0;
-    for (size_t c = 0; (c + 1) * kExtremeSlots <= v.size(); ++c) {
-      const uint64_t* cpu = v.data() + c * kExtremeSlots;
+    const size_t per_cpu = kExtremeSlots * kExtremeRecords;
+    for (size_t c = 0; (c + 1) * per_cpu <= v.size(); ++c) {
+      const uint64_t* cpu = v.data() + c * per_cpu + record;
       if (cpu[kExtremeWindow] != closed) continue;  // nothing of the closed window on this CPU
       const uint64_t raw = cpu[kExtremeValue];
       const double x =
@@ -812,18 +843,12 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   };
   // A series names a task when a pid/tid label does; reading every series costs a syscall
   // each, so only when some series could be removed (MapSeries::Sweep).
-  auto names_tasks_in = [](const LabelSet& set) {
-    for (const LabelSpec& l : set.labels()) {
-      if (l.source == LabelSource::kPid || l.source == LabelSource::kTid) return true;
-    }
-    return false;
-  };
   const bool names_tasks =
-      names_tasks_in(spec_.end.labels) || (!spec_.starts.empty() && names_tasks_in(spec_.starts.front().labels));
+      NamesTasks(spec_.end.labels) || (!spec_.starts.empty() && NamesTasks(spec_.starts.front().labels));
   std::function<bool(const std::string&)> dead;
   if (names_tasks) {
     dead = [&](const std::string& lk) {
-      if (!latency()) return spec_.end.labels.NamesExitedTask(lk, exited);
+      if (!latency()) return OwnLabels().NamesExitedTask(lk, exited);
       const LabelSet& start = spec_.starts.front().labels;
       const size_t n = start.KeySize(lk);
       return start.NamesExitedTask(lk.substr(0, n), exited) || spec_.end.labels.NamesExitedTask(lk.substr(n), exited);

@@ -9,12 +9,13 @@
 //  * up/down: the up and down programs add their raw values (or 1) to slots 0 and 1 of the label
 //    set's per-CPU value; the gauge is up × scale - down × scale, each sum read as its field's
 //    signedness says. A series goes idle only at 0.
-//  * max/min/last: each CPU keeps the extreme (last: latest, with its time) raw value of the open
-//    scrape window (programs.h GaugeShape). A scrape raises the window number in the epoch map,
-//    waits for an RCU grace period (membarrier(MEMBARRIER_CMD_GLOBAL): every program run that
-//    read the old number has returned), then combines the CPUs' values of the closed window: no
-//    value of a window is lost or shown twice. A series goes when it has been idle for idle_ns
-//    and holds nothing of the open window.
+//  * max/min/last: each CPU keeps the extreme (last: latest, with its time) raw value of a window
+//    in record window & 1 of its value (programs.h GaugeShape). A scrape raises the window number
+//    in the epoch map, waits for an RCU grace period (loader.h WaitForProgramRuns: every program
+//    run that read the old number has returned), then combines the CPUs' records of the closed
+//    window, which no run writes again before the next scrape opens window + 2: no value of a
+//    window is lost or shown twice. A series goes when it has been idle for idle_ns and holds no
+//    window after the last one a scrape read (MapSeries::SetMayIdle, kWindowed).
 //
 // Lifecycle: Create() builds the maps and loads (verifies) the programs without attaching them
 // — so a plan can be checked, and an unchanged metric kept across a reload keeps its maps and
@@ -52,6 +53,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,11 @@ class BpfMetric : public Collector {
   // An up/down series' value: slot 0 (up) × its scale - slot 1 (down) × its scale, each sum read
   // as signed when its side's field is.
   double UpDownValue(const std::vector<uint64_t>& v) const;
+  // The labels a non-latency metric's series render with: an up/down gauge's up side's (as the
+  // perf engine's), else the event's.
+  const LabelSet& OwnLabels() const {
+    return gauge(BpfMetricSpec::Gauge::kUpDown) ? spec_.starts.front().labels : spec_.end.labels;
+  }
   // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.
   Status Build(bool create);
   // The endpoints: the starts, then the end.
@@ -278,10 +285,16 @@ class BpfMetric : public Collector {
   std::unique_ptr<KernelMap> starts_map_;  // latency: the starts map, for start_sweeper_
   std::unique_ptr<StartSweeper> start_sweeper_;  // latency; sweep thread only
   // Inflight gauge: label key -> when its count was last seen above 0 (CLOCK_MONOTONIC ns).
+  // At most max_series; label sets beyond are refused (series_dropped: once per label set while
+  // it has starts).
   mutable std::map<std::string, uint64_t> inflight_seen_;
+  mutable std::set<std::string> inflight_refused_;
+  mutable uint64_t inflight_refused_total_ = 0;
+  bool start_names_tasks_ = false;  // a start label names a task (pid/tid)
   // Max/min/last: the open window (the epoch map's value); scrapes close it one at a time.
   mutable std::mutex window_mu_;
   mutable std::atomic<uint64_t> window_{1};
+  mutable std::atomic<uint64_t> read_through_{0};  // the last window a scrape read (0: none)
 };
 
 }  // namespace tpe::bpf

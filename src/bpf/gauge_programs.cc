@@ -27,35 +27,46 @@ StatusOr<std::vector<bpf_insn>> EmitGauge(const GaugeShape& s, const MapFds& map
   if (s.op == Op::kAdd) {
     EmitPerCpuAdd(&a, R8, static_cast<int16_t>(8 * s.slot), R7);
   } else {
-    // R9 = the open window.
+    // R9 = the open window; its record is R9 & 1 (the other one holds the window a scrape may be
+    // reading): one instruction sequence per record, each at constant offsets.
     a.StoreImm(4, R10, kIndexOff, 0);
     a.LoadMapFd(R1, maps.epoch);
     StackPtr(&a, R2, kIndexOff);
     a.Call(BPF_FUNC_map_lookup_elem);
     a.Jump(BPF_JEQ, R0, 0, out);
     a.Load(8, R9, R0, 0);
-    constexpr int16_t kValue = 8 * kExtremeValue, kTime = 8 * kExtremeTime, kWindow = 8 * kExtremeWindow;
-    Label fresh = a.NewLabel(), store = a.NewLabel();
-    a.Load(8, R1, R8, kWindow);
-    a.JumpReg(BPF_JNE, R1, R9, fresh);
-    if (s.op != Op::kLast) {  // the same window: keep the value unless this one is beyond it
-      const bool is_signed = s.value->is_signed;
-      a.Load(8, R2, R8, kValue);
-      if (s.op == Op::kMax) {
-        a.JumpReg(is_signed ? BPF_JSLE : BPF_JLE, R7, R2, out);
-      } else {
-        a.JumpReg(is_signed ? BPF_JSGE : BPF_JGE, R7, R2, out);
+    Label odd = a.NewLabel();
+    a.MovReg(R1, R9);
+    a.Alu(BPF_AND, R1, 1);
+    a.Jump(BPF_JNE, R1, 0, odd);
+    for (uint32_t record = 0; record < kExtremeRecords; ++record) {
+      if (record == 1) a.Bind(odd);
+      const int16_t base = static_cast<int16_t>(8 * kExtremeSlots * record);
+      const int16_t value = base + 8 * kExtremeValue, time = base + 8 * kExtremeTime,
+                    window = base + 8 * kExtremeWindow;
+      Label fresh = a.NewLabel(), store = a.NewLabel();
+      a.Load(8, R1, R8, window);
+      a.JumpReg(BPF_JNE, R1, R9, fresh);
+      if (s.op != Op::kLast) {  // the same window: keep the value unless this one is beyond it
+        const bool is_signed = s.value->is_signed;
+        a.Load(8, R2, R8, value);
+        if (s.op == Op::kMax) {
+          a.JumpReg(is_signed ? BPF_JSLE : BPF_JLE, R7, R2, out);
+        } else {
+          a.JumpReg(is_signed ? BPF_JSGE : BPF_JGE, R7, R2, out);
+        }
       }
+      a.Goto(store);
+      a.Bind(fresh);
+      a.Store(8, R8, window, R9);
+      a.Bind(store);
+      if (s.op == Op::kLast) {
+        a.Call(BPF_FUNC_ktime_get_ns);
+        a.Store(8, R8, time, R0);
+      }
+      a.Store(8, R8, value, R7);
+      a.Goto(out);
     }
-    a.Goto(store);
-    a.Bind(fresh);
-    a.Store(8, R8, kWindow, R9);  // the window first: a copy that sees the old one saw the old value
-    a.Bind(store);
-    if (s.op == Op::kLast) {
-      a.Call(BPF_FUNC_ktime_get_ns);
-      a.Store(8, R8, kTime, R0);
-    }
-    a.Store(8, R8, kValue, R7);
   }
   a.Bind(out);
   a.Bind(filtered);

@@ -96,7 +96,7 @@ TEST(GaugeProgramTest, ExtremesKeepTheWindowsValueAndANewWindowReplacesIt) {
     auto prog = EmitGauge(s, fds);
     ASSERT_TRUE(prog.ok()) << prog.status().ToString();
     Interpreter in;
-    AddMaps(&in, 8, 8 * kExtremeSlots, 100);
+    AddMaps(&in, 8, 8 * kExtremeSlots * kExtremeRecords, 100);
     FakeMap epoch;
     epoch.type = BPF_MAP_TYPE_ARRAY;
     epoch.key_size = 4;
@@ -113,18 +113,30 @@ TEST(GaugeProgramTest, ExtremesKeepTheWindowsValueAndANewWindowReplacesIt) {
       t += 10;
       RunProg(&in, *prog, Switch("p", 1, 2, v, "n", 3), FakeTask{1, 2, 0, "t", 0, t});
     };
+    // Window 1 is record 1 (slots 3-5); window 2 record 0, which leaves window 1's record as it
+    // was for the scrape that reads it; window 3 replaces record 1 whole.
+    constexpr uint32_t kOdd = kExtremeSlots;
     set_epoch(1);
     for (int64_t v : {-5, 9, 3}) run(v);
     std::vector<uint64_t> got = ByCpu(&in)[0];
-    ASSERT_EQ(got.size(), kExtremeSlots);
-    EXPECT_EQ(got[kExtremeValue], c.first_window);
-    EXPECT_EQ(got[kExtremeWindow], 1u);
-    EXPECT_EQ(got[kExtremeTime], c.op == GaugeShape::Op::kLast ? 1030u : 0u);
+    ASSERT_EQ(got.size(), kExtremeSlots * kExtremeRecords);
+    EXPECT_EQ(got[kOdd + kExtremeValue], c.first_window);
+    EXPECT_EQ(got[kOdd + kExtremeWindow], 1u);
+    EXPECT_EQ(got[kOdd + kExtremeTime], c.op == GaugeShape::Op::kLast ? 1030u : 0u);
+    EXPECT_EQ(got[kExtremeWindow], 0u);  // record 0 untouched
     set_epoch(2);
     run(4);
     got = ByCpu(&in)[0];
     EXPECT_EQ(got[kExtremeValue], c.second_window);
     EXPECT_EQ(got[kExtremeWindow], 2u);
+    EXPECT_EQ(got[kOdd + kExtremeValue], c.first_window);
+    EXPECT_EQ(got[kOdd + kExtremeWindow], 1u);
+    set_epoch(3);
+    run(6);
+    got = ByCpu(&in)[0];
+    EXPECT_EQ(got[kOdd + kExtremeValue], 6u);
+    EXPECT_EQ(got[kOdd + kExtremeWindow], 3u);
+    EXPECT_EQ(got[kExtremeValue], c.second_window);
     EXPECT_EQ(StatOf(&in, kDropped), 0u);
   }
 }

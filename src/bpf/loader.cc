@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/membarrier.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -503,6 +504,26 @@ int PossibleCpus() {
     return c > 0 ? c : 1;
   }();
   return n;
+}
+
+Status WaitForProgramRuns(GraceWait how) {
+  if (how == GraceWait::kMembarrierFirst && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0) {
+    return Status::Ok();
+  }
+  const int membarrier_errno = how == GraceWait::kMembarrierFirst ? errno : 0;
+  static std::mutex mu;
+  static int inner = -1, outer = -1;  // kept for the process's life
+  std::lock_guard<std::mutex> lock(mu);
+  if (outer < 0) {
+    if (inner < 0) inner = bpf_map_create(BPF_MAP_TYPE_ARRAY, "tpe_sync_inner", 4, 8, 1, nullptr);
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .inner_map_fd = static_cast<__u32>(inner));
+    if (inner >= 0) outer = bpf_map_create(BPF_MAP_TYPE_ARRAY_OF_MAPS, "tpe_sync", 4, 4, 1, &opts);
+  }
+  const uint32_t key = 0;
+  if (outer >= 0 && bpf_map_update_elem(outer, &key, &inner, BPF_ANY) == 0) return Status::Ok();
+  return Unavailable(std::string("no way to wait for an RCU grace period: membarrier(MEMBARRIER_CMD_GLOBAL): ") +
+                     (membarrier_errno != 0 ? strerror(membarrier_errno) : "not tried") +
+                     "; a map-in-map update: " + strerror(errno));
 }
 
 }  // namespace tpe::bpf

@@ -161,6 +161,17 @@ StatusOr<ScopedFd> CreateMap(bpf_map_type type, const std::string& name, uint32_
 StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vector<bpf_insn>& insns,
                                          bpf_prog_type type = BPF_PROG_TYPE_TRACEPOINT);
 
+// Returns once every BPF program run that began before the call has returned: an RCU grace
+// period (tracing programs run under rcu_read_lock: kernel/trace/bpf_trace.c trace_call_bpf),
+// typically a few ms. kMembarrierFirst: membarrier(MEMBARRIER_CMD_GLOBAL), which is
+// synchronize_rcu() (kernel/sched/membarrier.c; membarrier(2)) but refused (EINVAL) with
+// nohz_full CPUs, then the fallback: an update of a 1-entry BPF_MAP_TYPE_ARRAY_OF_MAPS, which
+// waits for a grace period before it returns (kernel/bpf/syscall.c maybe_wait_bpf_programs).
+// kMapInMap: the fallback alone. Errors: Unavailable when neither works (no CAP_BPF).
+// Thread-safe (the map-in-map is made once, under a mutex, and kept).
+enum class GraceWait { kMembarrierFirst, kMapInMap };
+Status WaitForProgramRuns(GraceWait how = GraceWait::kMembarrierFirst);
+
 // A program attached to a tracepoint: the disabled perf event that holds it there. Destroying
 // (or resetting) it closes the event, which detaches the program. This process's attachments are
 // counted per tracepoint, so that ForeignPrograms() can tell them from other tools' programs.

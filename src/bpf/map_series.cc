@@ -1,5 +1,7 @@
 #include "bpf/map_series.h"
 
+#include <linux/bpf.h>
+
 #include <algorithm>
 #include <set>
 
@@ -26,7 +28,9 @@ std::map<std::string, std::vector<uint64_t>> MapSeries::Read() {
   std::set<std::string> live;  // label keys (with SetSeriesOf: series) with a key in the map
   for (const auto& [lk, v] : out) live.insert(series_of_ ? series_of_(lk) : lk);
   for (auto it = retired_.begin(); it != retired_.end();) {
-    const bool keep = live.count(series_of_ ? series_of_(it->first) : it->first) != 0;
+    // A standing gauge's retired value is kept while it is not idle (SetMayIdle).
+    const bool keep = live.count(series_of_ ? series_of_(it->first) : it->first) != 0 ||
+                      (may_idle_ && gauge_ == Gauge::kStanding && !may_idle_(it->second));
     AddInto(&out[it->first], it->second);
     // Exported: its final value reached a page. Kept while a live key shares its series.
     it = keep ? std::next(it) : retired_.erase(it);
@@ -77,7 +81,7 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
     MapEntry& e = entries[i];
     const bool may_idle = !may_idle_ || may_idle_(e.value);
     const bool idle = idle_ns != 0 && now_ns - changed_ns[series[i]] >= idle_ns && may_idle;
-    const bool gone = dead && (!drop_taken_ || may_idle) && dead(named[i]);
+    const bool gone = dead && (!may_idle_ || gauge_ == Gauge::kStanding || may_idle) && dead(named[i]);
     if (!idle && !gone) {
       next.emplace(std::move(e.key), std::move(states[i]));
       continue;
@@ -93,6 +97,22 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
       if (r == 0) map_->Delete(e.key.data());
     }
     if (r != 0) continue;  // gone meanwhile
+    if (may_idle_) {       // a gauge (SetMayIdle): dropped, unless a program changed it meanwhile
+      std::vector<uint64_t> taken = SumCpus(raw.data(), shape_.slots, shape_.cpus);
+      if ((idle || gauge_ == Gauge::kWindowed) && !may_idle_(taken)) {
+        if (map_->Update(e.key.data(), raw.data(), BPF_NOEXIST) == 0) {
+          next.emplace(std::move(e.key), std::move(states[i]));
+          continue;
+        }
+        if (gauge_ == Gauge::kStanding) {
+          AddInto(&retired_[label_keys[i]], taken);
+        } else {
+          ++lost_;
+        }
+      }
+      ++(idle ? removed.idle : removed.exited);
+      continue;
+    }
     Out& o = going[series[i]];
     o.idle = idle;
     std::vector<uint64_t> final_value = SumCpus(raw.data(), shape_.slots, shape_.cpus);
@@ -103,13 +123,18 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   for (auto& [name, o] : going) {
     // A series whose every key's final value a page already shows leaves the page; else its
     // values are kept for the next scrape.
-    if (!o.on_a_page && !drop_taken_) {
+    if (!o.on_a_page) {
       for (const auto& [lk, v] : o.values) AddInto(&retired_[lk], v);
     }
     ++(o.idle ? removed.idle : removed.exited);
   }
   state_.swap(next);
   return removed;
+}
+
+uint64_t MapSeries::lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
 }
 
 size_t MapSeries::retired_size() const {

@@ -55,17 +55,25 @@ class MapSeries {
   using SeriesOfFn = std::function<std::string(const std::string& label_key)>;
   void SetSeriesOf(SeriesOfFn series_of) { series_of_ = std::move(series_of); }
 
-  // A series goes idle (Sweep) only when `may_idle(its program key's value)` holds: a gauge that
-  // stands at a value other than 0 stays however long it is unchanged (collectors/gauge.h).
-  // With `drop`, values taken out are dropped, not retired (a gauge of scrape windows, whose
-  // `may_idle` says the value holds nothing a scrape has yet to read), and a series of an exited
-  // task goes only when `may_idle` holds too. Default: any unchanged series goes idle, and
-  // taken-out values are retired. Call before the first Read or Sweep.
+  // Gauges: a series goes idle (Sweep) only when `may_idle(its program key's value)` holds, and
+  // what the sweep takes out is dropped, not retired (a gauge's page is its current value):
+  //  * kStanding (an up/down gauge, `may_idle`: at 0): a value stands however long it is
+  //    unchanged; a series of an exited task goes whatever its value (as on the perf engine).
+  //  * kWindowed (a max/min/last gauge, `may_idle`: nothing a scrape has yet to read): a series
+  //    of an exited task waits for `may_idle` too.
+  // A value a program changed between the walk and the take, so that `may_idle` fails on the
+  // value taken, is put back (BPF_NOEXIST); if a program re-created the key meanwhile, a
+  // standing value is retired instead (added to the live one, kept while not idle) and a
+  // windowed one is lost (counted in lost()). Default (unset): any unchanged series goes idle and
+  // taken-out values are retired. Call before the first Read or Sweep; not with SetSeriesOf.
   using MayIdleFn = std::function<bool(const std::vector<uint64_t>& value)>;
-  void SetMayIdle(MayIdleFn may_idle, bool drop) {
+  enum class Gauge { kStanding, kWindowed };
+  void SetMayIdle(MayIdleFn may_idle, Gauge kind) {
     may_idle_ = std::move(may_idle);
-    drop_taken_ = drop;
+    gauge_ = kind;
   }
+  // Windowed values the sweep took out and could not put back (see SetMayIdle).
+  uint64_t lost() const;
 
   // Label key → value slots (summed over CPUs; live + retired).
   std::map<std::string, std::vector<uint64_t>> Read();
@@ -93,7 +101,8 @@ class MapSeries {
   const LabelKeyFn label_key_;
   SeriesOfFn series_of_;  // unset: a series is one program key, as before SetSeriesOf existed
   MayIdleFn may_idle_;    // unset: any unchanged series may go idle
-  bool drop_taken_ = false;
+  Gauge gauge_ = Gauge::kStanding;
+  uint64_t lost_ = 0;
   mutable std::mutex mu_;  // guards everything below, and orders Read against Sweep
   bool batch_ = true, lookup_and_delete_ = true;
   std::map<std::string, State> state_;                    // program key → last value seen by a sweep

@@ -5,6 +5,7 @@
 #include "bpf/map_series.h"
 
 #include <gtest/gtest.h>
+#include <linux/bpf.h>
 
 #include <cerrno>
 #include <cstring>
@@ -32,6 +33,7 @@ class FakeMap : public MapAccess {
   bool batch = true, lookup_and_delete = true;
   std::function<void()> on_get_next_key;  // before each get_next_key
   std::function<void()> on_delete;        // before each delete / lookup_and_delete
+  std::function<void()> on_update;        // before each update
   int get_next_key_calls = 0, batch_calls = 0;
 
   int GetNextKey(const void* key, void* next) override {
@@ -63,7 +65,15 @@ class FakeMap : public MapAccess {
     if (r == 0) entries.erase(std::string(static_cast<const char*>(key), 8));
     return r;
   }
-  int Update(const void*, const void*, uint64_t) override { return -EINVAL; }  // sweeps of series never update
+  // Only BPF_NOEXIST (a gauge's value put back by the sweep).
+  int Update(const void* key, const void* value, uint64_t flags) override {
+    if (on_update) on_update();
+    if (flags != BPF_NOEXIST) return -EINVAL;
+    const std::string k(static_cast<const char*>(key), 8);
+    if (entries.count(k)) return -EEXIST;
+    std::memcpy(&entries[k], value, 8);
+    return 0;
+  }
   int LookupAndDeleteBatch(const void*, void*, void*, void*, uint32_t*) override { return -EINVAL; }
   int LookupBatch(const void* in, void* out, void* keys, void* values, uint32_t* count) override {
     ++batch_calls;
@@ -252,27 +262,57 @@ TEST(MapSeriesTest, AlreadyExportedFinalValueIsNotKept) {
 }
 
 // A gauge (SetMayIdle): a series unchanged for idle_ns goes only when may_idle holds on its
-// value (an up/down gauge at 0); with drop, what is taken out is not retired, and a dead task's
-// series waits for may_idle too (an extreme's window still unread).
-TEST(MapSeriesTest, MayIdleKeepsStandingGaugesAndDropSkipsRetiring) {
-  auto* m = new FakeMap;
-  MapSeries s = Series(m);
-  s.SetMayIdle([](const std::vector<uint64_t>& v) { return v[0] == 0; }, /*drop=*/true);
-  m->entries[Key(1)] = 6;    // stands at 6
-  m->entries[Key(2)] = 0;    // back at 0
-  m->entries[Key(300)] = 5;  // a dead task's, not yet read
-  EXPECT_EQ(s.Sweep(0, 10, nullptr).idle, 0u);
-  auto r = s.Sweep(20, 10, [](const std::string& lk) { return KeyOf(lk) >= 100; });
-  EXPECT_EQ(r.idle, 1u);
-  EXPECT_EQ(r.exited, 0u);
-  EXPECT_EQ(m->entries.count(Key(1)), 1u);
-  EXPECT_EQ(m->entries.count(Key(2)), 0u);
-  EXPECT_EQ(m->entries.count(Key(300)), 1u);
-  EXPECT_EQ(s.retired_size(), 0u);
-  EXPECT_EQ(s.Read().count(Key(2)), 0u);
-  m->entries[Key(300)] = 0;  // read: nothing left in it
-  EXPECT_EQ(s.Sweep(21, 0, [](const std::string& lk) { return KeyOf(lk) >= 100; }).exited, 1u);
-  EXPECT_EQ(s.retired_size(), 0u);
+// value, and what is taken out is dropped, not retired. Windowed: a dead task's series waits for
+// may_idle too. Standing: it goes whatever its value.
+TEST(MapSeriesTest, MayIdleKeepsGaugesAndDropsWhatItTakes) {
+  for (auto kind : {MapSeries::Gauge::kWindowed, MapSeries::Gauge::kStanding}) {
+    auto* m = new FakeMap;
+    MapSeries s = Series(m);
+    s.SetMayIdle([](const std::vector<uint64_t>& v) { return v[0] == 0; }, kind);
+    m->entries[Key(1)] = 6;    // stands at 6
+    m->entries[Key(2)] = 0;    // at 0
+    m->entries[Key(300)] = 5;  // a dead task's
+    EXPECT_EQ(s.Sweep(0, 10, nullptr).idle, 0u);
+    auto r = s.Sweep(20, 10, [](const std::string& lk) { return KeyOf(lk) >= 100; });
+    const bool windowed = kind == MapSeries::Gauge::kWindowed;
+    EXPECT_EQ(r.idle, 1u);
+    EXPECT_EQ(r.exited, windowed ? 0u : 1u);
+    EXPECT_EQ(m->entries.count(Key(1)), 1u);
+    EXPECT_EQ(m->entries.count(Key(2)), 0u);
+    EXPECT_EQ(m->entries.count(Key(300)), windowed ? 1u : 0u);
+    EXPECT_EQ(s.retired_size(), 0u);
+    auto page = s.Read();
+    EXPECT_EQ(page.count(Key(2)), 0u);
+    EXPECT_EQ(page.count(Key(300)), windowed ? 1u : 0u);
+  }
+}
+
+// A program changes a series between the sweep's walk and its take: the taken value fails
+// may_idle and is put back whole; if a program re-created the key before the put-back, a
+// standing value is retired and stays on the page (added to the live one) while it is not 0.
+TEST(MapSeriesTest, GaugeChangedMidSweepIsPutBackOrRetired) {
+  for (bool recreated : {false, true}) {
+    SCOPED_TRACE(recreated ? "re-created" : "put back");
+    auto* m = new FakeMap;
+    MapSeries s = Series(m);
+    s.SetMayIdle([](const std::vector<uint64_t>& v) { return v[0] == 0; }, MapSeries::Gauge::kStanding);
+    m->entries[Key(1)] = 0;
+    s.Sweep(0, 10, nullptr);
+    m->on_delete = [&] { m->entries[Key(1)] = 4; };                 // + 4 between the walk and the take
+    if (recreated) m->on_update = [&] { m->entries[Key(1)] = 1; };  // + 1 into a new entry
+    auto r = s.Sweep(20, 10, nullptr);
+    m->on_delete = nullptr;
+    if (!recreated) {
+      EXPECT_EQ(r.idle, 0u);
+      EXPECT_EQ(m->entries[Key(1)], 4u);
+      EXPECT_EQ(s.Read()[Key(1)][0], 4u);
+    } else {
+      EXPECT_EQ(r.idle, 1u);
+      EXPECT_EQ(s.Read()[Key(1)][0], 5u);
+      m->entries.erase(Key(1));
+      EXPECT_EQ(s.Read()[Key(1)][0], 4u) << "a retired standing value other than 0 stays";
+    }
+  }
 }
 
 }  // namespace

@@ -260,16 +260,14 @@ struct LatencyEndShape {
 //   kAdd (an up or down side): value[slot] += the field's raw value (two's complement: a
 //               negative signed value is added as such), or += 1; slot 0 is up, 1 is down
 //               (kUpDownSlots), and user space reads up × scale - down × scale.
-//   kMax, kMin, kLast: the value {u64 raw, u64 time (kLast: bpf_ktime_get_ns), u64 window}
-//               (kExtremeSlots) holds the extreme (or latest) raw value of the scrape window
-//               MapFds::epoch names: a value of an older window is replaced whole (window
-//               first, then the value), one of the same window compared (signed or unsigned as
-//               the field is) and replaced when beyond. User space closes the window by raising
-//               the epoch, waits until every program run that read the old one has returned
-//               (an RCU grace period: the programs run under rcu_read_lock), then reads the
-//               CPUs' values of the old window: the copy reads slot 0 before slot 2, the
-//               program writes slot 2 before slot 0, so a copy that sees the old window in slot
-//               2 saw its value in slot 0 (x86-64 orders stores, and loads, as issued).
+//   kMax, kMin, kLast: two records {u64 raw, u64 time (kLast: bpf_ktime_get_ns), u64 window}
+//               (kExtremeSlots each: record w & 1 holds window w), each holding the extreme (or
+//               latest) raw value of its window: a record of an older window is replaced whole,
+//               one of the open window (MapFds::epoch) compared (signed or unsigned as the field
+//               is) and replaced when beyond. User space closes window w by raising the epoch to
+//               w + 1, waits until every program run that read w has returned (an RCU grace
+//               period: the programs run under rcu_read_lock), then reads record w & 1 of every
+//               CPU: no run writes it again before window w + 2 opens, at the next scrape.
 // Each CPU's value is written by that CPU's runs only, one at a time (EmitPerCpuAdd's note).
 struct GaugeShape {
   enum class Op { kAdd, kMax, kMin, kLast } op = Op::kAdd;
@@ -279,8 +277,8 @@ struct GaugeShape {
   std::optional<FieldRef> value;       // kAdd: optional (1 without); others: required
   uint32_t slot = 0;                   // kAdd: 0 (up) or 1 (down)
 };
-inline constexpr uint32_t kUpDownSlots = 2, kExtremeSlots = 3;
-// Slots of an extreme gauge's value.
+inline constexpr uint32_t kUpDownSlots = 2, kExtremeSlots = 3, kExtremeRecords = 2;
+// Slots of an extreme gauge's record (the value is kExtremeRecords records).
 enum ExtremeSlot : uint32_t { kExtremeValue = 0, kExtremeTime = 1, kExtremeWindow = 2 };
 
 // Whether the shape's program counts its runs in the stats map (kRuns). A key-less shape without
