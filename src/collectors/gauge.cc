@@ -1,6 +1,7 @@
 #include "collectors/gauge.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace tpe {
 
@@ -42,17 +43,18 @@ void GaugeCollector::Extreme(std::string_view key, double v) {
     return;
   }
   const uint64_t w = window_.load(std::memory_order_acquire);
-  const double old = g->value.load(std::memory_order_relaxed);
+  GaugeSeries::Record& r = g->records[w & 1];
+  const double old = r.value.load(std::memory_order_relaxed);
   double next = v;
-  if (g->window.load(std::memory_order_relaxed) == w) {
+  if (r.window.load(std::memory_order_relaxed) == w) {
     if (kind_ == Kind::kMax) next = std::max(old, v);
     if (kind_ == Kind::kMin) next = std::min(old, v);
   }
-  // A seqlock: a scrape that sees `window` change around its read of `value` skips the series.
-  g->window.store(GaugeSeries::kWriting, std::memory_order_relaxed);
+  // A seqlock: a scrape that sees `window` change around its read of `value` reads again.
+  r.window.store(GaugeSeries::kWriting, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  g->value.store(next, std::memory_order_relaxed);
-  g->window.store(w, std::memory_order_release);
+  r.value.store(next, std::memory_order_relaxed);
+  r.window.store(w, std::memory_order_release);
   g->updates.Add(1);
 }
 
@@ -201,12 +203,21 @@ MetricSnapshot GaugeCollector::Snapshot() const {
   series_.ForEach([&](std::string_view key, const GaugeSeries& g) {
     double v = 0;
     if (extreme) {
-      // Nothing in this window, or the writer changing the value meanwhile (the seqlock in
-      // Extreme): not on this page.
-      if (g.window.load(std::memory_order_acquire) != w) return;
-      v = g.value.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (g.window.load(std::memory_order_relaxed) != w) return;
+      // The record of the window just closed: nothing in it (not on this page), or its value
+      // (the writer is changing it only if it read the window number before this scrape closed
+      // it: a few instructions, waited for).
+      const GaugeSeries::Record& r = g.records[w & 1];
+      for (int tries = 0;; ++tries) {
+        const uint64_t seen = r.window.load(std::memory_order_acquire);
+        if (seen != GaugeSeries::kWriting) {
+          if (seen != w) return;
+          v = r.value.load(std::memory_order_relaxed);
+          std::atomic_thread_fence(std::memory_order_acquire);
+          if (r.window.load(std::memory_order_relaxed) == w) break;
+        }
+        if (tries == 10000) return;  // the writer preempted mid-write for long: not on this page
+        std::this_thread::yield();
+      }
     } else {
       v = g.value.load(std::memory_order_relaxed);
     }

@@ -10,8 +10,10 @@
 //  * kMax, kMin, kLast: the largest, smallest or latest value (a field × scale) since the
 //    previous scrape. Every Snapshot() (a scrape) closes the window; a series that saw no value
 //    in a window is not on that page. With several scrapers, each sees the window since the
-//    previous scrape of any. An observation racing a Snapshot may land in the window that
-//    Snapshot closes without being on its page.
+//    previous scrape of any. Window w is kept in record w & 1 of its series, so the writer
+//    fills the next window while a scrape reads the one it closed; an observation that read the
+//    window number just before a Snapshot closed it and is written just after that Snapshot read
+//    the record (nanoseconds) lands in the closed window without being on its page.
 //
 // Series lifetime as for counters, except that an inflight or up/down series is idle only while
 // its value is 0 (its value stands until events change it); it goes when a pid/tid label's task
@@ -37,9 +39,15 @@
 namespace tpe {
 
 struct GaugeSeries {
-  static constexpr uint64_t kWriting = UINT64_MAX;  // `window` while the writer changes `value`
-  std::atomic<double> value{0};
-  std::atomic<uint64_t> window{0};  // kMax/kMin/kLast: the window of `value` (a seqlock's sequence)
+  static constexpr uint64_t kWriting = UINT64_MAX;  // a record's `window` while the writer changes it
+  std::atomic<double> value{0};                     // kInflight, kUpDown
+  // kMax/kMin/kLast: window w's value is in record w & 1, so a scrape reads the window it closed
+  // while the writer fills the next one in the other record; `window` is a seqlock's sequence.
+  struct Record {
+    std::atomic<double> value{0};
+    std::atomic<uint64_t> window{0};
+  };
+  std::array<Record, 2> records;
   RelaxedCounter updates;
   // What SeriesTable's idle sweep watches (writer thread): a gauge that stands at a value other
   // than 0 looks changed at every sweep, so only series at 0 (or max/min/last ones no value

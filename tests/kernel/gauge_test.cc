@@ -232,9 +232,8 @@ TEST_P(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
 // A task writes 100, 200, 5000 and 300 bytes over and over while the pipeline is scraped 12
 // times: every window has the writes, so every page reads max 5000, min of -1 x bytes -5000 (a
 // negative scale: the smallest value is the largest field) and last 5000 (of the 5000-byte
-// writes): no window loses its value to the scrape that closes it while writes go on. (On the
-// perf engine a series whose value is being written at the scrape's instant sits that page out:
-// at most one page in twelve may miss it.)
+// writes): no window loses its value to the scrape that closes it while writes go on (both
+// engines keep a window's value apart from the next window's: gauge.h, bpf_metric.h).
 TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   int stop[2];
@@ -285,7 +284,7 @@ TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
       }
       EXPECT_EQ(v, value) << name;
     }
-    EXPECT_LE(missing, IsBpf() ? 0 : 1) << name << " missing from " << missing << " of " << pages.size() << " pages";
+    EXPECT_EQ(missing, 0) << name << " missing from " << missing << " of " << pages.size() << " pages";
     ExpectEngine(end, name, IsBpf());
   }
 }
