@@ -80,6 +80,30 @@ std::string Quote(const std::vector<std::string>& names) {
 
 namespace plan_internal {
 
+Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
+                         const EventFormat& down_format) {
+  const std::vector<LabelConfig>& up = m.up.has_labels ? m.up.labels : m.labels;
+  const std::vector<LabelConfig>& down = m.down.has_labels ? m.down.labels : m.labels;
+  const std::string where = cfg.path + ": " + m.down.json_path + ".labels";
+  if (up.size() != down.size()) {
+    return InvalidArgument(where + ": " + std::to_string(down.size()) + " labels, but up has " +
+                           std::to_string(up.size()) + "; both sides must have the same labels");
+  }
+  for (size_t i = 0; i < up.size(); ++i) {
+    const FieldFormat* a = up[i].field.empty() ? nullptr : up_format.FindField(up[i].field);
+    const FieldFormat* b = down[i].field.empty() ? nullptr : down_format.FindField(down[i].field);
+    const bool same_field =
+        (a == nullptr) == (b == nullptr) &&
+        (a == nullptr || (a->size == b->size && a->is_signed == b->is_signed && a->kind == b->kind));
+    if (up[i].name != down[i].name || up[i].source != down[i].source || up[i].decode != down[i].decode || !same_field) {
+      return InvalidArgument(where + "[" + std::to_string(i) + "]: \"" + down[i].name + "\" must match up's label " +
+                             std::to_string(i) + " (\"" + up[i].name +
+                             "\"): the same name, source and decode, from fields of one type");
+    }
+  }
+  return Status::Ok();
+}
+
 // The event's id, format and symbol tables (and with `check_filters` the filter checked in a
 // private tracefs instance), as an EventPlan not yet in any plan.
 StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::string& event, const std::string& filter,
@@ -521,17 +545,12 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     side_eps.push_back(std::move(end_eps));
   } else if (m.gauge == "updown") {
     kind = Kind::kUpDown;
-    std::vector<const FieldFormat*> label_fields[2];
     for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
       TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
                                                                   sc->json_path, tracefs, enums, check_filters));
       GaugeCollector::Side side;
       const std::vector<LabelConfig>& labels = sc->has_labels ? sc->labels : m.labels;
       TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, "", eps[0], plan));
-      for (const LabelConfig& l : labels) {
-        const FieldFormat* f = l.field.empty() ? nullptr : eps[0]->format.FindField(l.field);
-        label_fields[sides.size()].push_back(f);
-      }
       if (!sc->value.field.empty()) {
         MetricConfig side_metric = m;
         side_metric.value = sc->value;
@@ -543,27 +562,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
       sides.push_back(std::move(side));
       side_eps.push_back(std::move(eps));
     }
-    // One series is one label set whichever side built it: the same labels, read the same way.
-    const std::vector<LabelConfig>& up = m.up.has_labels ? m.up.labels : m.labels;
-    const std::vector<LabelConfig>& down = m.down.has_labels ? m.down.labels : m.labels;
-    const std::string where = cfg.path + ": " + m.down.json_path + ".labels";
-    if (up.size() != down.size()) {
-      return InvalidArgument(where + ": " + std::to_string(down.size()) + " labels, but up has " +
-                             std::to_string(up.size()) + "; both sides must have the same labels");
-    }
-    for (size_t i = 0; i < up.size(); ++i) {
-      const FieldFormat* a = label_fields[0][i];
-      const FieldFormat* b = label_fields[1][i];
-      const bool same_field =
-          (a == nullptr) == (b == nullptr) &&
-          (a == nullptr || (a->size == b->size && a->is_signed == b->is_signed && a->kind == b->kind));
-      if (up[i].name != down[i].name || up[i].source != down[i].source || up[i].decode != down[i].decode ||
-          !same_field) {
-        return InvalidArgument(where + "[" + std::to_string(i) + "]: \"" + down[i].name + "\" must match up's label " +
-                               std::to_string(i) + " (\"" + up[i].name +
-                               "\"): the same name, source and decode, from fields of one type");
-      }
-    }
+    TPE_RETURN_IF_ERROR(CheckUpDownLabels(cfg, m, side_eps[0][0]->format, side_eps[1][0]->format));
   } else {
     kind = m.gauge == "max" ? Kind::kMax : m.gauge == "min" ? Kind::kMin : Kind::kLast;
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,

@@ -324,12 +324,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       BpfEndpoint up;
       const GaugeSideConfig* sides[] = {&m.up, &m.down};
       BpfEndpoint* outs[] = {&up, &part.spec.end};
+      std::unique_ptr<EventPlan> eps[2];
       for (int i = 0; i < 2 && st.ok(); ++i) {
         const GaugeSideConfig& sc = *sides[i];
-        st = side(sc.event, sc.filter, {}, sc.json_path, "", outs[i], &ep, sc.has_labels ? &sc.labels : nullptr);
-        if (st.ok()) st = value_of(*ep, sc.value, sc.json_path, &outs[i]->value);
+        st = side(sc.event, sc.filter, {}, sc.json_path, "", outs[i], &eps[i], sc.has_labels ? &sc.labels : nullptr);
+        if (st.ok()) st = value_of(*eps[i], sc.value, sc.json_path, &outs[i]->value);
         outs[i]->scale = sc.value.scale;
       }
+      // As the perf planning checks them (a mismatch is the config's error: reported by it).
+      if (st.ok()) st = CheckUpDownLabels(cfg, m, eps[0]->format, eps[1]->format);
       part.spec.starts.push_back(std::move(up));
     } else {
       st = side(m.event, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep);

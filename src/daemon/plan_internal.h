@@ -26,6 +26,11 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 // label sets sampled_ep->cgroup and creates plan->cgroups.
 StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
                                EventPlan* sampled_ep, Plan* plan);
+// An up/down gauge's sides (their events' formats): the same labels — name, source, decode —
+// from fields of one type, so one series is one label set whichever side built it. Errors:
+// InvalidArgument naming the down side's label and what it must match.
+Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
+                         const EventFormat& down_format);
 StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b);
 // The native bucket layout of `b` for values raw × `scale` (nullopt when `b` has no native buckets).
 StatusOr<std::optional<NativeLayout>> BuildNative(const Config& cfg, const BucketsConfig& b, double scale);

@@ -318,6 +318,20 @@ TEST(KernelGaugeAutoTest, AutoPlansBpfWhereAvailable) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     EXPECT_EQ((*plan)->engines, std::vector<std::string>{want}) << (*plan)->engine_reasons.at(0);
   }
+  // Up and down labels that differ are the config's error on every engine, in the same words.
+  for (const char* engine : {"auto", "bpf", "perf"}) {
+    SCOPED_TRACE(engine);
+    auto cfg = ParseConfig(std::string(R"({"metrics": [{"name": "g", "type": "gauge", "engine": ")") + engine +
+                               R"(",
+        "up": {"event": "sock:inet_sock_set_state", "labels": [{"name": "state", "field": "newstate"}]},
+        "down": {"event": "sock:inet_sock_set_state", "labels": [{"name": "old", "field": "oldstate"}]}}]})",
+                           "cfg.json");
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, testing::Bpf(), {}, testing::Probed());
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(plan.status().message().find("\"old\" must match up's label 0 (\"state\")"), std::string::npos)
+        << plan.status().message();
+  }
 }
 
 }  // namespace
