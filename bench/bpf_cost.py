@@ -58,6 +58,21 @@ JOBS = [
       "buckets": {"type": "native", "schema": 3}},
      "tracepoint:syscalls:sys_enter_getppid { @s[tid] = nsecs; } "
      "tracepoint:syscalls:sys_exit_getppid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
+    # Gauges (issue 25): + 1 on enter and - 1 on exit per comm; the largest ret per scrape window;
+    # calls in flight (a start stored, taken out by its end).
+    ("up/down gauge {comm}, up + down",
+     {"name": "g", "type": "gauge", "engine": "bpf", "labels": [{"name": "comm", "source": "comm"}],
+      "up": {"event": GETPPID}, "down": {"event": "syscalls:sys_exit_getppid"}},
+     "tracepoint:syscalls:sys_enter_getppid { @[comm]++; } tracepoint:syscalls:sys_exit_getppid { @[comm]--; }"),
+    ("max gauge of ret",
+     {"name": "g", "type": "gauge", "engine": "bpf", "max": {"event": "syscalls:sys_exit_getppid", "field": "ret"}},
+     "tracepoint:syscalls:sys_exit_getppid { @ = max(args->ret); }"),
+    ("inflight gauge, start + end",
+     {"name": "g", "type": "gauge", "engine": "bpf",
+      "inflight": {"start": {"event": GETPPID, "key": ["common_pid"]},
+                   "end": {"event": "syscalls:sys_exit_getppid", "key": ["common_pid"]}}},
+     "tracepoint:syscalls:sys_enter_getppid { @s[tid] = 1; } "
+     "tracepoint:syscalls:sys_exit_getppid { delete(@s[tid]); }"),
     # A profile (a "profiles" entry: no "type"): kernel and user stacks per process, counted.
     ("kernel + user stacks profile", {"name": "p", "event": GETPPID, "engine": "bpf"},
      "tracepoint:syscalls:sys_enter_getppid { @[kstack, ustack] = count(); }"),

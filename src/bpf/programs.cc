@@ -698,6 +698,19 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   }
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
+  if (!s.observe) {  // an inflight gauge: the start taken out, no time read, nothing observed
+    TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
+    EmitMatchKey(&a, s.match);
+    a.LoadMapFd(R1, maps.starts);
+    StackPtr(&a, R2, kMatchOff);
+    a.Call(BPF_FUNC_map_delete_elem);
+    a.Jump(BPF_JEQ, R0, 0, out);
+    EmitStat(&a, maps, kNoStart);
+    a.Bind(out);
+    a.Bind(filtered);
+    EmitReturn(&a, s.probe);
+    return a.Finish();
+  }
   TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));
   EmitStat(&a, maps, kNoStart);
   a.Goto(out);
@@ -728,14 +741,12 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   EmitStat(&a, maps, kExpired);
   a.Goto(out);
   a.Bind(in_time);
-  if (s.observe) {  // else an inflight gauge: taking the start out was all
-    EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
-    if (s.native) {
-      EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
-    } else {
-      EmitFindHistogram(&a, maps, out);
-      EmitObserve(&a, s.thresholds, false);
-    }
+  EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
+  if (s.native) {
+    EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
+  } else {
+    EmitFindHistogram(&a, maps, out);
+    EmitObserve(&a, s.thresholds, false);
   }
   a.Bind(out);
   a.Bind(filtered);

@@ -250,8 +250,10 @@ struct LatencyEndShape {
   std::vector<uint64_t> thresholds;   // over nanoseconds: Thresholds(buckets, 1e-9, false)
   uint64_t timeout_ns = 0;            // older starts are expired, not observed
   std::optional<NativeShape> native;  // native cells after the labels (rounded to 8 bytes)
-  // false (an inflight gauge): the end only takes its start out of the starts map (the gauge is
-  // the map's entries counted by start labels in user space); nothing is observed.
+  // false (an inflight gauge): the end only deletes its start from the starts map (the gauge is
+  // the map's entries counted by start labels in user space; no start: kNoStart); no time is
+  // read and nothing observed. An expired start it deletes is not counted kExpired (the gauge
+  // left it out already).
   bool observe = true;
 };
 
