@@ -84,6 +84,9 @@ Status BpfMetric::Build(bool create) {
     if (latency()) {
       TPE_RETURN_IF_ERROR(CheckThresholds(*spec_.buckets, 1e-9, false));
       thresholds_ = Thresholds(*spec_.buckets, 1e-9, false);
+      // No labels, classic buckets: a 1-entry per-CPU array (programs.h keyless_series).
+      keyless_ = start_key_.size + key_.size == 0 && !spec_.native;
+      if (keyless_) key_size_ = 4;
     }
   } else if (gauge_kind) {
     key_size_ = key_.MapKeySize();  // a hash even without labels: one series under a zero key
@@ -241,6 +244,7 @@ Status BpfMetric::Build(bool create) {
         e.timeout_ns = spec_.timeout_ns;
         e.native = native;
         e.observe = latency();
+        e.keyless_series = keyless_;
         return add("end", &spec_.end, EmitLatencyEnd(e, fds));
       }
     }

@@ -696,6 +696,9 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
                          " key bytes with native buckets (at most " + std::to_string(kMaxKeyBytes - kNativeCellBytes) +
                          ")");
   }
+  if (s.keyless_series && (s.start_label_bytes + s.labels.size != 0 || s.native)) {
+    return Internal("a key-less latency series with labels or native buckets");
+  }
   Assembler a;
   Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
   if (!s.observe) {  // an inflight gauge: the start taken out, no time read, nothing observed
@@ -723,7 +726,7 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   a.Bind(forward);
   const uint32_t key_bytes =
       s.native ? cell_off + kNativeCellBytes : std::max<uint32_t>(8, s.start_label_bytes + s.labels.size);
-  a.ZeroStack(kKeyOff, Align8(key_bytes));
+  if (!s.keyless_series) a.ZeroStack(kKeyOff, Align8(key_bytes));
   for (uint32_t i = 0; i < s.start_label_bytes; i += 8) {  // the start labels, kept beside the time
     a.Load(8, R1, R0, static_cast<int16_t>(8 + i));
     a.Store(8, R10, static_cast<int16_t>(kKeyOff + static_cast<int>(i)), R1);
@@ -744,6 +747,9 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
   if (s.native) {
     EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
+  } else if (s.keyless_series) {
+    EmitFindKeyless(&a, maps, R8, out);
+    EmitObserve(&a, s.thresholds, false);
   } else {
     EmitFindHistogram(&a, maps, out);
     EmitObserve(&a, s.thresholds, false);

@@ -255,6 +255,9 @@ struct LatencyEndShape {
   // read and nothing observed. An expired start it deletes is not counted kExpired (the gauge
   // left it out already).
   bool observe = true;
+  // No labels and classic buckets: the one series is entry 0 of a 1-entry per-CPU array of
+  // MapFds::values (as a key-less histogram's), found without hashing a key.
+  bool keyless_series = false;
 };
 
 // A gauge's program (collectors/gauge.h kinds on the bpf engine), keyed by its labels in a

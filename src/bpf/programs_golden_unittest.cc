@@ -149,6 +149,7 @@ TEST(ProgramsGoldenTest, EnterExitLatencyWithoutLabels) {
   end.match = {Int(exit, "common_pid")};
   end.thresholds = Thresholds(*Buckets::Exp2(1e-6, 1), 1e-9, false);
   end.timeout_ns = 10'000'000'000;
+  end.keyless_series = true;  // as BpfMetric makes it without labels
   ExpectGolden("latency_end_nolabels", EmitLatencyEnd(end, Fds()));
 }
 

@@ -34,9 +34,37 @@ using testing::ForkWaiting;
 using testing::Release;
 using testing::RunPipeline;
 
-void NanosleepRaw(long ns) {
-  timespec ts{0, ns};
-  syscall(SYS_nanosleep, &ts, nullptr);
+using testing::NanosleepRaw;
+
+// A latency metric without labels (on bpf: its one series in a 1-entry per-CPU array, found
+// without hashing a key): 10 nanosleeps of 2 ms are 10 observations above 1 ms, in one series.
+using LabelLessLatencyTest = testing::EngineTest;
+TPE_INSTANTIATE_ENGINES(LabelLessLatencyTest);
+
+TEST_P(LabelLessLatencyTest, EverySleepOnceInItsOneSeries) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  int go;
+  pid_t child = ForkWaiting(&go, [] {
+    for (int i = 0; i < 10; ++i) NanosleepRaw(2'000'000);
+  });
+  const std::string pid = std::to_string(child);
+  auto snap = RunPipeline(R"({"metrics": [{"name": "sleep_seconds", "type": "latency",
+      "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid + R"("},
+      "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"], "filter": "common_pid == )" +
+                              pid + R"("},
+      "buckets": {"type": "explicit", "bounds": [0.001, 10]}}]})",
+                          [&] { Release(go, child); });
+  const MetricSnapshot* m = FindMetric(snap, "sleep_seconds");
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->series.size(), 1u);
+  EXPECT_TRUE(m->series[0].labels.empty());
+  EXPECT_EQ(m->series[0].count, 10u);
+  EXPECT_EQ(m->series[0].bucket_counts, (std::vector<uint64_t>{0, 10, 0}));
+  EXPECT_GE(m->series[0].sum, 0.02);
+  EXPECT_EQ(
+      testing::FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total", {{"metric", "sleep_seconds"}}) != nullptr,
+      IsBpf());
 }
 
 // 20 nanosleeps of 2 ms and 20 of 20 ms: 40 observations in (1 ms, 100 ms], at least the 20

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -133,6 +134,12 @@ inline void Release(int go, pid_t pid) {
   int status = 0;
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// nanosleep(2) for `ns` nanoseconds by the raw syscall (the libc wrapper may use clock_nanosleep).
+inline void NanosleepRaw(long ns) {
+  timespec ts{0, ns};
+  syscall(SYS_nanosleep, &ts, nullptr);
 }
 
 // Replaces the file at `path` with `text` (a config for a Daemon to load or reload).

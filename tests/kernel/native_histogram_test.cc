@@ -102,10 +102,7 @@ TEST_P(KernelNativeHistogramTest, WriteSizesInPrometheusBuckets) {
   EXPECT_EQ(AsMap(rn.negative), want_neg);
 }
 
-void NanosleepRaw(long ns) {
-  timespec ts{0, ns};
-  syscall(SYS_nanosleep, &ts, nullptr);
-}
+using testing::NanosleepRaw;
 
 // 100 sleeps of 1 ms and 50 of 10 ms, observed into native buckets (schema 3) and classic
 // power-of-two buckets at once: every classic bound 2^j is the upper bound of native bucket
