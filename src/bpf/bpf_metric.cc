@@ -749,15 +749,20 @@ void BpfMetric::ExtremeSeries(MetricSnapshot* s) const {
   }
   const bool is_signed = spec_.value && spec_.value->is_signed;
   const size_t record = kExtremeSlots * (closed % kExtremeRecords);  // window w is in record w & 1
-  const std::map<std::string, std::vector<uint64_t>> values = series_->Read();
+  // Per program key (program keys that render one label set combine like CPUs, not added).
+  std::map<std::string, std::vector<const uint64_t*>> by_labels;  // label key -> its CPUs' records
+  const auto values = series_->ReadEach();
   read_through_.store(closed);  // the sweep may take a series now empty of unread windows
+  const size_t per_cpu = kExtremeSlots * kExtremeRecords;
   for (const auto& [key, v] : values) {
+    auto& records = by_labels[key];
+    for (size_t c = 0; (c + 1) * per_cpu <= v.size(); ++c) records.push_back(v.data() + c * per_cpu + record);
+  }
+  for (const auto& [key, records] : by_labels) {
     bool have = false;
     double best = 0;
     uint64_t best_time = 0;
-    const size_t per_cpu = kExtremeSlots * kExtremeRecords;
-    for (size_t c = 0; (c + 1) * per_cpu <= v.size(); ++c) {
-      const uint64_t* cpu = v.data() + c * per_cpu + record;
+    for (const uint64_t* cpu : records) {
       if (cpu[kExtremeWindow] != closed) continue;  // nothing of the closed window on this CPU
       const uint64_t raw = cpu[kExtremeValue];
       const double x =

@@ -14,8 +14,9 @@
 //    in the epoch map, waits for an RCU grace period (loader.h WaitForProgramRuns: every program
 //    run that read the old number has returned), then combines the CPUs' records of the closed
 //    window, which no run writes again before the next scrape opens window + 2: no value of a
-//    window is lost or shown twice. A series goes when it has been idle for idle_ns and holds no
-//    window after the last one a scrape read (MapSeries::SetMayIdle, kWindowed).
+//    window is lost to a racing scrape or shown twice (the sweep's own race: MapSeries::SetMayIdle). A series goes when
+//    it has been idle for idle_ns and holds no window after the last one a scrape read (MapSeries::SetMayIdle,
+//    kWindowed).
 //
 // Lifecycle: Create() builds the maps and loads (verifies) the programs without attaching them
 // — so a plan can be checked, and an unchanged metric kept across a reload keeps its maps and
@@ -184,7 +185,8 @@ class BpfMetric : public Collector {
   // Hits not counted because a map update failed with ENOMEM (the kernel could not allocate
   // the element; kNoMemory in every program): not a cardinality drop.
   uint64_t no_memory() const;
-  // Kernel memory of this metric's maps (values, starts, zero and stats maps), bytes, as the
+  // Kernel memory of this metric's maps (values, zero, starts, stack, epoch, stats and probe
+  // record maps), bytes, as the
   // kernel charges it (MapMemoryBytes). 0 when not loaded.
   uint64_t map_memory_bytes() const;
 

@@ -141,6 +141,39 @@ TEST(GaugeProgramTest, ExtremesKeepTheWindowsValueAndANewWindowReplacesIt) {
   }
 }
 
+// An inflight gauge's end (LatencyEndShape::observe false) deletes its start and nothing else;
+// an end without a start counts kNoStart.
+TEST(GaugeProgramTest, InflightEndOnlyTakesItsStartOut) {
+  EventFormat fmt = Event("sched", "sched_switch");
+  LatencyStartShape start;
+  start.match = {*IntegerField(*fmt.FindField("prev_pid"))};
+  start.labels = CpuKey();
+  LatencyEndShape end;
+  end.match = start.match;
+  end.start_label_bytes = start.labels.size;
+  end.observe = false;
+  auto start_prog = EmitLatencyStart(start, Fds());
+  auto end_prog = EmitLatencyEnd(end, Fds());
+  ASSERT_TRUE(start_prog.ok() && end_prog.ok()) << start_prog.status().ToString() << end_prog.status().ToString();
+  Interpreter in;
+  AddMaps(&in, 8, 16, 100);
+  FakeMap starts;
+  starts.type = BPF_MAP_TYPE_HASH;
+  starts.key_size = 8;
+  starts.value_size = 8 + start.labels.MapKeySize();
+  starts.max_entries = 100;
+  in.AddMap(kStartsFd, starts);
+  for (int32_t pid : {7, 8}) RunProg(&in, *start_prog, Switch("p", pid, 2, 0, "n", 3), FakeTask{1, 2, 1, "t", 0, 50});
+  EXPECT_EQ(in.map(kStartsFd)->entries.size(), 2u);
+  RunProg(&in, *end_prog, Switch("p", 7, 2, 0, "n", 3), FakeTask{1, 2, 0, "t", 0, 90});
+  EXPECT_EQ(in.map(kStartsFd)->entries.size(), 1u);
+  EXPECT_EQ(StatOf(&in, kNoStart), 0u);
+  RunProg(&in, *end_prog, Switch("p", 9, 2, 0, "n", 3), FakeTask{1, 2, 0, "t", 0, 95});
+  EXPECT_EQ(StatOf(&in, kNoStart), 1u);
+  EXPECT_EQ(in.map(kStartsFd)->entries.size(), 1u);
+  EXPECT_TRUE(in.map(kValuesFd)->entries.empty()) << "nothing observed";
+}
+
 TEST(GaugeProgramTest, RefusesAnExtremeWithoutAValue) {
   GaugeShape s;
   s.op = GaugeShape::Op::kMax;

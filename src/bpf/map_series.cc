@@ -43,6 +43,10 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   Removed removed;
   if ((idle_ns == 0 && !dead) || shape_.array) return removed;  // no series could go: no map reads
   std::lock_guard<std::mutex> lock(mu_);
+  // A standing gauge's retired value of an exited task goes with the task (SetMayIdle).
+  if (may_idle_ && gauge_ == Gauge::kStanding && dead) {
+    for (auto it = retired_.begin(); it != retired_.end();) it = dead(it->first) ? retired_.erase(it) : std::next(it);
+  }
   std::map<std::string, State> next;
   std::vector<uint64_t> raw(static_cast<size_t>(shape_.slots) * shape_.cpus);
   std::vector<MapEntry> entries = ReadMap(map_.get(), shape_, &batch_);
@@ -104,10 +108,11 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
           next.emplace(std::move(e.key), std::move(states[i]));
           continue;
         }
-        if (gauge_ == Gauge::kStanding) {
-          AddInto(&retired_[label_keys[i]], taken);
-        } else {
+        if (gauge_ == Gauge::kWindowed) {
           ++lost_;
+        } else {  // a program re-created it: the taken value joins the live one on the page
+          AddInto(&retired_[label_keys[i]], taken);
+          continue;  // still on the page: not removed
         }
       }
       ++(idle ? removed.idle : removed.exited);
@@ -130,6 +135,16 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
   }
   state_.swap(next);
   return removed;
+}
+
+std::vector<std::pair<std::string, std::vector<uint64_t>>> MapSeries::ReadEach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> out;
+  for (MapEntry& e : ReadMap(map_.get(), shape_, &batch_)) {
+    state_[e.key].exported = e.value;
+    out.emplace_back(label_key_(e.key), std::move(e.value));
+  }
+  return out;
 }
 
 uint64_t MapSeries::lost() const {

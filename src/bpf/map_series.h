@@ -63,9 +63,15 @@ class MapSeries {
   //    of an exited task waits for `may_idle` too.
   // A value a program changed between the walk and the take, so that `may_idle` fails on the
   // value taken, is put back (BPF_NOEXIST); if a program re-created the key meanwhile, a
-  // standing value is retired instead (added to the live one, kept while not idle) and a
-  // windowed one is lost (counted in lost()). Default (unset): any unchanged series goes idle and
-  // taken-out values are retired. Call before the first Read or Sweep; not with SetSeriesOf.
+  // standing value is retired instead (added to the live one, kept while not idle, dropped when
+  // its task exits) and a windowed one is lost (counted in lost()). Not exact: as for counters
+  // (below), a program that looked the element up just before the take (lookup_and_delete: a
+  // few instructions; lookup, then delete, before Linux 5.14: between the two syscalls) writes
+  // into the taken element: for a standing gauge an offset its series keeps; a windowed value
+  // lost. Both need an event on a series idle for idle_ns within that instant. A windowed
+  // series of an exited task waits for a scrape to read it (no eviction when the map is full). Default (unset): any
+  // unchanged series goes idle and taken-out values are retired. Call before the first Read or Sweep; not with
+  // SetSeriesOf.
   using MayIdleFn = std::function<bool(const std::vector<uint64_t>& value)>;
   enum class Gauge { kStanding, kWindowed };
   void SetMayIdle(MayIdleFn may_idle, Gauge kind) {
@@ -74,6 +80,10 @@ class MapSeries {
   }
   // Windowed values the sweep took out and could not put back (see SetMayIdle).
   uint64_t lost() const;
+
+  // The live entries one by one (label key, value slots), entries that share a label key not
+  // added up, retired values left out: for values that do not add (a windowed gauge's records).
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> ReadEach();
 
   // Label key → value slots (summed over CPUs; live + retired).
   std::map<std::string, std::vector<uint64_t>> Read();

@@ -307,10 +307,13 @@ TEST(MapSeriesTest, GaugeChangedMidSweepIsPutBackOrRetired) {
       EXPECT_EQ(m->entries[Key(1)], 4u);
       EXPECT_EQ(s.Read()[Key(1)][0], 4u);
     } else {
-      EXPECT_EQ(r.idle, 1u);
+      EXPECT_EQ(r.idle, 0u) << "still on the page";
       EXPECT_EQ(s.Read()[Key(1)][0], 5u);
       m->entries.erase(Key(1));
       EXPECT_EQ(s.Read()[Key(1)][0], 4u) << "a retired standing value other than 0 stays";
+      m->on_update = nullptr;
+      s.Sweep(30, 0, [](const std::string&) { return true; });  // its task exited
+      EXPECT_EQ(s.Read().count(Key(1)), 0u) << "a retired standing value goes with its task";
     }
   }
 }

@@ -20,11 +20,16 @@ bool KernelRequired() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-int ScaledForGuest(int n) {
+namespace {
+bool InGuest() {
   const char* v = std::getenv("TPE_IN_VM_GUEST");
-  const bool guest = v != nullptr && std::strcmp(v, "1") == 0;
-  return guest ? std::max(1, n / 4) : n;
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
+}  // namespace
+
+int ScaledForGuest(int n) { return InGuest() ? std::max(1, n / 4) : n; }
+
+int StretchedForGuest(int ms) { return InGuest() ? ms * 4 : ms; }
 
 bool KernelAvailable(std::string* why) {
   auto tracefs = Tracefs::Discover("auto");

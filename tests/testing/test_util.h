@@ -18,6 +18,9 @@ bool KernelRequired();
 // particular count (random filter rounds, fork churn, bursts) scale it down by this much.
 // Returns `n` on a host and n / 4 (at least 1) in a guest.
 int ScaledForGuest(int n);
+// A wait (ms) that must hold some work done at the guest's pace (a ring read, a scrape window
+// with samples in it): `ms` on a host, 4 x ms in a guest.
+int StretchedForGuest(int ms);
 
 }  // namespace tpe::testing
 
