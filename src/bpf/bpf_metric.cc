@@ -21,6 +21,10 @@ bool NamesTasks(const LabelSet& set) {
   return false;
 }
 
+// Whether /proc has no entry for thread `tid`: the reader knows exits from PERF_RECORD_EXIT only
+// when some ring is open, and a bpf-only plan has none.
+bool GoneFromProc(uint32_t tid) { return ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0; }
+
 std::string ProgramName(const std::string& metric, const std::string& role) {
   return "tpe_" + role.substr(0, 3) + "_" + metric;  // cut to 15 characters by the loader
 }
@@ -687,7 +691,7 @@ void BpfMetric::InflightSeries(MetricSnapshot* s) const {
     ++counts[ToLabelKey(start_key_, labels)];
   }
   const LabelSet& labels = spec_.starts.front().labels;
-  const TaskExited gone = [](uint32_t tid) { return ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0; };
+  const TaskExited gone = GoneFromProc;
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> refused;  // this scrape's
   for (auto it = counts.begin(); it != counts.end();) {
@@ -798,10 +802,7 @@ MetricSnapshot BpfMetric::Snapshot() const {
     s.name = spec_.name;
     s.help = spec_.help;
     s.kind = MetricKind::kGauge;
-    s.combine = gauge(BpfMetricSpec::Gauge::kMax)    ? MetricSnapshot::Combine::kMax
-                : gauge(BpfMetricSpec::Gauge::kMin)  ? MetricSnapshot::Combine::kMin
-                : gauge(BpfMetricSpec::Gauge::kLast) ? MetricSnapshot::Combine::kFirst
-                                                     : MetricSnapshot::Combine::kAdd;
+    s.combine = GaugeCollector::CombineOf(spec_.gauge);
     if (inflight_gauge()) {
       InflightSeries(&s);
     } else if (gauge(BpfMetricSpec::Gauge::kUpDown)) {
@@ -845,11 +846,7 @@ MetricSnapshot BpfMetric::Snapshot() const {
 void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited_record) {
   // A profile keeps its stacks for its whole life (collectors/profile.h), on either engine.
   if (spec_.kind == BpfMetricSpec::Kind::kProfile) return;
-  // The reader knows exits from PERF_RECORD_EXIT only when some ring is open; a bpf-only plan
-  // has none, so a task is also gone when /proc has no entry for it.
-  const TaskExited exited = [&exited_record](uint32_t tid) {
-    return exited_record(tid) || ::access(("/proc/" + std::to_string(tid)).c_str(), F_OK) != 0;
-  };
+  const TaskExited exited = [&exited_record](uint32_t tid) { return exited_record(tid) || GoneFromProc(tid); };
   // A series names a task when a pid/tid label does; reading every series costs a syscall
   // each, so only when some series could be removed (MapSeries::Sweep).
   const bool names_tasks =

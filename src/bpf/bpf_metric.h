@@ -65,6 +65,7 @@
 #include "bpf/start_sweep.h"
 #include "collectors/buckets.h"
 #include "collectors/collector.h"
+#include "collectors/gauge.h"
 #include "collectors/label_set.h"
 #include "collectors/native_buckets.h"
 #include "common/scoped_fd.h"
@@ -99,7 +100,8 @@ struct BpfMetricSpec {
   // kGauge: starts = {the start} and end (inflight), starts = {up} and end = down (up/down), or
   // the event as `end` with `value` and `scale` (max/min/last).
   enum class Kind { kCounter, kHistogram, kLatency, kProfile, kGauge } kind = Kind::kCounter;
-  enum class Gauge { kInflight, kUpDown, kMax, kMin, kLast } gauge = Gauge::kInflight;
+  using Gauge = GaugeCollector::Kind;  // the perf engine's kinds (collectors/gauge.h)
+  Gauge gauge = Gauge::kInflight;
   std::string name, help;
   // counter and histogram: starts is empty and `end` is the event.
   std::vector<BpfEndpoint> starts;

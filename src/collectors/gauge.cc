@@ -193,10 +193,7 @@ MetricSnapshot GaugeCollector::Snapshot() const {
   m.name = name_;
   m.help = help_;
   m.kind = MetricKind::kGauge;
-  m.combine = kind_ == Kind::kMax    ? MetricSnapshot::Combine::kMax
-              : kind_ == Kind::kMin  ? MetricSnapshot::Combine::kMin
-              : kind_ == Kind::kLast ? MetricSnapshot::Combine::kFirst
-                                     : MetricSnapshot::Combine::kAdd;
+  m.combine = CombineOf(kind_);
   const bool extreme = kind_ != Kind::kInflight && kind_ != Kind::kUpDown;
   // Closes the window: writers from now on start a new one.
   const uint64_t w = extreme ? window_.fetch_add(1, std::memory_order_acq_rel) : 0;

@@ -63,6 +63,14 @@ struct GaugeSeries {
 class GaugeCollector : public Collector {
  public:
   enum class Kind { kInflight, kUpDown, kMax, kMin, kLast };
+  // How two series of one label set combine on a page (MetricSnapshot::combine): max keeps the
+  // larger, min the smaller, last the first; inflight and up/down add. Both engines.
+  static MetricSnapshot::Combine CombineOf(Kind kind) {
+    return kind == Kind::kMax    ? MetricSnapshot::Combine::kMax
+           : kind == Kind::kMin  ? MetricSnapshot::Combine::kMin
+           : kind == Kind::kLast ? MetricSnapshot::Combine::kFirst
+                                 : MetricSnapshot::Combine::kAdd;
+  }
 
   // One event of the gauge. kInflight: sides[0] is the start, sides[1] the end (`key`: the match
   // fields, equal in size on both; `labels` of the start). kUpDown: sides[0] up, sides[1] down

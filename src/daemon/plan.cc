@@ -80,6 +80,15 @@ std::string Quote(const std::vector<std::string>& names) {
 
 namespace plan_internal {
 
+GaugeCollector::Kind GaugeKind(const MetricConfig& m) {
+  using Kind = GaugeCollector::Kind;
+  return m.gauge == "inflight" ? Kind::kInflight
+         : m.gauge == "updown" ? Kind::kUpDown
+         : m.gauge == "max"    ? Kind::kMax
+         : m.gauge == "min"    ? Kind::kMin
+                               : Kind::kLast;
+}
+
 Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
                          const EventFormat& down_format) {
   const std::vector<LabelConfig>& up = m.up.has_labels ? m.up.labels : m.labels;
@@ -525,9 +534,8 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
   using Kind = GaugeCollector::Kind;
   std::vector<GaugeCollector::Side> sides;
   std::vector<std::vector<EventPlan*>> side_eps;
-  Kind kind = Kind::kLast;
+  const Kind kind = GaugeKind(m);
   if (m.gauge == "inflight") {
-    kind = Kind::kInflight;
     const EndpointConfig& sc = m.starts[0];
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
                                                                       sc.json_path, tracefs, enums, check_filters));
@@ -544,7 +552,6 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     side_eps.push_back(std::move(start_eps));
     side_eps.push_back(std::move(end_eps));
   } else if (m.gauge == "updown") {
-    kind = Kind::kUpDown;
     for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
       TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
                                                                   sc->json_path, tracefs, enums, check_filters));
@@ -564,7 +571,6 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     }
     TPE_RETURN_IF_ERROR(CheckUpDownLabels(cfg, m, side_eps[0][0]->format, side_eps[1][0]->format));
   } else {
-    kind = m.gauge == "max" ? Kind::kMax : m.gauge == "min" ? Kind::kMin : Kind::kLast;
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
                          GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
     GaugeCollector::Side side;

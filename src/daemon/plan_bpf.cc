@@ -184,11 +184,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                 : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
                 : m.type == "gauge"     ? BpfMetricSpec::Kind::kGauge
                                         : BpfMetricSpec::Kind::kCounter;
-    spec.gauge = m.gauge == "updown" ? BpfMetricSpec::Gauge::kUpDown
-                 : m.gauge == "max"  ? BpfMetricSpec::Gauge::kMax
-                 : m.gauge == "min"  ? BpfMetricSpec::Gauge::kMin
-                 : m.gauge == "last" ? BpfMetricSpec::Gauge::kLast
-                                     : BpfMetricSpec::Gauge::kInflight;
+    spec.gauge = GaugeKind(m);
     if (m.type == "profile") {
       spec.kernel_stack = m.stack != "user";
       spec.user_stack = m.stack != "kernel";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bpf/loader.h"
+#include "collectors/gauge.h"
 #include "collectors/native_buckets.h"
 #include "daemon/plan.h"
 
@@ -26,6 +27,8 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 // label sets sampled_ep->cgroup and creates plan->cgroups.
 StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
                                EventPlan* sampled_ep, Plan* plan);
+// The kind of a gauge metric (its config's "gauge": inflight, updown, max, min, last).
+GaugeCollector::Kind GaugeKind(const MetricConfig& m);
 // An up/down gauge's sides (their events' formats): the same labels — name, source, decode —
 // from fields of one type, so one series is one label set whichever side built it. Errors:
 // InvalidArgument naming the down side's label and what it must match.

@@ -20,6 +20,7 @@
 namespace tpe {
 namespace {
 
+using testing::ExpectEngine;
 using testing::FindMetric;
 using testing::FindSeries;
 using testing::RunPipelineWith;
@@ -28,12 +29,6 @@ using testing::WaitFor;
 double Gauge(const std::vector<MetricSnapshot>& snap, const std::string& name, const LabelPairs& labels = {}) {
   const SeriesSnapshot* s = FindSeries(snap, name, labels);
   return s == nullptr ? -1e9 : s->value;
-}
-
-// The engine the metric ran on: bpf metrics report their programs' runs.
-void ExpectEngine(const std::vector<MetricSnapshot>& snap, const std::string& metric, bool bpf) {
-  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total", {{"metric", metric}}) != nullptr, bpf)
-      << metric << " should run on " << (bpf ? "bpf" : "perf");
 }
 
 class KernelGaugeTest : public testing::EngineTest {};

@@ -311,6 +311,12 @@ inline const SeriesSnapshot* FindSeries(const std::vector<MetricSnapshot>& all, 
   return nullptr;
 }
 
+// Expects `metric` to have run on the bpf engine (its programs' runs are reported) or not.
+inline void ExpectEngine(const std::vector<MetricSnapshot>& snap, const std::string& metric, bool bpf) {
+  EXPECT_EQ(FindSeries(snap, "tracepoint_exporter_bpf_program_runs_total", {{"metric", metric}}) != nullptr, bpf)
+      << metric << " should run on " << (bpf ? "bpf" : "perf");
+}
+
 // The value of FindSeries(all, metric, labels), or -1 when there is no such series (no count or
 // sum a test expects is negative, so an absent series fails the comparison instead of crashing
 // the test binary).
