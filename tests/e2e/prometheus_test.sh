@@ -45,7 +45,15 @@ cat >"$WORK/config.json" <<'JSON'
    "start": {"event": "syscalls:sys_enter_nanosleep", "key": ["common_pid"]},
    "end": {"event": "syscalls:sys_exit_nanosleep", "key": ["common_pid"]},
    "labels": [{"name": "comm", "source": "comm", "from": "start"}],
-   "buckets": {"type": "native", "schema": 3}}
+   "buckets": {"type": "native", "schema": 3}},
+  {"name": "getppid_balance_perf", "type": "gauge", "engine": "perf", "labels": [{"name": "comm", "source": "comm"}],
+   "up": {"event": "syscalls:sys_enter_getppid"}, "down": {"event": "syscalls:sys_enter_getpgid"}},
+  {"name": "getppid_balance_bpf", "type": "gauge", "engine": "bpf", "labels": [{"name": "comm", "source": "comm"}],
+   "up": {"event": "syscalls:sys_enter_getppid"}, "down": {"event": "syscalls:sys_enter_getpgid"}},
+  {"name": "write_max_bytes_perf", "type": "gauge", "engine": "perf",
+   "max": {"event": "syscalls:sys_enter_write", "field": "count", "filter": "comm == \"tpe_write\""}},
+  {"name": "write_max_bytes_bpf", "type": "gauge", "engine": "bpf",
+   "max": {"event": "syscalls:sys_enter_write", "field": "count", "filter": "comm == \"tpe_write\""}}
 ]}
 JSON
 start_daemon "$BIN" "$WORK/config.json" "$WORK/daemon.log" || { cat "$WORK/daemon.log"; exit 1; }
@@ -112,6 +120,10 @@ python3 -c 'import ctypes; libc = ctypes.CDLL(None); libc.prctl(15, b"tpe_native
 for ns, n in ((1_000_000, 100), (10_000_000, 50)):
     ts = (ctypes.c_long * 2)(0, ns)
     for _ in range(n): libc.syscall(35, ts, None)'
+# Writes of 100, 7777 and 300 bytes from tpe_write, for the max gauges.
+python3 -c 'import ctypes, os; libc = ctypes.CDLL(None); libc.prctl(15, b"tpe_write", 0, 0, 0)
+fd = os.open("/dev/null", os.O_WRONLY)
+for n in (100, 7777, 300): os.write(fd, b"x" * n)'
 
 sleep 2.5
 T2=$(date +%s.%N)
@@ -142,6 +154,14 @@ for m in sleep_native_seconds sleep_native_bpf_seconds; do
     n=$(query "sum(${m}_bucket{comm=\"tpe_native\",le=\"+Inf\"})")
     check "$m: text +Inf bucket == 150 (got ${n:-none})" test "${n%.*}" == 150
   fi
+done
+# Gauges, both engines: up on getppid, down on getpgid (the trigger makes only getppid calls):
+# 100 + 4321 up; the largest write of a scrape window, seen by some scrape.
+for e in perf bpf; do
+  g=$(query "getppid_balance_$e{comm=\"tpe_prom\"}" "$T2")
+  check "up/down gauge ($e): 4421 getppid() up, none down (got ${g:-none})" test "${g%.*}" == 4421
+  w=$(query "max_over_time(write_max_bytes_$e[30s])" "$T2")
+  check "max gauge ($e): the 7777-byte write in some window (got ${w:-none})" test "${w%.*}" == 7777
 done
 check "promtool accepts deploy/prometheus/alerts.yml" promtool check rules "$SRC/deploy/prometheus/alerts.yml"
 check "promtool accepts deploy/prometheus/prometheus.yml" promtool check config "$SRC/deploy/prometheus/prometheus.yml"
