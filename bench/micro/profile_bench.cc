@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/file_util.h"
-#include "profile/render.h"
+#include "profile/renderer.h"
 
 namespace tpe {
 namespace {
@@ -32,7 +32,15 @@ long MaxRssKiB() {
   return ru.ru_maxrss;
 }
 
+// The files frames lie in, shared by the stacks and the renders (the pipeline's).
+MappedFiles& Files() {
+  static auto* files = new MappedFiles();
+  return *files;
+}
+
+// User frames are normalized when samples are read; the stacks arrive at a render as frames.
 std::vector<StackCount> Stacks(size_t n) {
+  static auto* images = new ProcessImages(&Files());
   std::vector<uint64_t> kernel_ips;  // 10 text symbols of the kernel image, 4 bytes in
   auto text = ReadFileToString("/proc/kallsyms");
   std::istringstream in(text.ok() ? *text : std::string());
@@ -49,8 +57,10 @@ std::vector<StackCount> Stacks(size_t n) {
     sc.labels = {{"comm", "bench" + std::to_string(i % 16)}};
     sc.pid = static_cast<uint32_t>(getpid());
     sc.kernel = kernel_ips;
-    for (int d = 0; d < 12; ++d) sc.user.push_back(f + 1 + static_cast<uint64_t>((i * 12 + d) % 24));
-    sc.user[0] = f + 1 + (i % 24) + 24 * (i / 24 % 400);  // distinct per stack (maybe past the function)
+    std::vector<uint64_t> user;
+    for (int d = 0; d < 12; ++d) user.push_back(f + 1 + static_cast<uint64_t>((i * 12 + d) % 24));
+    user[0] = f + 1 + (i % 24) + 24 * (i / 24 % 400);  // distinct per stack (maybe past the function)
+    images->Normalize(sc.pid, user, 1, &sc.user_frames);
     sc.value = i + 1;
   }
   return out;
@@ -69,7 +79,7 @@ const std::shared_ptr<const Kallsyms>& SharedKallsyms() {
 }
 
 size_t Render(const std::vector<StackCount>& stacks, bool folded) {
-  Symbolizer sym("/proc", SharedKallsyms());
+  Symbolizer sym(&Files(), SharedKallsyms());
   PprofBuilder b("samples", "count");
   AddStacks(stacks, &sym, &b);
   if (folded) return FoldedStacks(b.profile()).size();

@@ -107,7 +107,10 @@ Status BpfMetric::Build(bool create) {
       if (!same) return Unimplemented("up and down labels laid out differently in the program's key");
     }
   } else if (spec_.kind == Kind::kProfile) {
-    key_size_ = key_.size + static_cast<uint32_t>(sizeof(StackKey));
+    // The StackKey 8-byte aligned (its image_ns is stored as a u64: the verifier refuses a
+    // misaligned stack access), the padding zero.
+    cell_off_ = (key_.size + 7) & ~7u;
+    key_size_ = cell_off_ + static_cast<uint32_t>(sizeof(StackKey));
     if (key_size_ > kMaxKeyBytes) {
       return Unimplemented("labels of " + std::to_string(key_.size) + " key bytes (a bpf profile takes at most " +
                            std::to_string(kMaxKeyBytes - sizeof(StackKey)) + ")");
@@ -176,7 +179,7 @@ Status BpfMetric::Build(bool create) {
         s.probe = probe_of(spec_.end);
         s.key = key_;
         s.key.size = key_size_;
-        s.stacks = CounterShape::Stacks{spec_.kernel_stack, spec_.user_stack, key_.size};
+        s.stacks = CounterShape::Stacks{spec_.kernel_stack, spec_.user_stack, cell_off_};
         s.perf_event = spec_.end.clock;
         if (spec_.off_cpu) {
           OffCpuShape o;
@@ -300,6 +303,7 @@ Status BpfMetric::Build(bool create) {
     TPE_ASSIGN_OR_RETURN(stacks_,
                          CreateMap(BPF_MAP_TYPE_STACK_TRACE, "tpe_stacks", 4, 8 * spec_.max_frames, spec_.max_stacks));
     fds.stacks = stacks_.get();
+    fds.image_stamps = spec_.user_stack ? spec_.image_stamps_fd : -1;
     if (spec_.off_cpu) {  // the switched-out tasks: thread id -> {u64 time, key}
       const uint32_t blocked_value = 8 + key_size_;
       const uint32_t inflight = static_cast<uint32_t>(spec_.max_inflight);

@@ -123,6 +123,9 @@ struct BpfMetricSpec {
   bool kernel_stack = true, user_stack = true;
   uint32_t max_stacks = 10000;
   uint32_t max_frames = 127;
+  // kProfile with a user stack: the map of process image stamps (bpf/image_stamps.h; not owned,
+  // lives as long as the process), or -1 (every key's image_ns 0: the image that predates).
+  int image_stamps_fd = -1;
   // kProfile on a clock (end.clock): the ns of the clock each sample stands for (the events'
   // fixed sample_period), the profile's scale.
   uint64_t clock_period_ns = 0;
@@ -215,10 +218,12 @@ class BpfMetric : public Collector {
   // The map of series (program key → per-CPU values), for tests and benchmarks that fill it.
   int values_fd() const { return values_.get(); }
   // kProfile: the stack map (stack id → max_frames u64 instruction pointers, zero-padded), and
-  // the program key's layout (labels; the StackKey follows at key_layout().size).
+  // the program key's layout (labels; a profile's StackKey follows at stack_key_offset()).
   int stacks_fd() const { return stacks_.get(); }
   const KeyLayout& key_layout() const { return key_; }
   uint32_t key_size() const { return key_size_; }
+  // kProfile: where the StackKey is in the key (the labels' size rounded up to 8 bytes).
+  uint32_t stack_key_offset() const { return cell_off_; }
   const BpfMetricSpec& spec() const { return spec_; }
 
  private:

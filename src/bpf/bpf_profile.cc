@@ -68,12 +68,15 @@ BpfProfile::Read BpfProfile::ReadAll(bool resolve) const {
   KernelMap map(metric_->values_fd());
   std::lock_guard<std::mutex> lock(mu_);
   for (MapEntry& e : ReadMap(&map, shape, &batch_)) {
-    if (e.key.size() < layout.size + sizeof(StackKey) || e.value.empty()) continue;
+    const size_t at = metric_->stack_key_offset();
+    if (e.key.size() < at + sizeof(StackKey) || e.value.empty()) continue;
     StackKey sk;
-    std::memcpy(&sk, e.key.data() + layout.size, sizeof(sk));
+    std::memcpy(&sk, e.key.data() + at, sizeof(sk));
     StackCount sc;
     sc.labels = labels.Render(ToLabelKey(layout, std::string_view(e.key).substr(0, layout.size)));
     sc.pid = sk.tgid;
+    // Without the stamps (bpf/image_stamps.h), the process's latest image.
+    sc.image_ns = metric_->spec().image_stamps_fd >= 0 ? sk.image_ns : ~0ull;
     sc.value = e.value[0];
     r.samples += sc.value;
     // A kernel thread has no user stack (-EFAULT: empty, not lost); an event's kernel stack

@@ -479,7 +479,8 @@ bool CountsRuns(const HistogramShape& s) { return s.native || !(s.key.size == 0 
 
 namespace {
 
-// Fills a profile's StackKey at R10 + `off` (CounterShape::stacks) from the ctx in R9.
+// Fills a profile's StackKey at R10 + `off` (CounterShape::stacks) from the ctx in R9: the
+// process, the stack ids, and the process image of the user stack (MapFds::image_stamps).
 // Clobbers R0-R5.
 void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& maps, int16_t off) {
   a->Call(BPF_FUNC_get_current_pid_tgid);
@@ -498,6 +499,20 @@ void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& ma
   };
   id(st.kernel, 0, offsetof(StackKey, kernel_id));
   id(st.user, BPF_F_USER_STACK, offsetof(StackKey, user_id));
+  // The process image the user stack is of: image_stamps[tgid], else 0.
+  const int16_t image = static_cast<int16_t>(off + offsetof(StackKey, image_ns));
+  a->StoreImm(8, R10, image, 0);
+  if (st.user && maps.image_stamps >= 0) {
+    Label none = a->NewLabel();
+    a->LoadMapFd(R1, maps.image_stamps);
+    a->MovReg(R2, R10);
+    a->Alu(BPF_ADD, R2, static_cast<int32_t>(off + offsetof(StackKey, tgid)));
+    a->Call(BPF_FUNC_map_lookup_elem);
+    a->Jump(BPF_JEQ, R0, 0, none);
+    a->Load(8, R0, R0, 0);
+    a->Store(8, R10, image, R0);
+    a->Bind(none);
+  }
 }
 
 // values[key at R10 + kKeyOff] += R7 (a per-CPU hash of u64), the series created when new: on

@@ -141,13 +141,14 @@ std::vector<uint64_t> Thresholds(const Buckets& buckets, double scale, bool is_s
 Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed);
 
 struct MapFds {
-  int stats = -1;   // per-CPU array, kStatCount u64
-  int values = -1;  // counter/histogram/latency-end: the (per-CPU) hash of series
-  int zero = -1;    // histogram/latency-end: a 1-entry array of a zeroed value (new series)
-  int starts = -1;  // latency: the hash of in-flight starts
-  int record = -1;  // probe programs: the per-CPU array (1 entry) of the materialized record
-  int stacks = -1;  // profiles: the BPF_MAP_TYPE_STACK_TRACE map of stacks
-  int epoch = -1;   // max/min/last gauges: a 1-entry array of the open scrape window's number (u64)
+  int stats = -1;         // per-CPU array, kStatCount u64
+  int values = -1;        // counter/histogram/latency-end: the (per-CPU) hash of series
+  int zero = -1;          // histogram/latency-end: a 1-entry array of a zeroed value (new series)
+  int starts = -1;        // latency: the hash of in-flight starts
+  int record = -1;        // probe programs: the per-CPU array (1 entry) of the materialized record
+  int stacks = -1;        // profiles: the BPF_MAP_TYPE_STACK_TRACE map of stacks
+  int epoch = -1;         // max/min/last gauges: a 1-entry array of the open scrape window's number (u64)
+  int image_stamps = -1;  // profiles with user stacks: bpf/image_stamps.h's map (tgid -> image start)
 };
 
 // The stack part of a profile's key (CounterShape::stacks), after its labels: the process and
@@ -157,8 +158,12 @@ struct StackKey {
   int32_t kernel_id = 0;  // a stack id (>= 0), or one of the values below
   int32_t user_id = 0;
   uint32_t reserved = 0;  // zero: the key stays 8-byte aligned
+  // With a user stack: when the process's image began (bpf/image_stamps.h: the stamps map's
+  // value for tgid; 0 when it has none, or without MapFds::image_stamps), so its frames are named
+  // with the mappings of that image. 0 without a user stack.
+  uint64_t image_ns = 0;
 };
-static_assert(sizeof(StackKey) == 16);
+static_assert(sizeof(StackKey) == 24);
 // Not a stack id: the part was not asked for (StackKey ids), or bpf_get_stackid()'s errors
 // (kernel/bpf/stackmap.c __bpf_get_stackid): no frames (a kernel thread has no user stack),
 // another stack already holds the id's bucket (a hash collision: BPF_F_REUSE_STACKID is not

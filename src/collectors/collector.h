@@ -46,7 +46,8 @@ struct EngineStat {
 // Whether the task with this thread id (as PERF_RECORD_EXIT reports it) has exited.
 using TaskExited = std::function<bool(uint32_t tid)>;
 
-class StackProfile;  // collectors/profile.h
+class StackProfile;   // collectors/profile.h
+class ProcessImages;  // process/process_images.h
 
 class Collector {
  public:
@@ -97,6 +98,9 @@ class Collector {
   virtual bool is_profile() const { return false; }
   // A profile's stacks (non-null exactly when is_profile()); lives as long as the collector.
   virtual const StackProfile* stack_profile() const { return nullptr; }
+  // Where a profile fed samples normalizes their user frames (not owned; outlives the
+  // collector): set by the reader before it dispatches a sample. Others ignore it.
+  virtual void set_process_images(ProcessImages* /*images*/) {}
   virtual uint64_t unmatched(LatencyUnmatched::Reason /*r*/) const { return 0; }
   virtual size_t inflight() const { return 0; }
   // Engine-specific self-metric values (the bpf engine's program runs, misses, map memory).

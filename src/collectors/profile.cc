@@ -11,7 +11,7 @@ namespace tpe {
 namespace {
 
 // The stack part of a series key, after the labels' key:
-//   u32 pid; u16 kernel frames; u16 user frames; u64 kernel ips[]; u64 user ips[]
+//   u32 pid; u16 kernel frames; u16 user frames; u64 kernel ips[]; {u32 file; u64 offset} user[]
 template <typename T>
 void Append(std::string* key, const T& v) {
   key->append(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -35,8 +35,9 @@ std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::
   using Key = const StackCount*;
   struct Less {
     bool operator()(Key a, Key b) const {
-      return std::tie(a->labels, a->pid, a->kernel, a->user, a->kernel_lost, a->user_lost) <
-             std::tie(b->labels, b->pid, b->kernel, b->user, b->kernel_lost, b->user_lost);
+      return std::tie(a->labels, a->pid, a->kernel, a->user_frames, a->user, a->image_ns, a->kernel_lost,
+                      a->user_lost) <
+             std::tie(b->labels, b->pid, b->kernel, b->user_frames, b->user, b->image_ns, b->kernel_lost, b->user_lost);
     }
   };
   std::map<Key, uint64_t, Less> was;
@@ -81,6 +82,7 @@ ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet 
   ips_.reserve(256);
   chain_.kernel.reserve(128);
   chain_.user.reserve(128);
+  user_frames_.reserve(128);
 }
 
 ProfileCollector::ProfileCollector(std::string name, std::string help, LabelSet labels, size_t max_stacks,
@@ -99,11 +101,20 @@ bool ProfileCollector::BuildKey(const Sample& s, CommTable* comms) {
     return false;
   }
   other_frames_.Add(chain_.other);
+  user_frames_.clear();
+  if (images_ != nullptr) {
+    images_->Normalize(s.pid, chain_.user, s.time_ns, &user_frames_);
+  } else {
+    user_frames_.resize(chain_.user.size());
+  }
   Append(&key_, s.pid);
   Append(&key_, static_cast<uint16_t>(chain_.kernel.size()));
-  Append(&key_, static_cast<uint16_t>(chain_.user.size()));
+  Append(&key_, static_cast<uint16_t>(user_frames_.size()));
   key_.append(reinterpret_cast<const char*>(chain_.kernel.data()), chain_.kernel.size() * sizeof(uint64_t));
-  key_.append(reinterpret_cast<const char*>(chain_.user.data()), chain_.user.size() * sizeof(uint64_t));
+  for (const UserFrame& f : user_frames_) {
+    Append(&key_, f.file);
+    Append(&key_, f.offset);
+  }
   return true;
 }
 
@@ -132,7 +143,6 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     }
     add = static_cast<uint64_t>(raw);
   } else if (clock_) {
-    if (s.pid == 0 && !clock_->include_idle) return;
     add = s.period;
   }
   if (!BuildKey(s, comms)) return;
@@ -205,7 +215,12 @@ std::vector<StackCount> ProfileCollector::Stacks() const {
     const auto nk = ReadAt<uint16_t>(key, &at);
     const auto nu = ReadAt<uint16_t>(key, &at);
     for (uint16_t i = 0; i < nk; ++i) sc.kernel.push_back(ReadAt<uint64_t>(key, &at));
-    for (uint16_t i = 0; i < nu; ++i) sc.user.push_back(ReadAt<uint64_t>(key, &at));
+    for (uint16_t i = 0; i < nu; ++i) {
+      UserFrame f;
+      f.file = ReadAt<FileId>(key, &at);
+      f.offset = ReadAt<uint64_t>(key, &at);
+      sc.user_frames.push_back(f);
+    }
     sc.value = v.Get();
     out.push_back(std::move(sc));
   });

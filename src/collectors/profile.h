@@ -2,10 +2,13 @@
 // "A profile is a metric whose series key includes stacks").
 //
 // OnSample splits the sample's PERF_SAMPLE_CALLCHAIN (decode/callchain.h) and keys the series
-// by the labels' key, the task's pid (user frames are named through its mappings at render
-// time) and the raw instruction pointers: stacks stay raw until a scrape renders them
-// (profile/symbolizer.h), so the hot path does no symbol lookups. With a `value` field the
-// series sums the field instead of counting samples, as CounterCollector does.
+// by the labels' key, the task's pid, the kernel's instruction pointers and the user frames
+// normalized to (file, offset) with the mappings the process had at the sample's time
+// (process/process_images.h: the sample is dispatched in time order with the process's exec,
+// fork and mmap records), so a stack keeps naming the code it was taken in after its process
+// exec'd, exited or its pid was reused. Names come only when a scrape renders the stacks
+// (profile/symbolizer.h): the hot path does no symbol lookups. With a `value` field the series
+// sums the field instead of counting samples, as CounterCollector does.
 //
 // A profile's stacks are kept for its whole life ("since start": /debug/pprof/<name>), so its
 // series are never swept; at max_stacks distinct (labels, stack) series a new one is dropped and
@@ -24,15 +27,22 @@
 #include "collectors/series_table.h"
 #include "decode/callchain.h"
 #include "decode/field_extractor.h"
+#include "process/process_images.h"
 
 namespace tpe {
 
 // One series of a profile, as Stacks() reads it.
 struct StackCount {
   LabelPairs labels;
-  uint32_t pid = 0;              // the sampled task's process (thread group) id
+  uint32_t pid = 0;              // the sampled task's process (thread group) id (0: outside the
+                                 // daemon's pid namespace, on the perf engine)
   std::vector<uint64_t> kernel;  // kernel instruction pointers, leaf first
-  std::vector<uint64_t> user;    // user instruction pointers, leaf first
+  // The user part, leaf first, normalized (the perf engine, at sample time)...
+  std::vector<UserFrame> user_frames;
+  // ... or raw (the bpf engine: user instruction pointers of process `pid`'s image that started
+  // at `image_ns`, ProcessImages::NormalizeAt; 0: the image that predates what was learnt).
+  std::vector<uint64_t> user;
+  uint64_t image_ns = 0;
   // Why the kernel or user part is missing when the engine could not record it (the bpf
   // engine's stack map: "stack map full", "hash collision"): rendered as one frame naming the
   // reason, so the samples still add up. "" when the part was recorded (or not asked for).
@@ -40,7 +50,7 @@ struct StackCount {
   uint64_t value = 0;  // samples, or the sum of the value field's raw integers
 };
 
-// `after` less `before`, series by series (same labels, pid, frames and lost reasons): what a
+// `after` less `before`, series by series (same labels, pid, image, frames and lost reasons): what a
 // profile gained between two Stacks() of one profile (its series only grow: never swept). Series
 // that did not grow are left out; a series smaller in `after` (cannot happen within one
 // profile) is taken whole. Order of `after` kept. Pure.
@@ -73,8 +83,9 @@ class StackProfile {
 };
 
 // A CPU profile's weighting (ProfileCollector): each sample adds the ns of the clock it stands
-// for (Sample::period), and samples of the idle task (pid 0) are dropped unless `include_idle`
-// (the kernel leaves them out already with attr.exclude_idle; this holds whatever it sends).
+// for (Sample::period). The idle task is left out by the kernel (attr.exclude_idle) unless the
+// profile includes it: pid 0 is no reason to drop a sample, as the kernel also reports pid 0 for
+// every task outside the daemon's pid namespace (perf_event_pid_type: task_tgid_nr_ns).
 struct ClockWeight {
   bool include_idle = false;
 };
@@ -118,6 +129,9 @@ class ProfileCollector : public Collector, public StackProfile {
   bool is_profile() const override { return true; }
 
   const StackProfile* stack_profile() const override { return this; }
+  // Where user frames are normalized (Collector::set_process_images). Without one, user frames
+  // are all kNoFile.
+  void set_process_images(ProcessImages* images) override { images_ = images; }
 
   // StackProfile.
   std::vector<StackCount> Stacks() const override;
@@ -149,9 +163,11 @@ class ProfileCollector : public Collector, public StackProfile {
   RelaxedCounter samples_, stacks_, other_frames_;
   RelaxedCounter sample_ns_;  // time in OnSample (CLOCK_MONOTONIC around one call in 16, times 16), ns
   uint64_t timed_calls_ = 0;
-  std::string key_;            // reused scratch
-  std::vector<uint64_t> ips_;  // reused scratch: the callchain copied out of the ring
-  Callchain chain_;            // reused scratch
+  ProcessImages* images_ = nullptr;
+  std::string key_;                     // reused scratch
+  std::vector<uint64_t> ips_;           // reused scratch: the callchain copied out of the ring
+  Callchain chain_;                     // reused scratch
+  std::vector<UserFrame> user_frames_;  // reused scratch
 };
 
 }  // namespace tpe

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>
+#include <sys/mman.h>
 
 #include <cstring>
 #include <map>
@@ -10,6 +11,21 @@ namespace tpe {
 namespace {
 
 int NoProc(uint32_t, char*, size_t) { return -1; }
+
+// Process images with no /proc behind them: what the records below say is all there is.
+struct Images {
+  MappedFiles files;
+  ProcessImages images{&files, {.proc_root = "/nonexistent-proc"}};
+  // `pid` exec'd `path` mapped at 0x400000 (1 MiB, file offset 0) at `time_ns`.
+  void Exec(uint32_t pid, const std::string& path, uint64_t time_ns = 1) {
+    images.OnExec(time_ns, pid);
+    images.OnMmap(time_ns, pid, 0x400000, 0x100000, 0, 8, 1, 100 + path.size(), PROT_READ | PROT_EXEC, path);
+  }
+  std::string PathOf(const UserFrame& f) const {
+    auto m = files.Get(f.file);
+    return m ? m->path : "";
+  }
+};
 
 // A sample's callchain as the kernel writes it: kernel frames after PERF_CONTEXT_KERNEL, user
 // frames after PERF_CONTEXT_USER.
@@ -38,6 +54,10 @@ TEST(ProfileCollectorTest, CountsEachStackExactlyPerProcess) {
   std::vector<LabelSpec> specs;
   specs.push_back(std::move(comm));
   ProfileCollector p("getppid_stacks", "h", LabelSet(std::move(specs)), 100);
+  Images im;
+  im.Exec(10, "/usr/bin/app");
+  im.Exec(11, "/usr/bin/app");
+  p.set_process_images(&im.images);
   CommTable comms(NoProc);
   comms.OnComm(10, "tpe_stacks");
   const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180, 0x4011c0});
@@ -45,19 +65,21 @@ TEST(ProfileCollectorTest, CountsEachStackExactlyPerProcess) {
   Feed(&p, &comms, 10, a, 3000);
   Feed(&p, &comms, 10, b, 1000);
   Feed(&p, &comms, 11, a, 5);                             // another process: its own series (its own mappings)
-  std::map<std::pair<uint32_t, uint64_t>, uint64_t> got;  // (pid, user[1]) -> count
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> got;  // (pid, user[1] offset) -> count
   for (const StackCount& sc : p.Stacks()) {
     ASSERT_EQ(sc.kernel, (std::vector<uint64_t>{0xffffffff810a1c4b}));
-    ASSERT_EQ(sc.user.size(), 3u);
-    EXPECT_EQ(sc.user[0], 0x401136u);
+    ASSERT_EQ(sc.user_frames.size(), 3u);
+    EXPECT_TRUE(sc.user.empty()) << "normalized at sample time";
+    EXPECT_EQ(sc.user_frames[0].offset, 0x1136u);
+    EXPECT_EQ(im.PathOf(sc.user_frames[0]), "/usr/bin/app");
     if (sc.pid == 10) {
       ASSERT_EQ(sc.labels.size(), 1u);
       EXPECT_EQ(sc.labels[0].second, "tpe_stacks");
     }
-    got[{sc.pid, sc.user[1]}] = sc.value;
+    got[{sc.pid, sc.user_frames[1].offset}] = sc.value;
   }
   EXPECT_EQ(got, (std::map<std::pair<uint32_t, uint64_t>, uint64_t>{
-                     {{10, 0x401180}, 3000}, {{10, 0x4011a0}, 1000}, {{11, 0x401180}, 5}}));
+                     {{10, 0x1180}, 3000}, {{10, 0x11a0}, 1000}, {{11, 0x1180}, 5}}));
   EXPECT_EQ(p.EngineStats()[0].value, 4005);
 }
 
@@ -65,6 +87,10 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
   ProfileCollector p("s", "h", LabelSet(), 100);
   ProfileCollector other("s", "h", LabelSet(), 100);
   EXPECT_NE(p.instance(), other.instance());
+  Images im;
+  im.Exec(10, "/usr/bin/app");
+  im.Exec(11, "/usr/bin/app");
+  p.set_process_images(&im.images);
   CommTable comms(NoProc);
   const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180});
   const auto b = Chain({0xffffffff810a1c4b}, {0x401136, 0x4011a0});
@@ -79,8 +105,8 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
   std::map<std::pair<uint32_t, size_t>, uint64_t> got;  // (pid, user frames) -> gained
   uint64_t b_seen = 0;
   for (const StackCount& sc : StacksSince(before, p.Stacks())) {
-    if (!sc.user.empty() && sc.user[1] == 0x4011a0) b_seen += sc.value;
-    got[{sc.pid, sc.user.size()}] += sc.value;
+    if (!sc.user_frames.empty() && sc.user_frames[1].offset == 0x11a0) b_seen += sc.value;
+    got[{sc.pid, sc.user_frames.size()}] += sc.value;
   }
   EXPECT_EQ(b_seen, 0u) << "a series that did not grow is left out";
   EXPECT_EQ(got, (std::map<std::pair<uint32_t, size_t>, uint64_t>{{{10, 2}, 300}, {{11, 2}, 4}, {{10, 0}, 1}}));
@@ -90,8 +116,11 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
 
 TEST(ProfileCollectorTest, FullTableDropsAndCountsBadChainsAreDecodeErrors) {
   ProfileCollector p("s", "h", LabelSet(), 2);
+  Images im;
+  im.Exec(1, "/usr/bin/app");
+  p.set_process_images(&im.images);
   CommTable comms(NoProc);
-  for (uint64_t i = 0; i < 5; ++i) Feed(&p, &comms, 1, Chain({}, {0x1000 + i}), 2);
+  for (uint64_t i = 0; i < 5; ++i) Feed(&p, &comms, 1, Chain({}, {0x401000 + i}), 2);
   EXPECT_EQ(p.Stacks().size(), 2u);
   EXPECT_EQ(p.series_dropped(), 6u);
   std::vector<uint8_t> bad(9);  // one frame before any context marker
@@ -110,10 +139,54 @@ TEST(ProfileCollectorTest, KernelOnlyAndEmptyChainsAreStacksToo) {
   ASSERT_EQ(stacks.size(), 2u);
   uint64_t total = 0;
   for (const auto& sc : stacks) {
-    EXPECT_TRUE(sc.user.empty());
+    EXPECT_TRUE(sc.user_frames.empty());
     total += sc.value;
   }
   EXPECT_EQ(total, 6u);
+}
+
+// A stack belongs to its time: the same addresses before and after an exec are two programs'
+// code, and an exited process or a pid reused later do not rename the frames taken before.
+TEST(ProfileCollectorTest, FramesAreNamedWithTheMappingsOfTheirTime) {
+  ProfileCollector p("s", "h", LabelSet(), 10);
+  Images im;
+  p.set_process_images(&im.images);
+  CommTable comms(NoProc);
+  const auto chain = Chain({}, {0x401136, 0x401180});
+  im.Exec(10, "/usr/bin/before", 1);
+  Feed(&p, &comms, 10, chain, 3000);
+  im.Exec(10, "/usr/bin/after", 2);
+  Feed(&p, &comms, 10, chain, 7);
+  im.images.OnExit(3, 10, 10);
+  im.Exec(10, "/usr/bin/reused", 4);  // the pid, reused
+  std::map<std::string, uint64_t> got;
+  for (const StackCount& sc : p.Stacks()) {
+    ASSERT_EQ(sc.user_frames.size(), 2u);
+    EXPECT_EQ(sc.user_frames[0].offset, 0x1136u);
+    got[im.PathOf(sc.user_frames[0])] += sc.value;
+  }
+  EXPECT_EQ(got, (std::map<std::string, uint64_t>{{"/usr/bin/before", 3000}, {"/usr/bin/after", 7}}));
+}
+
+// The kernel reports pid 0 for every task outside the daemon's pid namespace (and leaves the idle
+// task out itself, attr.exclude_idle): a CPU profile keeps those samples, their user frames in no
+// known mapping.
+TEST(ProfileCollectorTest, ClockSamplesOfTasksOutsideOurPidNamespaceAreKept) {
+  ProfileCollector p("cpu", "h", LabelSet(), 10, std::nullopt, 1, ClockWeight{});
+  Images im;
+  p.set_process_images(&im.images);
+  CommTable comms(NoProc);
+  Sample s;
+  s.pid = s.tid = 0;
+  s.period = 10'000'000;
+  const auto chain = Chain({0xffffffff81000010}, {0x401136});
+  s.callchain = Bytes(chain.data() + 1, chain.size() - 1);
+  for (int i = 0; i < 5; ++i) p.OnSample(0, s, &comms);
+  auto stacks = p.Stacks();
+  ASSERT_EQ(stacks.size(), 1u);
+  EXPECT_EQ(stacks[0].value, 5u * 10'000'000);
+  ASSERT_EQ(stacks[0].user_frames.size(), 1u);
+  EXPECT_EQ(stacks[0].user_frames[0].file, kNoFile);
 }
 
 }  // namespace

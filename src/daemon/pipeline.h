@@ -48,7 +48,9 @@
 #include "daemon/plan.h"
 #include "daemon/reader.h"
 #include "perf/cpu_hotplug.h"
-#include "profile/learnt_maps.h"
+#include "process/mapped_files.h"
+#include "process/process_images.h"
+#include "profile/renderer.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe {
@@ -102,13 +104,16 @@ class Pipeline {
   // `cpu_ns`: the rendering thread's CPU time for it (CLOCK_THREAD_CPUTIME_ID: symbolization,
   // pprof, gzip), added to tracepoint_exporter_profile_render_cpu_seconds_total{profile}.
   struct RenderFrames {
-    uint64_t frames = 0, no_symbol = 0, unknown_mapping = 0;
+    uint64_t frames = 0, no_symbol = 0, unknown_mapping = 0, file_changed = 0;
   };
   void RecordRender(const std::string& name, const RenderFrames& frames, uint64_t cpu_ns = 0) const;
   // CPU time spent rendering profile `name` so far, ns (0 when never rendered). Any thread.
   uint64_t RenderCpuNs(const std::string& name) const;
-  // What the reader learnt of processes' mappings (for naming profiles' user frames). Any thread.
-  const LearntMaps& learnt_maps() const { return learnt_maps_; }
+  // What the reader learnt of processes' mappings, over time (profiles' user frames are
+  // normalized with it). Any thread.
+  const ProcessImages& process_images() const { return process_images_; }
+  // Renders profiles (daemon/profiles.h): its caches live as long as the pipeline. Any thread.
+  ProfileRenderer& renderer() const { return renderer_; }
 
   // Main thread only (a reload replaces it).
   const Plan& plan() const { return *plan_; }
@@ -179,9 +184,11 @@ class Pipeline {
   std::deque<CpuRing> rings_;
   std::deque<CpuState> cpus_;  // by CPU number (deque: stable addresses, atomics inside)
   std::unique_ptr<Reader> reader_;
-  // What processes map, from the profiles' PERF_RECORD_MMAP2 and the task records (kept across
-  // reloads: a profile kept by a reload keeps naming its stacks).
-  LearntMaps learnt_maps_;
+  // What processes map, from the profiles' PERF_RECORD_MMAP2 and the task records, and the files
+  // their frames lie in (kept across reloads: a profile kept by a reload keeps naming its stacks).
+  MappedFiles mapped_files_;
+  ProcessImages process_images_{&mapped_files_};
+  mutable ProfileRenderer renderer_{&process_images_, &mapped_files_};
   mutable std::mutex render_mu_;                           // guards renders_
   mutable std::map<std::string, RenderFrames> renders_;    // by profile: its last render
   mutable std::map<std::string, uint64_t> render_cpu_ns_;  // by profile: all its renders

@@ -299,23 +299,38 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
 
   if (std::any_of(plan_->collectors.begin(), plan_->collectors.end(),
                   [](const auto& c) { return c && c->is_profile(); })) {
+    const ProcessImages::Stats images = process_images_.stats();
     auto learnt = Family("tracepoint_exporter_profile_learnt_processes",
-                         "Processes whose executable mappings were learnt from PERF_RECORD_MMAP2 records (to name the "
-                         "user frames of processes that exited), at most 4096.",
+                         "Processes whose mappings are known (from PERF_RECORD_MMAP2 and the task records, or read "
+                         "from /proc/PID/maps), to name profiles' user frames with the mappings of their time.",
                          MetricKind::kGauge);
-    Add(&learnt, {}, static_cast<double>(learnt_maps_.size()));
+    Add(&learnt, {}, static_cast<double>(images.processes));
     out.push_back(std::move(learnt));
+    auto learnt_images = Family("tracepoint_exporter_profile_learnt_images",
+                                "Process images (what a process maps from one exec or fork to the next) held, and "
+                                "the bytes they hold (bound: 64 MiB).",
+                                MetricKind::kGauge);
+    Add(&learnt_images, {{"unit", "images"}}, static_cast<double>(images.images));
+    Add(&learnt_images, {{"unit", "bytes"}}, static_cast<double>(images.bytes));
+    out.push_back(std::move(learnt_images));
     auto evicted = Family("tracepoint_exporter_profile_learnt_processes_evicted_total",
-                          "Processes forgotten to stay within the bound (those that exited longest ago first); "
-                          "their frames are then named only while they run.",
+                          "Process images forgotten to stay within the bound: ended ones no sample used first, then "
+                          "ended ones with samples, then live ones (read again from /proc when needed).",
                           MetricKind::kCounter);
-    Add(&evicted, {}, static_cast<double>(learnt_maps_.evicted()));
+    Add(&evicted, {}, static_cast<double>(images.evicted));
     out.push_back(std::move(evicted));
+    auto files =
+        Family("tracepoint_exporter_profile_mapped_files",
+               "Distinct files (path, device, inode, size, mtime) profiles' user frames lie in.", MetricKind::kGauge);
+    Add(&files, {}, static_cast<double>(mapped_files_.size()));
+    out.push_back(std::move(files));
     auto rendered = Family("tracepoint_exporter_profile_render_frames",
                            "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
-                           "address: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "
+                           "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "
                            "(no mapping known for the process: exited before its mappings were learnt, or not "
-                           "readable). Absent until the profile is rendered.",
+                           "readable); file_changed counts the files not read because they are no longer the ones "
+                           "sampled (replaced or overwritten since) or are gone. Absent until the profile is "
+                           "rendered.",
                            MetricKind::kGauge);
     {
       std::lock_guard<std::mutex> lock(render_mu_);
@@ -323,6 +338,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
         Add(&rendered, {{"profile", name}, {"frames", "all"}}, static_cast<double>(f.frames));
         Add(&rendered, {{"profile", name}, {"frames", "no_symbol"}}, static_cast<double>(f.no_symbol));
         Add(&rendered, {{"profile", name}, {"frames", "unknown_mapping"}}, static_cast<double>(f.unknown_mapping));
+        Add(&rendered, {{"profile", name}, {"frames", "file_changed"}}, static_cast<double>(f.file_changed));
       }
     }
     if (!rendered.series.empty()) out.push_back(std::move(rendered));

@@ -662,7 +662,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                                               std::move(value), m.value.scale);
   AddSampledCollector(plan, eps, std::move(c), m.canonical);
   // User frames are named through the mappings learnt from PERF_RECORD_MMAP2 and the exec and
-  // fork records: those must reach LearntMaps in time order across the CPUs.
+  // fork records: those must reach ProcessImages in time order across the CPUs.
   if ((callchain & EventPlan::kCallchainUser) != 0) plan->needs_ordering = true;
   return Status::Ok();
 }

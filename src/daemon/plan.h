@@ -70,7 +70,7 @@ struct EventPlan {
   uint8_t callchain = 0;
   uint16_t max_stack = 0;
   // Not a tracepoint: the per-CPU PERF_COUNT_SW_DUMMY event (TracepointEventOptions::dummy) whose
-  // PERF_RECORD_MMAP2 records teach LearntMaps the mappings of every process, for the bpf
+  // PERF_RECORD_MMAP2 records teach ProcessImages the mappings of every process, for the bpf
   // engine's profiles with user stacks (their programs send no samples to learn them from).
   // Sampled into the CPU rings; no consumers, no format. Part of the perf events' identity.
   bool mmap_tracker = false;

@@ -11,6 +11,7 @@
 #include "bpf/bpf_metric.h"
 #include "bpf/bpf_profile.h"
 #include "bpf/filter_compiler.h"
+#include "bpf/image_stamps.h"
 #include "common/file_util.h"
 #include "common/utf8.h"
 #include "daemon/bpf_parts.h"
@@ -63,6 +64,21 @@ Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& 
   }
   *out = std::move(*record);
   return Status::Ok();
+}
+
+// The process image stamps' map (bpf/image_stamps.h), made at the first call of the daemon:
+// sched:sched_process_exec and sched:sched_process_fork from tracefs.
+StatusOr<int> ImageStampsFd(const Tracefs& tracefs) {
+  TPE_ASSIGN_OR_RETURN(uint64_t exec_id, tracefs.ReadId({"sched", "sched_process_exec"}));
+  TPE_ASSIGN_OR_RETURN(uint64_t fork_id, tracefs.ReadId({"sched", "sched_process_fork"}));
+  TPE_ASSIGN_OR_RETURN(std::string text, tracefs.ReadFormat({"sched", "sched_process_fork"}));
+  TPE_ASSIGN_OR_RETURN(EventFormat fork, ParseFormat(text, "sched:sched_process_fork"));
+  const FieldFormat* child = fork.FindField("child_pid");
+  if (child == nullptr || child->size != 4) {
+    return Unimplemented("sched:sched_process_fork has no 4-byte child_pid field on this kernel");
+  }
+  TPE_ASSIGN_OR_RETURN(const bpf::ImageStamps* stamps, bpf::ImageStamps::Get(exec_id, fork_id, child->offset));
+  return stamps->map_fd();
 }
 
 // The plan's one mmap tracking event (EventPlan::mmap_tracker), added at the first call.
@@ -199,6 +215,18 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
           plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + ": stacks of at most " +
                                    std::to_string(limit) + " frames (kernel.perf_event_max_stack), not " +
                                    std::to_string(cfg.settings.profile_max_frames));
+        }
+      }
+      // A user stack is named with the mappings of its process image (bpf/image_stamps.h);
+      // without the stamps, with those of the image that predates the daemon, or the latest.
+      if (spec.user_stack) {
+        if (auto fd = ImageStampsFd(tracefs); fd.ok()) {
+          spec.image_stamps_fd = *fd;
+        } else {
+          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
+                                   ": user frames named with the mappings processes have at render time, not those of "
+                                   "the sample's time: " +
+                                   fd.status().message());
         }
       }
     }

@@ -1,5 +1,7 @@
 #include "daemon/profiles.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -11,9 +13,7 @@
 
 #include "common/clock.h"
 #include "profile/flame_graph.h"
-#include "profile/process_maps.h"
-#include "profile/process_maps_cache.h"
-#include "profile/render.h"
+#include "profile/renderer.h"
 
 namespace tpe {
 namespace {
@@ -57,64 +57,32 @@ HttpAnswer UnknownFormat(const std::string& format) {
   return BadRequest("format=" + format + " is not one of pprof (the default), folded, flamegraph\n");
 }
 
-// Symbolizes `data`'s stacks and renders them in `format` (checked by the caller). A process's
-// mappings: what the reader learnt of it when it has exited (its pid may be another process's
-// now), else its /proc/PID/maps, else what was learnt (a process the daemon may not read).
+// Symbolizes `data`'s stacks (the pipeline's ProfileRenderer) and renders them in `format`
+// (checked by the caller).
 HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::ProfileData data,
                   const std::string& format, int64_t time_ns, int64_t duration_ns) {
   HttpAnswer a;
   const uint64_t cpu_at_start = ThreadCpuNs();
-  static KallsymsCache* kallsyms = new KallsymsCache();  // for the process's life
-  static ElfCache* elf_files = new ElfCache();
-  static ProcessMapsCache* process_maps = new ProcessMapsCache("/proc");
-  Symbolizer symbolizer("/proc", kallsyms->Get(MonotonicNs()), elf_files);
-  std::set<uint32_t> pids;
-  for (const StackCount& sc : data.stacks) {
-    if (!sc.user.empty()) pids.insert(sc.pid);
-  }
-  // Which of them live, from one read of /proc: most of a long-running profile's processes
-  // exited long ago, and opening their /proc/PID/maps only to fail was most of a render's cost.
-  // The maps of the live ones are kept between renders until they map more (ProcessMapsCache).
-  StatusOr<std::vector<uint32_t>> live = std::vector<uint32_t>{};
-  if (!pids.empty()) {
-    live = ListProcesses("/proc");
-    if (live.ok()) process_maps->Retain(*live);
-  }
-  const uint64_t now = MonotonicNs();
-  for (uint32_t pid : pids) {
-    auto learnt = pipeline.learnt_maps().Get(pid);
-    const bool alive = !live.ok() || std::binary_search(live->begin(), live->end(), pid);
-    if (learnt && (learnt->exited || !alive)) {
-      symbolizer.SetMappings(pid, std::move(learnt->mappings));
-    } else if (!alive) {
-      symbolizer.SetMappings(pid, {});  // gone, nothing learnt: its frames are [unknown]
-    } else if (auto maps = process_maps->Get(pid, learnt ? learnt->generation : 0, now)) {
-      symbolizer.SetMappings(pid, std::move(*maps));
-    } else {
-      // Unreadable (it exited an instant ago): what was learnt, else [unknown].
-      symbolizer.SetMappings(pid, learnt ? std::move(learnt->mappings) : std::vector<ProcMapping>{});
-    }
-  }
-  // A value profile's sums, scaled (pprof values are integers: rounded).
-  if (data.scale != 1) {
-    for (StackCount& sc : data.stacks)
-      sc.value = static_cast<uint64_t>(static_cast<double>(sc.value) * data.scale + 0.5);
-  }
-  PprofBuilder builder(data.value_type, data.value_unit);
-  AddStacks(data.stacks, &symbolizer, &builder);
-  const Symbolizer::Stats& st = symbolizer.stats();
-  if (!symbolizer.kernel_misses().empty()) kallsyms->MarkMissed(symbolizer.kernel_misses());
+  ProfileRenderer::Rendered r = pipeline.renderer().Render(std::move(data.stacks), data.value_type, data.value_unit,
+                                                           data.scale, time_ns, duration_ns);
+  const Symbolizer::Stats& st = r.stats;
   // Recorded when the render is done, whichever the format: its frames and its CPU time.
   struct Record {
     const Pipeline& pipeline;
     const std::string& name;
     Pipeline::RenderFrames frames;
     uint64_t cpu_at_start;
-    ~Record() { pipeline.RecordRender(name, frames, ThreadCpuNs() - cpu_at_start); }
-  } record{pipeline, name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping}, cpu_at_start};
-  builder.SetTime(time_ns, duration_ns);
+    ~Record() {
+      pipeline.RecordRender(name, frames, ThreadCpuNs() - cpu_at_start);
+      // A render of many stacks allocates tens of MB that the heap keeps after it is freed
+      // (20 renders of 126k stacks held 953 MB): give them back to the system.
+      ::malloc_trim(0);
+    }
+  } record{pipeline, name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping, st.file_changed},
+           cpu_at_start};
+  const auto& profile = r.builder->profile();
   if (format == "folded") {
-    a.body = FoldedStacks(builder.profile());
+    a.body = FoldedStacks(profile);
     return a;
   }
   if (format == "flamegraph") {
@@ -122,10 +90,10 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
     const std::string when =
         duration_ns > 0 ? ": the " + std::to_string(duration_ns / 1000000000) + " s from " + WallClockText(time_ns)
                         : ": since start, at " + WallClockText(time_ns);
-    a.body = FlameGraphSvg(builder.profile(), FlameGraphOptions{name + when});
+    a.body = FlameGraphSvg(profile, FlameGraphOptions{name + when});
     return a;
   }
-  auto gz = builder.Gzipped();
+  auto gz = r.builder->Gzipped();
   if (!gz.ok()) {
     a.status = 500;
     a.body = gz.status().ToString() + "\n";
@@ -192,7 +160,18 @@ HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, cons
 PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
   PprofReply reply;
   if (!request.seconds) {
-    reply.answer = RenderProfile(pipeline, request.name, request.format);
+    const std::vector<std::string> names = pipeline.ProfileNames();
+    if (!KnownFormat(request.format)) {
+      reply.answer = UnknownFormat(request.format);
+    } else if (std::find(names.begin(), names.end(), request.name) == names.end()) {
+      reply.answer = UnknownProfile(pipeline, request.name);
+    } else {
+      // Rendered on the server's delayed-answer thread, not on an event loop's: a render of many
+      // stacks takes ~150 ms, and the /metrics connections of that loop would wait behind it.
+      reply.later = [&pipeline, name = request.name, format = request.format] {
+        return RenderProfile(pipeline, name, format);
+      };
+    }
     return reply;
   }
   if (!KnownFormat(request.format)) {

@@ -3,11 +3,10 @@
 // folded stacks (flamegraph.pl, speedscope), or drawn as a flame graph (profile/flame_graph.h, the
 // /flamegraph/<name> page).
 //
-// Symbolization (profile/symbolizer.h) runs per request: /proc/kallsyms for kernel frames, each
-// sampled process's /proc/PID/maps and the ELF files it maps (through /proc/PID/map_files or its
-// root) for user frames. A process that exited before the request, or that the daemon may not
-// read (after --drop-capabilities), keeps its frames' addresses under the "[unknown]" mapping;
-// kernel frames stay addresses where kptr_restrict hides kallsyms.
+// Symbolization (profile/renderer.h, the pipeline's ProfileRenderer) runs per request:
+// /proc/kallsyms for kernel frames, the ELF files user frames lie in (normalized to file and
+// offset with the mappings of their time when the sample was read: process/process_images.h).
+// No absolute kernel address and no process's address layout is served.
 //
 // Thread-safety: RenderProfile and ServeProfile read the pipeline under its lock and symbolize
 // outside it; concurrent calls are safe (each has its own symbolizer), as are the `later` calls
@@ -33,7 +32,9 @@ inline constexpr int kDefaultProfileSeconds = 30;
 HttpAnswer RenderProfile(const Pipeline& pipeline, const std::string& name, const std::string& format);
 
 // The reply to GET /debug/pprof/<name>[?format=...][&seconds=N]. Without seconds: RenderProfile
-// at once. With seconds: the reply's `start` (called when the server accepts the wait) marks the
+// as the reply's `later` with no delay (on the server's delayed-answer thread, so a long render
+// never holds an event loop that /metrics connections wait on); an unknown name or format is
+// answered at once. With seconds: the reply's `start` (called when the server accepts the wait) marks the
 // window's start and end in the reader's dispatch (Pipeline::AddMark: the profile exactly as it
 // was after the last sample stamped before each bound; a bpf profile, which the kernel counts,
 // is read at the start and, by `later`, at the end: StackProfile::stamped()), and its `later` (after N seconds, waits

@@ -11,7 +11,7 @@
 #include "perf/records.h"
 
 namespace tpe {
-Reader::Reader(Plan* plan, std::deque<CpuRing>* rings, LearntMaps* learnt) : rings_(rings), learnt_(learnt) {
+Reader::Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images) : rings_(rings), images_(images) {
   SetPlan(plan);
 }
 
@@ -29,6 +29,9 @@ void Reader::SetPlan(Plan* plan) {
     }
   }
   std::sort(by_id_.begin(), by_id_.end());
+  for (auto& c : plan_->collectors) {
+    if (c != nullptr) c->set_process_images(images_);
+  }
   // 100 ms while a metric (not a profile: renders catch up with a mark) counts ring samples.
   idle_ns_ = kIdleNs;
   for (const auto* events : {&plan_->events, &plan_->draining}) {
@@ -142,21 +145,21 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       CommRecord c;
       if (!ParseCommRecord(p.bytes, &c)) return;
       comms_.OnComm(c.tid, c.comm);
-      if (c.exec && learnt_ != nullptr) learnt_->OnExec(c.pid);
+      if (c.exec && images_ != nullptr) images_->OnExec(p.time_ns, c.pid);
       return;
     }
     case PERF_RECORD_FORK: {
       TaskRecord t;
       if (!ParseTaskRecord(p.bytes, &t)) return;
       comms_.OnFork(t.ptid, t.tid);
-      if (learnt_ != nullptr) learnt_->OnFork(t.ppid, t.pid);
+      if (images_ != nullptr) images_->OnFork(p.time_ns, t.ppid, t.pid);
       return;
     }
     case PERF_RECORD_EXIT: {
       TaskRecord t;
       if (!ParseTaskRecord(p.bytes, &t)) return;
       comms_.OnExit(t.tid);
-      if (learnt_ != nullptr) learnt_->OnExit(t.pid, t.tid);
+      if (images_ != nullptr) images_->OnExit(p.time_ns, t.pid, t.tid);
       return;
     }
     case PERF_RECORD_MMAP2: {
@@ -165,8 +168,8 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
         sample_errors_.Add(1);
         return;
       }
-      if (learnt_ != nullptr) {
-        learnt_->OnMmap(m.pid, m.addr, m.len, m.pgoff, m.maj, m.min, m.ino, m.prot, m.filename);
+      if (images_ != nullptr) {
+        images_->OnMmap(p.time_ns, m.pid, m.addr, m.len, m.pgoff, m.maj, m.min, m.ino, m.prot, m.filename);
       }
       return;
     }

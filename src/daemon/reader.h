@@ -19,7 +19,7 @@
 // are checked against its samples and lost samples (EventPlan::unaccounted).
 //
 // Dispatch: PERF_RECORD_SAMPLE → the event (by PERF_SAMPLE_IDENTIFIER) → each collector;
-// COMM/FORK/EXIT → CommTable (and, with MMAP2, → LearntMaps: a profile's user frames);
+// COMM/FORK/EXIT → CommTable (and, with MMAP2, → ProcessImages: a profile's user frames);
 // LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
 // `lost` covers every event writing into the ring, task records too, and its id is only the
 // event that happened to write next: per-event losses come from PERF_FORMAT_LOST instead);
@@ -41,7 +41,7 @@
 #include "common/scoped_fd.h"
 #include "daemon/plan.h"
 #include "perf/ring_buffer.h"
-#include "profile/learnt_maps.h"
+#include "process/process_images.h"
 
 namespace tpe {
 
@@ -82,13 +82,13 @@ struct CpuRing {
 
 class Reader {
  public:
-  // `learnt` (optional, outlives the reader): where PERF_RECORD_MMAP2 and the exec, fork and
-  // exit records go.
-  Reader(Plan* plan, std::deque<CpuRing>* rings, LearntMaps* learnt = nullptr);
+  // `images` (optional, outlives the reader): where PERF_RECORD_MMAP2 and the exec, fork and
+  // exit records go, and where the plan's profiles normalize their samples' user frames.
+  Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images = nullptr);
 
   // Switches dispatch to `plan` (a reload) and re-reads its events' ids (also after a CPU's
-  // events were reopened). Records still held from before go to the event that now has their
-  // id, or are counted as other records when no event has it any more.
+  // events were reopened); hands the plan's collectors the process images. Records still held from before go to the
+  // event that now has their id, or are counted as other records when no event has it any more.
   void SetPlan(Plan* plan);
 
   // One round over all rings. `flush_all`: dispatch everything read (at shutdown).
@@ -128,7 +128,7 @@ class Reader {
   std::vector<std::pair<uint64_t, EventPlan*>> by_id_;
   size_t last_hit_ = 0;
   CommTable comms_;
-  LearntMaps* learnt_;
+  ProcessImages* images_;
   // Marks by time; next_mark_ns_ is the first one's (max: none), read on every dispatch.
   void RunMarks(uint64_t before_ns);
   std::mutex marks_mu_;

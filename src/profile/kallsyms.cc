@@ -38,7 +38,15 @@ StatusOr<Kallsyms> Kallsyms::Parse(std::string_view text) {
       if (mod.size() >= 2 && mod.front() == '[' && mod.back() == ']') mod = mod.substr(1, mod.size() - 2);
       s.module = std::string(mod);
     }
-    if (s.address != 0) table.symbols_.push_back(std::move(s));
+    if (s.address == 0) continue;
+    auto [base, fresh] = table.bases_.try_emplace(s.module, s.address);
+    if (s.module.empty() && (s.name == "_text" || s.name == "_stext")) {
+      if (s.name == "_text" || !table.text_found_) base->second = s.address;
+      table.text_found_ |= s.name == "_text";
+    } else if (!fresh && s.address < base->second && !(s.module.empty() && table.text_found_)) {
+      base->second = s.address;
+    }
+    table.symbols_.push_back(std::move(s));
   }
   table.hidden_ = listed > 0 && table.symbols_.empty();
   std::stable_sort(table.symbols_.begin(), table.symbols_.end(),
@@ -95,6 +103,11 @@ void KallsymsCache::MarkMissed(const std::set<uint64_t>& addresses) {
 uint64_t KallsymsCache::reads() const {
   std::lock_guard<std::mutex> lock(mu_);
   return reads_;
+}
+
+uint64_t Kallsyms::base(const Symbol& s) const {
+  auto it = bases_.find(s.module);
+  return it == bases_.end() ? s.address : it->second;
 }
 
 Kallsyms::Hit Kallsyms::Lookup(uint64_t address) const {

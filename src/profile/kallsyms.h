@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -45,10 +46,16 @@ class Kallsyms {
 
   // True when the listing had symbols but every address read 0 (kptr_restrict).
   bool hidden() const { return hidden_; }
+  // Where the image `s` belongs to starts: the kernel's `_text` (else its lowest text symbol), or
+  // a module's lowest text symbol. An address less its image's base is what a profile serves
+  // instead of the address (KASLR: the base is the secret, offsets from it are not).
+  uint64_t base(const Symbol& s) const;
   size_t size() const { return symbols_.size(); }
 
  private:
-  std::vector<Symbol> symbols_;  // sorted by address
+  std::vector<Symbol> symbols_;            // sorted by address
+  std::map<std::string, uint64_t> bases_;  // module ("" the kernel) -> base
+  bool text_found_ = false;                // `_text` was listed (it is the kernel's base)
   bool hidden_ = false;
 };
 

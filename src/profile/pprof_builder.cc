@@ -32,7 +32,7 @@ int64_t PprofBuilder::Str(const std::string& s) {
 }
 
 uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
-  auto key = std::make_tuple(m.start, m.limit, m.file_offset, m.file, m.build_id);
+  auto key = std::make_tuple(m.start, m.limit, m.file_offset, m.file, m.build_id, m.key);
   auto it = mappings_.find(key);
   if (it != mappings_.end()) return it->second;
   auto* pm = profile_.add_mapping();
@@ -43,6 +43,7 @@ uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
   pm->set_file_offset(m.file_offset);
   pm->set_filename(Str(m.file));
   pm->set_build_id(Str(m.build_id));
+  pm->set_has_functions(true);
   mappings_.emplace(std::move(key), id);
   return id;
 }
@@ -80,7 +81,6 @@ uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
       fn->set_id(fit->second);
       fn->set_name(Str(f.function));
       fn->set_system_name(Str(f.function));
-      if (f.mapping_id != 0) profile_.mutable_mapping(static_cast<int>(f.mapping_id - 1))->set_has_functions(true);
     }
     loc->add_line()->set_function_id(fit->second);
   }
@@ -163,7 +163,7 @@ std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profil
     if (mit != mappings.end()) {
       const auto& m = *mit->second;
       const std::string file = str(m.filename());
-      if (file == "[kernel.kallsyms]") {
+      if (file == "[kernel.kallsyms]" || (file.starts_with("[") && file.ends_with(".ko]"))) {
         n.kind = FrameKind::kKernel;
       } else if (file == "[unknown]") {
         n.kind = FrameKind::kUnknown;

@@ -32,12 +32,15 @@ struct ProfileFrame {
 };
 
 // A mapping of an executable file (or the kernel) in the address space the frames come from.
+// The symbolizer's are normalized: start 0 and file_offset 0, so a frame's address is its file
+// offset (a user file) or its offset in the kernel image or module.
 struct ProfileMapping {
   uint64_t start = 0;        // first address, inclusive
   uint64_t limit = 0;        // end address, exclusive
   uint64_t file_offset = 0;  // offset in `file` that `start` maps, bytes
-  std::string file;          // path as the process saw it, or "[kernel.kallsyms]", "[unknown]"
+  std::string file;          // path as the process saw it, or "[kernel.kallsyms]", "[xfs.ko]", "[unknown]"
   std::string build_id;      // GNU build id as lowercase hex; "" when unknown
+  uint64_t key = 0;          // tells apart mappings otherwise equal (two files of one path); not written
 };
 
 class PprofBuilder {
@@ -48,6 +51,8 @@ class PprofBuilder {
   PprofBuilder(const std::string& value_type, const std::string& value_unit);
 
   // Adds a mapping and returns its id (1, 2, ...); an identical mapping returns the earlier id.
+  // Every mapping is marked has_functions: its symbols were looked up here, whatever was found
+  // (so `go tool pprof` does not ask the server's /debug/pprof/symbol for them).
   uint64_t AddMapping(const ProfileMapping& mapping);
 
   // The Location already made for a frame at (`mapping_id`, `address` != 0), and whether a
@@ -94,13 +99,13 @@ class PprofBuilder {
   // (mapping id, name) of an address-0 frame (a lost stack's reason) -> location id
   std::map<std::pair<uint64_t, std::string>, uint64_t> named_frames_;
   std::unordered_map<std::string, uint64_t> functions_;  // name -> id
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string>, uint64_t> mappings_;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string, uint64_t>, uint64_t> mappings_;
 };
 
 // What a Location's code is, from its Mapping's file (as the Symbolizer names them):
-// "[kernel.kallsyms]" kernel; a path or "[vdso]"/"[vsyscall]" user; other anonymous executable
-// memory ("", "[anon:...]", "//anon") JIT code; "[unknown]", or no mapping (a lost stack's
-// frame), unknown.
+// "[kernel.kallsyms]" and modules ("[xfs.ko]") kernel; a path or "[vdso]"/"[vsyscall]" user;
+// other anonymous executable memory ("[jit pid N]", "", "[anon:...]", "//anon") JIT code;
+// "[unknown]", or no mapping (a lost stack's frame), unknown.
 enum class FrameKind { kUser, kKernel, kJit, kUnknown };
 
 // A Location as a reader shows it: its function's name; unsymbolized, "<file>+0x<offset>" when

@@ -9,36 +9,33 @@
 namespace tpe {
 namespace {
 
-// A mapping that is no file: "[unknown]", "[kernel.kallsyms]"; it spans every address.
-ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, ~0ull, 0, name, ""}; }
+// The end of a mapping whose size is not known: the top of the user address space (so no
+// mapping bound looks like a kernel address either).
+constexpr uint64_t kNoLimit = 0x800000000000;
+
+// A mapping that is no file: "[unknown]", "[kernel.kallsyms]", a module; addresses in it are
+// offsets (from its base).
+ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, kNoLimit, 0, name, ""}; }
 
 }  // namespace
 
-Symbolizer::Symbolizer(std::string proc_root, Kallsyms kallsyms)
-    : Symbolizer(std::move(proc_root), std::make_shared<const Kallsyms>(std::move(kallsyms))) {}
-
-Symbolizer::Symbolizer(std::string proc_root, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache)
-    : proc_root_(std::move(proc_root)),
-      kallsyms_(kallsyms ? std::move(kallsyms) : std::make_shared<const Kallsyms>()),
-      elf_cache_(elf_cache) {}
-
-std::shared_ptr<const elf::ElfFile> ElfCache::Find(const std::string& identity) {
+std::shared_ptr<const elf::ElfFile> ElfCache::Find(FileId id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = files_.find(identity);
+  auto it = files_.find(id);
   if (it == files_.end()) return nullptr;
   it->second.used = ++clock_;
   return it->second.file;
 }
 
-void ElfCache::Put(const std::string& identity, std::shared_ptr<const elf::ElfFile> file) {
+void ElfCache::Put(FileId id, std::shared_ptr<const elf::ElfFile> file) {
   if (file == nullptr || max_files_ == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (files_.size() >= max_files_ && files_.count(identity) == 0) {
+  if (files_.size() >= max_files_ && files_.count(id) == 0) {
     auto oldest = std::min_element(files_.begin(), files_.end(),
                                    [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
     files_.erase(oldest);
   }
-  files_[identity] = Entry{std::move(file), ++clock_};
+  files_[id] = Entry{std::move(file), ++clock_};
 }
 
 size_t ElfCache::size() const {
@@ -46,89 +43,45 @@ size_t ElfCache::size() const {
   return files_.size();
 }
 
-bool Symbolizer::LoadProcessMaps(uint32_t pid) {
-  auto text = ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/maps");
-  if (!text.ok()) return Knows(pid);
-  auto maps = ParseProcMaps(*text);
-  if (!maps.ok()) return Knows(pid);
-  processes_[pid].mappings = std::move(maps).value();
-  MappingsChanged();
-  return true;
-}
+Symbolizer::Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache,
+                       std::string proc_root)
+    : files_(files),
+      kallsyms_(kallsyms ? std::move(kallsyms) : std::make_shared<const Kallsyms>()),
+      elf_cache_(elf_cache),
+      proc_root_(std::move(proc_root)) {}
 
-void Symbolizer::AddMapping(uint32_t pid, const ProcMapping& m) {
-  MappingsChanged();
-  auto& maps = processes_[pid].mappings;
-  // Drop what the new mapping overlaps (mmap over an old range replaces it), then insert.
-  std::erase_if(maps, [&](const ProcMapping& old) { return old.start < m.end && m.start < old.end; });
-  maps.insert(
-      std::upper_bound(maps.begin(), maps.end(), m.start, [](uint64_t a, const ProcMapping& x) { return a < x.start; }),
-      m);
-}
-
-void Symbolizer::SetMappings(uint32_t pid, std::vector<ProcMapping> mappings) {
-  MappingsChanged();
-  processes_[pid].mappings = std::move(mappings);
-}
-
-void Symbolizer::ForgetProcess(uint32_t pid) {
-  MappingsChanged();
-  processes_.erase(pid);
-}
-
-const elf::ElfFile* Symbolizer::ElfFor(uint32_t pid, const ProcMapping& m) {
-  if (m.inode == 0 || m.path.empty() || m.path[0] != '/') return nullptr;
-  const std::string identity = m.Identity();
-  auto it = elf_by_identity_.find(identity);
-  if (it == elf_by_identity_.end()) {
-    // Through the process's root: a container's /usr/bin/app is not the host's. A file deleted
-    // or replaced since ("PATH (deleted)") is still reachable as long as the process maps it,
-    // through /proc/PID/map_files/START-END.
-    char range[64];
-    std::snprintf(range, sizeof(range), "%lx-%lx", static_cast<unsigned long>(m.start),
-                  static_cast<unsigned long>(m.end));
-    const std::string base = proc_root_ + "/" + std::to_string(pid);
-    // The shared cache's key: the identity plus the file's size and modification time, so that
-    // an inode number reused by another file (tmpfs, overlay, a redeployed container) is not
-    // taken for the old one. No stat, no sharing.
-    std::string shared_key;
-    if (elf_cache_ != nullptr) {
-      struct stat fst {};
-      const std::string mapped = base + "/map_files/" + range;
-      if (::stat(mapped.c_str(), &fst) == 0 || ::stat((base + "/root" + m.path).c_str(), &fst) == 0 ||
-          (::stat(m.path.c_str(), &fst) == 0 && fst.st_ino == m.inode)) {
-        shared_key = identity + ":" + std::to_string(fst.st_size) + ":" + std::to_string(fst.st_mtim.tv_sec) + "." +
-                     std::to_string(fst.st_mtim.tv_nsec);
-      }
-    }
-    std::shared_ptr<const elf::ElfFile> file = shared_key.empty() ? nullptr : elf_cache_->Find(shared_key);
-    if (file != nullptr) return elf_by_identity_.emplace(identity, std::move(file)).first->second.get();
-    for (const std::string& path : {base + "/map_files/" + range, base + "/root" + m.path}) {
-      auto opened = elf::ElfFile::Open(path);
-      if (opened.ok()) {
-        file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
-        break;
-      }
-    }
-    // The process is gone (its mappings learnt from records): the path in our own root, if it
-    // is still that file (a file replaced since is another inode). Only the inode is compared:
-    // through overlayfs (container roots, the matrix guests' root) stat reports an overlay or
-    // per-layer device while the mapping names the underlying file system's.
-    struct stat st {};
-    if (file == nullptr && ::stat(m.path.c_str(), &st) == 0 && st.st_ino == m.inode) {
-      auto opened = elf::ElfFile::Open(m.path);
-      if (opened.ok()) file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
-    }
-    if (!shared_key.empty()) elf_cache_->Put(shared_key, file);
-    it = elf_by_identity_.emplace(identity, std::move(file)).first;
+std::shared_ptr<const elf::ElfFile> Symbolizer::OpenElf(FileId id, const MappedFile& f) {
+  if (f.kind != MappedFile::Kind::kFile || f.path.empty() || f.path[0] != '/') return nullptr;
+  if (elf_cache_ != nullptr) {
+    if (auto cached = elf_cache_->Find(id)) return cached;
   }
-  return it->second.get();
+  // Through the process that mapped it (a container's /usr/bin/app is not the host's; a file
+  // deleted or replaced since is still reachable through map_files while it is mapped), else by
+  // its path here. Only the very file the frames were taken in: its inode, and its size and
+  // mtime when they were seen then.
+  char range[64];
+  std::snprintf(range, sizeof(range), "/map_files/%lx-%lx", static_cast<unsigned long>(f.map_start),
+                static_cast<unsigned long>(f.map_end));
+  const std::string base = proc_root_ + "/" + std::to_string(f.pid);
+  const std::string candidates[] = {base + range, base + "/root" + f.path, f.path};
+  for (const std::string& path : candidates) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != f.inode) continue;
+    const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    if (f.stat_known && (static_cast<uint64_t>(st.st_size) != f.size || mtime_ns != f.mtime_ns)) continue;
+    auto opened = elf::ElfFile::Open(path);
+    if (!opened.ok()) continue;
+    auto file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
+    if (elf_cache_ != nullptr) elf_cache_->Put(id, file);
+    return file;
+  }
+  return nullptr;
 }
 
 void Symbolizer::UseBuilder(PprofBuilder* builder) {
   if (builder->instance() == builder_) return;
   builder_ = builder->instance();
-  mapping_ids_.clear();
+  mappings_.clear();
   pseudo_ids_.clear();
 }
 
@@ -138,50 +91,69 @@ uint64_t Symbolizer::PseudoMappingId(const std::string& name, PprofBuilder* buil
   return it->second;
 }
 
-const Symbolizer::MappingIds& Symbolizer::MappingFor(uint32_t pid, const ProcMapping& m, PprofBuilder* builder) {
-  auto [it, inserted] = mapping_ids_.emplace(&m, MappingIds{});
-  if (inserted) {
-    // Anonymous executable memory (JIT code) has no file to read.
-    it->second.elf = m.inode == 0 ? nullptr : ElfFor(pid, m);
-    it->second.id = builder->AddMapping(
-        ProfileMapping{m.start, m.end, m.offset, m.path, it->second.elf != nullptr ? it->second.elf->build_id() : ""});
+Symbolizer::MappingIds& Symbolizer::MappingFor(FileId id, PprofBuilder* builder) {
+  auto [it, inserted] = mappings_.try_emplace(id);
+  MappingIds& ids = it->second;
+  if (!inserted) return ids;
+  ids.file = files_ != nullptr ? files_->Get(id) : std::nullopt;
+  if (!ids.file) {
+    ids.id = PseudoMappingId("[unknown]", builder);
+    return ids;
   }
-  return it->second;
+  const MappedFile& f = *ids.file;
+  ProfileMapping m{0, kNoLimit, 0, f.path, ""};
+  m.key = id;
+  switch (f.kind) {
+    case MappedFile::Kind::kFile:
+      ids.elf = OpenElf(id, f);
+      if (ids.elf == nullptr) ++stats_.file_changed;
+      if (f.stat_known && f.size != 0) m.limit = f.size;
+      if (ids.elf != nullptr) m.build_id = ids.elf->build_id();
+      break;
+    case MappedFile::Kind::kAnonymous:
+      m.file = "[jit pid " + std::to_string(f.pid) + "]";
+      break;
+    case MappedFile::Kind::kPseudo:
+      break;
+  }
+  ids.id = builder->AddMapping(m);
+  return ids;
 }
 
-void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBuilder* builder,
-                            std::vector<ProfileFrame>* out) {
+void Symbolizer::AppendUser(std::span<const UserFrame> user, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
   UseBuilder(builder);
-  if (!Knows(pid)) LoadProcessMaps(pid);
-  auto proc = processes_.find(pid);
-  for (size_t i = 0; i < ips.size(); ++i) {
-    const uint64_t ip = ips[i];
-    const uint64_t lookup = i == 0 ? ip : ip - 1;  // a return address: name the call before it
+  for (size_t i = 0; i < user.size(); ++i) {
     ++stats_.frames;
-    const ProcMapping* m = proc != processes_.end() ? MappingAt(proc->second.mappings, lookup) : nullptr;
-    if (m == nullptr) {
+    const UserFrame& uf = user[i];
+    if (uf.file == kNoFile) {
       ++stats_.unknown_mapping;
-      out->push_back(ProfileFrame{ip, PseudoMappingId("[unknown]", builder), ""});
+      out->push_back(ProfileFrame{0, PseudoMappingId("[unknown]", builder), "[unknown]"});
       continue;
     }
-    const MappingIds& ids = MappingFor(pid, *m, builder);
-    // Named once per (mapping, address): a frame the builder has is that location.
-    if (auto known = builder->FindLocation(ids.id, ip)) {
+    MappingIds& ids = MappingFor(uf.file, builder);
+    if (!ids.file) {  // an id the table never handed out: nothing is known of it
+      ++stats_.unknown_mapping;
+      out->push_back(ProfileFrame{0, ids.id, "[unknown]"});
+      continue;
+    }
+    // Named once per (mapping, offset): a frame the builder has is that location.
+    if (auto known = builder->FindLocation(ids.id, uf.offset)) {
       if (!known->named) ++stats_.unsymbolized;
-      out->push_back(ProfileFrame{ip, ids.id, "", known->id});
+      out->push_back(ProfileFrame{uf.offset, ids.id, "", known->id});
       continue;
     }
-    ProfileFrame frame{ip, ids.id, ""};
-    if (m->inode == 0) {  // anonymous executable memory: JIT code, named by the perf map if any
-      Process& p = proc->second;
-      if (!p.perf_map) {
-        auto text =
-            ReadFileToString(proc_root_ + "/" + std::to_string(pid) + "/root/tmp/perf-" + std::to_string(pid) + ".map");
-        p.perf_map = PerfMap::Parse(text.ok() ? *text : "");
+    // A return address is named by the call before it.
+    const uint64_t lookup = i == 0 || uf.offset == 0 ? uf.offset : uf.offset - 1;
+    ProfileFrame frame{uf.offset, ids.id, ""};
+    if (ids.file->kind == MappedFile::Kind::kAnonymous) {  // JIT code, named by the perf map if any
+      if (!ids.perf_map) {
+        const std::string pid = std::to_string(ids.file->pid);
+        auto text = ReadFileToString(proc_root_ + "/" + pid + "/root/tmp/perf-" + pid + ".map");
+        ids.perf_map = PerfMap::Parse(text.ok() ? *text : "");
       }
-      if (const PerfMap::Entry* e = p.perf_map->Lookup(lookup)) frame.function = e->name;
+      if (const PerfMap::Entry* e = ids.perf_map->Lookup(lookup)) frame.function = e->name;
     } else if (ids.elf != nullptr) {
-      auto address = elf::AddressForFileOffset(ids.elf->segments(), m->FileOffset(lookup));
+      auto address = elf::AddressForFileOffset(ids.elf->segments(), lookup);
       if (address.ok()) {
         if (const elf::Symbol* s = ids.elf->SymbolAt(*address)) frame.function = s->name;
       }
@@ -193,28 +165,26 @@ void Symbolizer::AppendUser(uint32_t pid, std::span<const uint64_t> ips, PprofBu
 
 void Symbolizer::AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
   UseBuilder(builder);
-  const uint64_t kernel = PseudoMappingId("[kernel.kallsyms]", builder);
   for (size_t i = 0; i < ips.size(); ++i) {
     ++stats_.frames;
-    if (auto known = builder->FindLocation(kernel, ips[i])) {
-      if (!known->named) {
-        ++stats_.unsymbolized;
-        ++stats_.kernel_unsymbolized;
-      }
-      out->push_back(ProfileFrame{ips[i], kernel, "", known->id});
-      continue;
-    }
     const Kallsyms::Hit hit = kallsyms_->Lookup(i == 0 ? ips[i] : ips[i] - 1);
-    ProfileFrame frame{ips[i], kernel, ""};
-    if (hit.symbol != nullptr) {
-      frame.function =
-          hit.symbol->module.empty() ? hit.symbol->name : hit.symbol->name + " [" + hit.symbol->module + "]";
-    } else {
+    if (hit.symbol == nullptr) {
+      // No symbol holds it (or kallsyms is hidden): its address is all there is, and no absolute
+      // kernel address leaves the host. One "[unknown]" frame in the kernel's mapping.
       ++stats_.unsymbolized;
       ++stats_.kernel_unsymbolized;
       if (kernel_misses_.size() < 1024) kernel_misses_.insert(ips[i]);
+      out->push_back(ProfileFrame{0, PseudoMappingId("[kernel.kallsyms]", builder), "[unknown]"});
+      continue;
     }
-    out->push_back(std::move(frame));
+    const Kallsyms::Symbol& s = *hit.symbol;
+    const uint64_t mapping = PseudoMappingId(s.module.empty() ? "[kernel.kallsyms]" : "[" + s.module + ".ko]", builder);
+    const uint64_t offset = ips[i] - kallsyms_->base(s);
+    if (auto known = builder->FindLocation(mapping, offset)) {
+      out->push_back(ProfileFrame{offset, mapping, "", known->id});
+      continue;
+    }
+    out->push_back(ProfileFrame{offset, mapping, s.module.empty() ? s.name : s.name + " [" + s.module + "]"});
   }
 }
 

@@ -1,13 +1,16 @@
 #include "profile/symbolizer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 
 #include "common/file_util.h"
+#include "process/process_maps.h"
 
 extern "C" __attribute__((noinline)) int tpe_symbolizer_test_function(int x) {
   asm volatile("" ::: "memory");
@@ -19,92 +22,131 @@ namespace {
 
 uint64_t AddressOf(int (*f)(int)) { return reinterpret_cast<uint64_t>(f); }
 
-// This process's own code, through the real /proc: the leaf frame at the function's first byte,
-// and a return address one past a call inside it.
-TEST(SymbolizerTest, NamesThisProcessFunctions) {
-  Symbolizer sym("/proc", Kallsyms());
+// This process's own code, normalized through the real /proc (as the reader does at sample
+// time): the leaf frame at the function's first byte, and a return address one past a call in it.
+TEST(SymbolizerTest, NamesThisProcessFunctionsAtFileOffsets) {
+  MappedFiles files;
+  ProcessImages images(&files);
+  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
+  std::vector<UserFrame> user;
+  images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{f, f + 1}, 1, &user);
+  ASSERT_EQ(user.size(), 2u);
+  ASSERT_NE(user[0].file, kNoFile);
+  Symbolizer sym(&files, std::make_shared<const Kallsyms>());
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
-  const std::vector<uint64_t> ips = {f, f + 1};
-  sym.AppendUser(static_cast<uint32_t>(getpid()), ips, &b, &frames);
+  sym.AppendUser(user, &b, &frames);
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
-  EXPECT_EQ(frames[0].address, f);
-  EXPECT_EQ(frames[1].function, "tpe_symbolizer_test_function");  // named by ip - 1
+  EXPECT_EQ(frames[1].function, "tpe_symbolizer_test_function");  // named by offset - 1
+  EXPECT_EQ(frames[0].address, user[0].offset) << "a file offset, not the address";
+  EXPECT_LT(frames[0].address, f);
   ASSERT_NE(frames[0].mapping_id, 0u);
   const auto& m = b.profile().mapping(static_cast<int>(frames[0].mapping_id - 1));
   EXPECT_NE(b.profile().string_table(m.filename()).find("profile_unittest"), std::string::npos);
   EXPECT_EQ(b.profile().string_table(m.build_id()).size(), 40u);  // a SHA-1 build id, as Debian links
+  EXPECT_EQ(m.memory_start(), 0u);
+  EXPECT_EQ(m.file_offset(), 0u);
+  EXPECT_TRUE(m.has_functions());
   EXPECT_EQ(sym.stats().frames, 2u);
   EXPECT_EQ(sym.stats().unsymbolized, 0u);
 }
 
-// A shared ElfCache: the second render finds the file the first one read (the same object), and
-// a full cache lets the least recently used file go.
+// A shared ElfCache: the second render finds the file the first one read.
 TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
+  MappedFiles files;
+  ProcessImages images(&files);
+  std::vector<UserFrame> user;
+  images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{AddressOf(&tpe_symbolizer_test_function)}, 1,
+                   &user);
   ElfCache cache(/*max_files=*/1);
-  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
-  const std::vector<uint64_t> ips = {f};
   for (int render = 0; render < 2; ++render) {
-    Symbolizer sym("/proc", std::make_shared<const Kallsyms>(), &cache);
+    Symbolizer sym(&files, std::make_shared<const Kallsyms>(), &cache);
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
-    sym.AppendUser(static_cast<uint32_t>(getpid()), ips, &b, &frames);
+    sym.AppendUser(user, &b, &frames);
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
     EXPECT_EQ(cache.size(), 1u);
   }
   auto other = elf::ElfFile::Open("/proc/self/exe");
   ASSERT_TRUE(other.ok());
-  cache.Put("0:0:1", std::make_shared<const elf::ElfFile>(std::move(other).value()));
+  cache.Put(999, std::make_shared<const elf::ElfFile>(std::move(other).value()));
   EXPECT_EQ(cache.size(), 1u);
-  EXPECT_NE(cache.Find("0:0:1"), nullptr);
+  EXPECT_NE(cache.Find(999), nullptr);
 }
 
-// A process that is gone: no /proc for it (a proc root that does not exist), its mappings as
-// LearntMaps recorded them; the file is found by its path in our root when its inode matches,
-// and left unnamed (address and mapping kept) when it does not.
-TEST(SymbolizerTest, AGoneProcessIsNamedThroughItsLearntMappings) {
-  auto text = ReadFileToString("/proc/self/maps");
-  ASSERT_TRUE(text.ok());
-  auto maps = ParseProcMaps(*text);
+// A file named by its path after its process is gone (a proc root that does not exist): named
+// while it is the file that was sampled (inode, size, mtime), left as file and offset once it
+// was overwritten in place (same inode, other content) — never named from the new content.
+TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
+  char tmpl[] = "/tmp/tpe_sym_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string copy = tmpl;
+  {
+    auto self = ReadFileToString("/proc/self/exe");
+    ASSERT_TRUE(self.ok());
+    std::ofstream(copy, std::ios::binary) << *self;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(copy.c_str(), &st), 0);
+  auto maps = ParseProcMaps(*ReadFileToString("/proc/self/maps"));
   ASSERT_TRUE(maps.ok());
   const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
-  const ProcMapping* m = MappingAt(*maps, f);
-  ASSERT_NE(m, nullptr);
-  const std::vector<uint64_t> ips = {f};
+  const ProcMapping* pm = MappingAt(*maps, f);
+  ASSERT_NE(pm, nullptr);
+  MappedFiles files;
+  MappedFile mf;
+  mf.path = copy;
+  mf.inode = st.st_ino;
+  mf.stat_known = true;
+  mf.size = static_cast<uint64_t>(st.st_size);
+  mf.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  mf.pid = 0x7ffffff0;  // no such process: by path only
+  const FileId id = files.Intern(mf);
+  const std::vector<UserFrame> user = {{id, pm->FileOffset(f)}};
   {
-    Symbolizer sym("/nonexistent-proc", Kallsyms());
-    sym.SetMappings(4242, {*m});
+    Symbolizer sym(&files, nullptr, nullptr, "/nonexistent-proc");
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
-    sym.AppendUser(4242, ips, &b, &frames);
+    sym.AppendUser(user, &b, &frames);
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
+    EXPECT_EQ(sym.stats().file_changed, 0u);
   }
-  ProcMapping other = *m;
-  other.inode += 1;  // the path now holds another file
-  Symbolizer sym("/nonexistent-proc", Kallsyms());
-  sym.SetMappings(4242, {other});
+  // Overwritten in place: same inode, another mtime (and content).
+  {
+    std::ofstream out(copy, std::ios::binary | std::ios::in | std::ios::out);
+    out.seekp(64);
+    out << "changed";
+  }
+  timespec times[2] = {{0, UTIME_NOW}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, copy.c_str(), times, 0), 0);
+  Symbolizer sym(&files, nullptr, nullptr, "/nonexistent-proc");
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  sym.AppendUser(4242, ips, &b, &frames);
+  sym.AppendUser(user, &b, &frames);
+  ::unlink(copy.c_str());
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].function, "");
-  EXPECT_EQ(frames[0].address, f);
+  EXPECT_EQ(frames[0].address, user[0].offset);
+  EXPECT_EQ(sym.stats().file_changed, 1u);
   EXPECT_EQ(sym.stats().unsymbolized, 1u);
   EXPECT_EQ(sym.stats().unknown_mapping, 0u);
 }
 
-TEST(SymbolizerTest, AnAddressInNoMappingIsUnknownAndCounted) {
-  Symbolizer sym("/proc", Kallsyms());
+TEST(SymbolizerTest, AFrameInNoMappingIsUnknownAndCounted) {
+  MappedFiles files;
+  Symbolizer sym(&files, nullptr);
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  const std::vector<uint64_t> ips = {0x10};
-  sym.AppendUser(static_cast<uint32_t>(getpid()), ips, &b, &frames);
+  const std::vector<UserFrame> user = {{kNoFile, 0}};
+  sym.AppendUser(user, &b, &frames);
   ASSERT_EQ(frames.size(), 1u);
-  EXPECT_EQ(frames[0].address, 0x10u);
+  EXPECT_EQ(frames[0].address, 0u) << "no address leaves the host";
+  EXPECT_EQ(frames[0].function, "[unknown]");
   EXPECT_EQ(b.profile().string_table(b.profile().mapping(0).filename()), "[unknown]");
   EXPECT_EQ(sym.stats().unknown_mapping, 1u);
 }
@@ -121,52 +163,48 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
     std::snprintf(line, sizeof(line), "%lx 100 LazyCompile:~jitted /srv/app.js:3\n", static_cast<unsigned long>(at));
     out << line;
   }
-  Symbolizer sym("/proc", Kallsyms());
+  MappedFiles files;
+  ProcessImages images(&files);
+  std::vector<UserFrame> user;
+  images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{at + 0x10, at + 0x201}, 1, &user);
+  Symbolizer sym(&files, nullptr);
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  const std::vector<uint64_t> ips = {at + 0x10, at + 0x200};
-  sym.AppendUser(static_cast<uint32_t>(getpid()), ips, &b, &frames);
+  sym.AppendUser(user, &b, &frames);
   std::remove(map_path.c_str());
   munmap(code, 4096);
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[0].function, "LazyCompile:~jitted /srv/app.js:3");
-  EXPECT_EQ(frames[1].function, "");  // past the entry's 0x100 bytes: address kept, counted
+  EXPECT_EQ(frames[1].function, "");  // past the entry's 0x100 bytes: offset kept, counted
   EXPECT_EQ(sym.stats().unsymbolized, 1u);
+  const auto& m = b.profile().mapping(static_cast<int>(frames[0].mapping_id - 1));
+  EXPECT_EQ(b.profile().string_table(m.filename()), "[jit pid " + std::to_string(getpid()) + "]");
 }
 
-TEST(SymbolizerTest, KernelFramesFromKallsymsWithModules) {
+// Kernel frames are named and served as offsets from the kernel's _text (or their module's
+// base): no absolute kernel address leaves the host. Unnamed ones are "[unknown]" at 0.
+TEST(SymbolizerTest, KernelFramesRelativeToTheirImage) {
   auto k = Kallsyms::Parse(
-      "ffffffff81000000 T _stext\nffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n"
+      "ffffffff81000000 T _stext\nffffffff81000000 T _text\nffffffff810a1c40 T __x64_sys_getppid\n"
+      "ffffffff810a1c80 T next\n"
       "ffffffffc0a01000 t xfs_file_read_iter\t[xfs]\nffffffffc0a02000 t xfs_end\t[xfs]\n");
   ASSERT_TRUE(k.ok());
-  Symbolizer sym("/proc", std::move(k).value());
+  Symbolizer sym(nullptr, std::make_shared<const Kallsyms>(std::move(k).value()));
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  const std::vector<uint64_t> ips = {0xffffffff810a1c4b, 0xffffffffc0a01011, 0xffffffff810a1c80};
+  const std::vector<uint64_t> ips = {0xffffffff810a1c4b, 0xffffffffc0a01011, 0xffffffff810a1c80, 0xffffffff00000001};
   sym.AppendKernel(ips, &b, &frames);
-  ASSERT_EQ(frames.size(), 3u);
+  ASSERT_EQ(frames.size(), 4u);
   EXPECT_EQ(frames[0].function, "__x64_sys_getppid");
+  EXPECT_EQ(frames[0].address, 0xa1c4bu);
   EXPECT_EQ(frames[1].function, "xfs_file_read_iter [xfs]");
+  EXPECT_EQ(frames[1].address, 0x11u);
   EXPECT_EQ(frames[2].function, "__x64_sys_getppid");  // a return address at next's first byte
+  EXPECT_EQ(frames[3].function, "[unknown]");
+  EXPECT_EQ(frames[3].address, 0u);
+  EXPECT_EQ(sym.stats().kernel_unsymbolized, 1u);
   EXPECT_EQ(b.profile().string_table(b.profile().mapping(0).filename()), "[kernel.kallsyms]");
-}
-
-// PERF_RECORD_MMAP2 after the process was first seen: the new mapping replaces what it overlaps.
-TEST(SymbolizerTest, AddedMappingsReplaceOverlaps) {
-  Symbolizer sym("/nonexistent", Kallsyms());
-  ProcMapping anon, file;
-  anon.start = 0x1000, anon.end = 0x3000, anon.executable = true;
-  file.start = 0x2000, file.end = 0x4000, file.inode = 5, file.path = "/bin/x";
-  sym.AddMapping(7, anon);
-  sym.AddMapping(7, file);
-  PprofBuilder b("samples", "count");
-  std::vector<ProfileFrame> frames;
-  const std::vector<uint64_t> ips = {0x1800};
-  sym.AppendUser(7, ips, &b, &frames);
-  EXPECT_EQ(sym.stats().unknown_mapping, 1u);  // the first mapping was replaced whole
-  EXPECT_TRUE(sym.Knows(7));
-  sym.ForgetProcess(7);
-  EXPECT_FALSE(sym.Knows(7));
+  EXPECT_EQ(b.profile().string_table(b.profile().mapping(1).filename()), "[xfs.ko]");
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #    duration N s;
 #  - bpftrace's @[ustack] = count() on a run gives the same counts as both profiles;
 #  - the requests Parca and Grafana Alloy send get what those scrapers accept;
+#  - `go tool pprof -top URL` straight over HTTP (pprof's default symbolization) on both engines;
+#    no absolute kernel address in pprof, folded stacks or the flame graph;
 #  - ?format=folded the same counts; /flamegraph/<name> an SVG with the same weights, linked from
 #    the landing page; hostile input gets a clear 4xx; more waiting ?seconds=
 #    requests than the server holds get 429 at once while scrapes are answered;
@@ -138,6 +140,24 @@ check "-raw: sample type samples/count, duration 6 s" bash -c \
    grep -qE 'comm:\\[tpe_within\\]' '$WORK/window.raw'"
 check "folded: tpe_within's path a 3000 times" bash -c \
   "awk '/main;tpe_path_a;tpe_leaf/ { s += \$NF } END { exit !(s >= 6000) }' '$WORK/all.folded'"
+# The README's own command, over HTTP with pprof's default symbolization: every mapping says its
+# symbols were looked up (has_functions), so pprof does not POST /debug/pprof/symbol (405).
+for p in getppid_stacks getppid_stacks_bpf; do
+  go tool pprof -top "$URL/debug/pprof/$p" >"$WORK/top_$p.txt" 2>"$WORK/top_$p.err"
+  rc=$?
+  check "go tool pprof -top $URL/debug/pprof/$p succeeds and names tpe_leaf (rc $rc: $(tail -1 "$WORK/top_$p.err"))" \
+    bash -c "test $rc == 0 && grep -q tpe_leaf '$WORK/top_$p.txt'"
+done
+# No absolute kernel address leaves the host (kernel frames are offsets in the kernel image, user
+# frames file offsets): not in pprof's locations and mappings, not in folded stacks or the SVG.
+for p in getppid_stacks getppid_stacks_bpf; do
+  go tool pprof -symbolize=none -raw "$URL/debug/pprof/$p" >"$WORK/raw_$p.txt" 2>/dev/null
+  check "pprof -raw of $p: no kernel address (0xffff...) in locations or mappings ($(grep -m1 -iE "ffff[89a-f][0-9a-f]{11}" "$WORK/raw_$p.txt"))" bash -c \
+    "test -s '$WORK/raw_$p.txt' && ! grep -qiE '0x?ffff[89a-f][0-9a-f]{11}' '$WORK/raw_$p.txt'"
+done
+check "folded and flame graph: no kernel address" bash -c \
+  "! grep -qiE 'ffff[89a-f][0-9a-f]{11}' '$WORK/all.folded' &&
+   curl -sf '$URL/flamegraph/getppid_stacks' | { ! grep -qiE 'ffff[89a-f][0-9a-f]{11}'; }"
 
 # The flame graph page: an SVG of the same samples, linked from the landing page.
 ctype=$(curl -sf -o "$WORK/all.svg" -w '%{content_type}' "$URL/flamegraph/getppid_stacks")

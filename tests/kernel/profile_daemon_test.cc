@@ -140,8 +140,8 @@ TEST_P(ProfileEngineTest, AProcessThatExitedBeforeTheRequestIsStillNamed) {
     t.Exit();
     ASSERT_FALSE(std::ifstream("/proc/" + pid + "/maps").good()) << "the trigger is gone";
     EXPECT_TRUE(testing::WaitFor(pipeline, [&](const std::vector<MetricSnapshot>&) {
-      auto p = pipeline.learnt_maps().Get(static_cast<uint32_t>(std::stoul(pid)));
-      return p && p->exited;
+      auto p = pipeline.process_images().Current(static_cast<uint32_t>(std::stoul(pid)));
+      return p && p->ended;
     })) << "the exit record reached the learnt maps";
     folded = RenderProfile(pipeline, "getppid_stacks", "folded").body;
     page = pipeline.Snapshot();
@@ -224,7 +224,11 @@ TEST(ProfileDaemonTest, HundredReloadsKeepAnUnchangedProfileAndLeakNothing) {
   second.Go();
   std::string folded;
   for (int i = 0; i < 200; ++i) {
-    folded = daemon.Profile(PprofRequest{"getppid_stacks", "folded", std::nullopt}).answer.body;
+    // Rendered by the reply's `later` (the server's delayed-answer thread), not at once.
+    PprofReply reply = daemon.Profile(PprofRequest{"getppid_stacks", "folded", std::nullopt});
+    ASSERT_TRUE(reply.later);
+    EXPECT_EQ(reply.delay.count(), 0);
+    folded = reply.later().body;
     auto paths = Paths(folded);
     if (paths["main;tpe_path_a;tpe_leaf"] + paths["main;tpe_path_b;tpe_leaf"] >= 2 * (kPathA + kPathB)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -23,7 +23,7 @@
 #include "kernel/stack_paths_trigger.h"
 #include "perf/perf_event.h"
 #include "perf/ring_buffer.h"
-#include "profile/render.h"
+#include "profile/renderer.h"
 #include "testing/test_util.h"
 #include "tracefs/tracefs.h"
 
@@ -92,12 +92,15 @@ TEST_P(ProfileStacksTest, TwoPathsExactlyNamedLeafToMain) {
   Trigger t;
   ASSERT_GT(t.pid(), 0);
   ProfileCollector profile("getppid_stacks", "h", LabelSet(), 1000);
+  // The trigger's mappings read from /proc at its first sample (the daemon learns them from
+  // PERF_RECORD_MMAP2 as well).
+  MappedFiles files;
+  ProcessImages images(&files);
+  profile.set_process_images(&images);
   Sample(kernel_stacks, &t, &profile);
-  // Named while the trigger holds (the daemon learns mappings from PERF_RECORD_MMAP2 instead).
   auto kallsyms = Kallsyms::Read();
   ASSERT_TRUE(kallsyms.ok()) << kallsyms.status().ToString();
-  Symbolizer sym("/proc", std::move(kallsyms).value());
-  ASSERT_TRUE(sym.LoadProcessMaps(static_cast<uint32_t>(t.pid())));
+  Symbolizer sym(&files, std::make_shared<const Kallsyms>(std::move(kallsyms).value()));
   PprofBuilder b("samples", "count");
   AddStacks(profile.Stacks(), &sym, &b);
   t.Release();

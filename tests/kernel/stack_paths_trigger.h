@@ -21,7 +21,9 @@ class Trigger {
  public:
   // stack_paths kPathA kPathB tpe_stacks hold, or with `args` stack_paths ARGS... hold; on `cpu`
   // alone when it is >= 0.
-  explicit Trigger(std::vector<std::string> args = {}, int cpu = -1) {
+  // `early`: exec at once, not at Go() (the process predates what is started after it; Go()
+  // then sends it a byte on stdin: `stack_paths forks` waits for it).
+  explicit Trigger(std::vector<std::string> args = {}, int cpu = -1, bool early = false) : early_(early) {
     if (args.empty()) args = {std::to_string(kPathA), std::to_string(kPathB), "tpe_stacks"};
     args.insert(args.begin(), TPE_STACK_PATHS);
     args.push_back("hold");
@@ -30,7 +32,7 @@ class Trigger {
     if (pid_ == 0) {
       char c;
       close(go_[1]);
-      if (read(go_[0], &c, 1) != 1) _exit(3);
+      if (!early && read(go_[0], &c, 1) != 1) _exit(3);
       dup2(out_[1], 1);
       dup2(in_[0], 0);
       close(in_[1]);
@@ -54,7 +56,7 @@ class Trigger {
   pid_t pid() const { return pid_; }
   // Starts the trigger and waits for its "done N" line: every call made.
   void Go() {
-    ASSERT_EQ(write(go_[1], "g", 1), 1);
+    ASSERT_EQ(write(early_ ? in_[1] : go_[1], "g", 1), 1);
     std::string line;
     char c;
     while (read(out_[0], &c, 1) == 1 && c != '\n') line += c;
@@ -77,6 +79,7 @@ class Trigger {
   int go_[2] = {-1, -1}, out_[2] = {-1, -1}, in_[2] = {-1, -1};
   pid_t pid_ = -1;
   long long said_ = 0;
+  bool early_ = false;
 };
 
 }  // namespace tpe::testing

@@ -3,9 +3,16 @@
 //   main -> tpe_path_b -> tpe_leaf   N2 times
 //   main -> tpe_spin             for S seconds of its CPU time, in user mode (the CPU profile tests)
 //   main -> tpe_sleep            N nanosleep()s of 10 ms (the off-CPU profile tests)
+//   exec N1 N2: N1 calls through tpe_path_a, then an exec of itself that makes N2 through
+//                tpe_path_b (a stack belongs to the image of its time)
+//   forks K N: waits for a byte on stdin, then forks K children one after another (no exec),
+//                each making N calls through tpe_path_a and exiting (a pre-forking server that
+//                predates the profile)
 // Usage: stack_paths N1 N2 [comm [hold]]      (comm: the thread's name while it calls, default
 //        stack_paths spin S [comm [hold]]      tpe_stacks; hold: then print "done" and wait for
 //        stack_paths sleep N [comm [hold]]
+//        stack_paths exec N1 N2 [comm [hold]]
+//        stack_paths forks K N [comm [hold]]
 // stdin to close before exiting, so a test can read the process's mappings and /proc/PID/stat).
 // After "done" comes a number: for sleep, the wall-clock ns the N sleeps took in all
 // (CLOCK_MONOTONIC around the loop: a bound on the off-CPU time, as a sleep of 10 ms can last
@@ -19,11 +26,14 @@
 // so .symtab names them.
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 // `clock` now, in ns (clock_gettime(2)).
 static long Ns(clockid_t clock) {
@@ -97,14 +107,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s N1 N2 [comm]\n", argv[0]);
     return 2;
   }
-  prctl(PR_SET_NAME, argc > 3 ? argv[3] : "tpe_stacks");
+  // exec and forks take two numbers after the mode: their comm comes one later.
+  const bool two_numbers = std::string_view(argv[1]) == "exec" || std::string_view(argv[1]) == "forks";
+  const int comm_at = two_numbers ? 4 : 3;
+  prctl(PR_SET_NAME, argc > comm_at ? argv[comm_at] : "tpe_stacks");
+  if (std::string_view(argv[1]) == "exec" && argc > 3) {
+    const long a = tpe_path_a(std::atoi(argv[2]));
+    if (a <= 0) return 1;
+    std::vector<char*> args = {argv[0], const_cast<char*>("0")};
+    for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    return 4;
+  }
+  if (std::string_view(argv[1]) == "forks" && argc > 3) {
+    if (std::getchar() == EOF) return 3;
+    const int children = std::atoi(argv[2]), calls = std::atoi(argv[3]);
+    for (int i = 0; i < children; ++i) {
+      const pid_t child = fork();
+      if (child == 0) _exit(tpe_path_a(calls) > 0 ? 0 : 1);
+      int status = 0;
+      if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 5;
+    }
+    if (argc > 5 && std::string_view(argv[5]) == "hold") {
+      std::printf("done 0\n");
+      std::fflush(stdout);
+      while (std::getchar() != EOF) {
+      }
+    }
+    return 0;
+  }
   const bool spin = std::string_view(argv[1]) == "spin", sleep = std::string_view(argv[1]) == "sleep";
   long slept_ns = 0;
   const long a = spin    ? tpe_spin(std::atof(argv[2]))
                  : sleep ? tpe_sleep(std::atoi(argv[2]), &slept_ns)
                          : tpe_path_a(std::atoi(argv[1]));
   const long b = spin || sleep ? 1 : tpe_path_b(std::atoi(argv[2]));
-  if (argc > 4 && std::string_view(argv[4]) == "hold") {
+  if (argc > 4 && std::string_view(argv[argc - 1]) == "hold") {
     std::printf("done %ld\n", slept_ns);
     std::fflush(stdout);
     while (std::getchar() != EOF) {

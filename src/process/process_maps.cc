@@ -1,4 +1,4 @@
-#include "profile/process_maps.h"
+#include "process/process_maps.h"
 
 #include <dirent.h>
 

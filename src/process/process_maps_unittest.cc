@@ -1,4 +1,4 @@
-#include "profile/process_maps.h"
+#include "process/process_maps.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -66,7 +66,7 @@ TEST(ProcessMapsTest, OwnCodeIsInAnExecutableMappingOfThisBinary) {
   const ProcMapping* m = MappingAt(*maps, reinterpret_cast<uintptr_t>(&ParseProcMaps));
   ASSERT_NE(m, nullptr);
   EXPECT_TRUE(m->executable);
-  EXPECT_NE(m->path.find("profile_unittest"), std::string::npos) << m->path;
+  EXPECT_NE(m->path.find("process_unittest"), std::string::npos) << m->path;
 }
 
 // A fake /proc: only whole decimal names are processes, sorted; a name past 32 bits is none.

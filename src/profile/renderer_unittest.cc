@@ -1,4 +1,4 @@
-#include "profile/render.h"
+#include "profile/renderer.h"
 
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>
@@ -23,7 +23,10 @@ int NoProc(uint32_t, char*, size_t) { return -1; }
 // From samples to folded stacks: a collector fed callchains of this process's own functions
 // renders them named, kernel frames below, with exact counts.
 TEST(RenderTest, CollectorStacksToNamedFoldedStacks) {
+  MappedFiles files;
+  ProcessImages images(&files);
   ProfileCollector p("stacks", "h", LabelSet(), 10);
+  p.set_process_images(&images);
   CommTable comms(NoProc);
   const uint64_t leaf = reinterpret_cast<uint64_t>(&tpe_render_test_leaf);
   const uint64_t caller = reinterpret_cast<uint64_t>(&tpe_render_test_caller) + 4;  // a return address inside it
@@ -36,7 +39,7 @@ TEST(RenderTest, CollectorStacksToNamedFoldedStacks) {
 
   auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
   ASSERT_TRUE(k.ok());
-  Symbolizer sym("/proc", std::move(k).value());
+  Symbolizer sym(&files, std::make_shared<const Kallsyms>(std::move(k).value()));
   PprofBuilder b("samples", "count");
   AddStacks(p.Stacks(), &sym, &b);
   EXPECT_EQ(FoldedStacks(b.profile()), "tpe_render_test_caller;tpe_render_test_leaf;__x64_sys_getppid 7\n");
@@ -60,7 +63,7 @@ TEST(RenderTest, LostPartsAreOneFrameNamingTheReason) {
   b.value = 2;
   auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
   ASSERT_TRUE(k.ok());
-  Symbolizer sym("/proc", std::move(k).value());
+  Symbolizer sym(nullptr, std::make_shared<const Kallsyms>(std::move(k).value()));
   PprofBuilder builder("samples", "count");
   AddStacks({a, b}, &sym, &builder);
   EXPECT_EQ(FoldedStacks(builder.profile()),
@@ -95,28 +98,30 @@ TEST(RenderTest, LostPartsAreOneFrameNamingTheReason) {
 TEST(RenderTest, SharedFramesAreNamedOnceAndCountedEveryTime) {
   const uint64_t leaf = reinterpret_cast<uint64_t>(&tpe_render_test_leaf);
   const uint64_t caller = reinterpret_cast<uint64_t>(&tpe_render_test_caller) + 4;
+  MappedFiles files;
+  ProcessImages images(&files);
   StackCount a;
   a.pid = static_cast<uint32_t>(getpid());
   a.labels = {{"comm", "a"}};
   a.kernel = {0xffffffff810a1c4b, 0xffffffff00000010};  // named; below every symbol
-  a.user = {leaf, caller};
+  images.Normalize(a.pid, std::vector<uint64_t>{leaf, caller}, 1, &a.user_frames);
   a.value = 3;
   StackCount b = a;
   b.labels = {{"comm", "b"}};
   b.value = 4;
   StackCount c = a;
   c.kernel = {0xffffffff810a1c4b};
-  c.user.clear();
+  c.user_frames.clear();
   c.value = 5;
   auto k = Kallsyms::Parse("ffffffff810a1c40 T __x64_sys_getppid\nffffffff810a1c80 T next\n");
   ASSERT_TRUE(k.ok());
-  Symbolizer sym("/proc", std::move(k).value());
+  Symbolizer sym(&files, std::make_shared<const Kallsyms>(std::move(k).value()));
   std::string first;
   for (int round = 0; round < 2; ++round) {
     PprofBuilder builder("samples", "count");
     AddStacks({a, b, c}, &sym, &builder);
     const auto& prof = builder.profile();
-    EXPECT_EQ(prof.location_size(), 4) << "round " << round;  // 2 kernel + 2 user addresses
+    EXPECT_EQ(prof.location_size(), 4) << "round " << round;  // 2 kernel (one "[unknown]") + 2 user
     EXPECT_EQ(prof.mapping_size(), 2) << "round " << round;   // [kernel.kallsyms], this binary
     ASSERT_EQ(prof.sample_size(), 3);
     EXPECT_EQ(std::vector<uint64_t>(prof.sample(0).location_id().begin(), prof.sample(0).location_id().end()),

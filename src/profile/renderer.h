@@ -1,0 +1,63 @@
+// A profile's stacks (collectors/profile.h) rendered as a pprof Profile: frames named by a
+// Symbolizer, kernel frames below the user frames they were entered from (pprof's leaf-first
+// order: kernel leaf ... kernel entry, user leaf ... user root), the profile's labels and the
+// process id as the label "pid". A part the engine lost (StackCount::kernel_lost/user_lost) is
+// one frame "[kernel stack lost: <reason>]" in its place, so the samples still add up.
+//
+// ProfileRenderer owns what renders share: the kernel's symbols (KallsymsCache) and the ELF
+// files read (ElfCache); the process images (for the bpf engine's raw user stacks, normalized
+// here with the image their process had when the sample was counted) and the mapped files are
+// the pipeline's.
+//
+// Thread-safety: AddStacks uses `symbolizer` (not thread-safe) for the call. ProfileRenderer::
+// Render may be called from several threads at once (the caches are thread-safe; each render has
+// its own symbolizer and builder).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectors/profile.h"
+#include "process/mapped_files.h"
+#include "process/process_images.h"
+#include "profile/kallsyms.h"
+#include "profile/pprof_builder.h"
+#include "profile/symbolizer.h"
+
+namespace tpe {
+
+// Adds every stack of `stacks` to `builder` (one pprof Sample each). Stacks whose user part is
+// raw (StackCount::user) must be normalized first (ProfileRenderer does): it counts as unknown.
+void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, PprofBuilder* builder);
+
+class ProfileRenderer {
+ public:
+  struct Options {
+    std::string proc_root = "/proc";
+    std::string kallsyms_path = "/proc/kallsyms";
+    size_t max_elf_files = 128;
+  };
+  // `images` and `files` (not owned) outlive the renderer.
+  ProfileRenderer(ProcessImages* images, const MappedFiles* files, Options options);
+  ProfileRenderer(ProcessImages* images, const MappedFiles* files) : ProfileRenderer(images, files, Options{}) {}
+
+  struct Rendered {
+    std::unique_ptr<PprofBuilder> builder;  // the profile: builder->profile(), builder->Gzipped()
+    Symbolizer::Stats stats;
+  };
+  // Names `stacks` and builds their profile: sample type (`value_type`, `value_unit`), values
+  // multiplied by `scale` (rounded; pprof values are integers, saturating at INT64_MAX), time
+  // `time_ns` (ns since the epoch) and `duration_ns`.
+  Rendered Render(std::vector<StackCount> stacks, const std::string& value_type, const std::string& value_unit,
+                  double scale, int64_t time_ns, int64_t duration_ns);
+
+ private:
+  ProcessImages* images_;
+  const MappedFiles* files_;
+  const Options options_;
+  KallsymsCache kallsyms_;
+  ElfCache elf_files_;
+};
+
+}  // namespace tpe
