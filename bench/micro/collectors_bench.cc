@@ -136,7 +136,8 @@ BENCHMARK(BM_Scrape10kSeries)->Unit(benchmark::kMillisecond);
 void BM_Scrape1kLatencySeries(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   const bool native = mode != 0;
-  HistogramTable table(native ? Buckets::None() : *Buckets::Exp2(1e-6, 1), native ? Native(1e-9) : std::nullopt, 1000);
+  HistogramTable table(native ? Buckets::None() : *Buckets::Exp2(1e-6, 1), native ? Native(1e-9) : std::nullopt, 1e-9,
+                       1000);
   std::mt19937_64 rng(5);
   for (int series = 0; series < 1000; ++series) {
     const std::string key = std::to_string(100000 + series);

@@ -127,17 +127,27 @@ Status BpfMetric::Build(bool create) {
       thresholds_ = Thresholds(*spec_.buckets, spec_.scale, spec_.value->is_signed);
     }
   }
-  value_slots_ = spec_.kind == Kind::kCounter || spec_.kind == Kind::kProfile ? 1
-                 : gauge(BpfMetricSpec::Gauge::kUpDown)                       ? kUpDownSlots
-                 : extreme_gauge()                                            ? kExtremeSlots * kExtremeRecords
-                                   : static_cast<uint32_t>(thresholds_.size() + 2);
+  // Wide sums (programs.h): a value counter's, after a histogram's or latency's buckets, after
+  // a native cell's count.
+  const bool signed_sum = spec_.kind == Kind::kHistogram && spec_.value->is_signed;
+  value_slots_ = spec_.kind == Kind::kCounter           ? CounterValueBytes(spec_.value.has_value()) / 8
+                 : spec_.kind == Kind::kProfile         ? 1
+                 : gauge(BpfMetricSpec::Gauge::kUpDown) ? kUpDownSlots
+                 : extreme_gauge()                      ? kExtremeSlots * kExtremeRecords
+                                                        : HistogramValueBytes(thresholds_.size(), signed_sum) / 8;
+  if (spec_.kind == Kind::kCounter && spec_.value) wide_sums_ = 1;
+  if (spec_.kind == Kind::kHistogram || latency()) {
+    wide_at_ = static_cast<uint32_t>(thresholds_.size() + 1);
+    wide_sums_ = signed_sum ? 2 : 1;
+  }
   std::optional<NativeShape> native;
   if (spec_.native) {
     if (key_size_ > kMaxKeyBytes) {
       return Unimplemented("labels of " + std::to_string(cell_off_) + " key bytes with native buckets (at most " +
                            std::to_string(kMaxKeyBytes - kNativeCellBytes) + ")");
     }
-    value_slots_ = kNativeValueBytes / 8;
+    value_slots_ = NativeValueBytes(signed_sum) / 8;
+    wide_at_ = 1;
     native = NativeShape{spec_.native->mantissa_thresholds(), spec_.native->zero_max(), spec_.native->options().schema,
                          spec_.native->scale() < 0};
   }
@@ -368,6 +378,8 @@ Status BpfMetric::Build(bool create) {
   shape.cpus = static_cast<uint32_t>(PossibleCpus());
   shape.max_entries = keyless_ ? 1 : max_series;
   shape.array = keyless_;
+  shape.wide_at = wide_at_;
+  shape.wide_sums = wide_sums_;
   if (extreme_gauge()) {  // each CPU's value as it is: the window decides which count (ExtremeSeries)
     shape.slots = value_slots_ * shape.cpus;
     shape.cpus = 1;
@@ -417,6 +429,15 @@ void BpfMetric::Detach() {
 
 namespace {
 
+// The raw sum of the wide sums at `w` (summed values: at rest): that of the values >= 0, less
+// (`is_signed`) that of the negative ones' magnitudes after it.
+int128 RawSum(const uint64_t* w, bool is_signed) {
+  uint128 pos = 0, neg = 0;
+  DecodeWide(w[kWideCommit], w[kWideLo], w[kWideAnnounce], &pos);
+  if (is_signed) DecodeWide(w[kWideWords + kWideCommit], w[kWideWords + kWideLo], w[kWideWords + kWideAnnounce], &neg);
+  return static_cast<int128>(pos) - static_cast<int128>(neg);
+}
+
 // Slot `slot` of a per-CPU stats map, summed over CPUs (0 if unreadable).
 uint64_t ReadStat(int stats_fd, uint32_t slot) {
   std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
@@ -448,8 +469,8 @@ uint64_t BpfMetric::KeylessCount() const {
   bool batch = false;  // one entry: one lookup
   uint64_t n = 0;
   for (const MapEntry& e : ReadMap(&map, shape, &batch)) {
-    // A counter's value; a histogram's buckets (the last slot is the sum of the values).
-    const size_t counts = spec_.kind == BpfMetricSpec::Kind::kCounter ? 1 : e.value.size() - 1;
+    // A counter's count; a histogram's buckets (the wide sums follow them).
+    const size_t counts = spec_.kind == BpfMetricSpec::Kind::kCounter ? 1 : wide_at_;
     for (size_t i = 0; i < counts && i < e.value.size(); ++i) n += e.value[i];
   }
   return n;
@@ -619,12 +640,12 @@ void BpfMetric::AddNativeSeries(const std::map<std::string, std::vector<uint64_t
   const size_t n = s->bucket_bounds.size() + 1;
   struct Series {
     SeriesSnapshot snap;
-    uint64_t raw_sum = 0;
+    int128 raw_sum = 0;
     std::map<int32_t, uint64_t> positive, negative;
   };
   std::map<std::string, Series> by_labels;  // label key (without the cell) -> its cells added up
   for (const auto& [key, v] : cells) {
-    if (key.size() < kNativeCellBytes || v.size() < 2) continue;
+    if (key.size() < kNativeCellBytes || v.size() < NativeValueBytes(signed_sum) / 8) continue;
     const std::string labels = key.substr(0, key.size() - kNativeCellBytes);
     int32_t position;
     uint32_t classic;
@@ -634,7 +655,7 @@ void BpfMetric::AddNativeSeries(const std::map<std::string, std::vector<uint64_t
     if (ser.snap.bucket_counts.empty()) ser.snap.bucket_counts.assign(n, 0);
     ser.snap.bucket_counts[std::min<size_t>(classic, n - 1)] += v[0];
     ser.snap.count += v[0];
-    ser.raw_sum += v[1];
+    ser.raw_sum += RawSum(v.data() + 1, signed_sum);
     if (position == 0) {
       if (!ser.snap.native) ser.snap.native.emplace();
       ser.snap.native->zero_count += v[0];
@@ -647,8 +668,7 @@ void BpfMetric::AddNativeSeries(const std::map<std::string, std::vector<uint64_t
   for (auto& [labels, ser] : by_labels) {
     SeriesSnapshot& ss = ser.snap;
     ss.labels = Render(labels);
-    ss.sum = (signed_sum ? static_cast<double>(static_cast<int64_t>(ser.raw_sum)) : static_cast<double>(ser.raw_sum)) *
-             scale;
+    ss.sum = ToDouble(ser.raw_sum) * scale;  // the exact sum rounded once, as the perf engine's
     if (!ss.native) ss.native.emplace();
     ss.native->schema = layout.options().schema;
     ss.native->zero_threshold = layout.options().zero_threshold;
@@ -835,12 +855,11 @@ MetricSnapshot BpfMetric::Snapshot() const {
     SeriesSnapshot ss;
     ss.labels = Render(key);
     if (counter) {
-      ss.value = spec_.value ? static_cast<double>(v[0]) * scale : static_cast<double>(v[0]);
+      ss.value = spec_.value ? ToDouble(RawSum(v.data(), false)) * scale : static_cast<double>(v[0]);
     } else {
-      ss.bucket_counts.assign(v.begin(), v.end() - 1);
+      ss.bucket_counts.assign(v.begin(), v.begin() + wide_at_);
       for (uint64_t c : ss.bucket_counts) ss.count += c;
-      const uint64_t raw = v.back();
-      ss.sum = (signed_sum ? static_cast<double>(static_cast<int64_t>(raw)) : static_cast<double>(raw)) * scale;
+      ss.sum = ToDouble(RawSum(v.data() + wide_at_, signed_sum)) * scale;
     }
     s.series.push_back(std::move(ss));
   }

@@ -275,6 +275,8 @@ class BpfMetric : public Collector {
   KeyLayout key_;        // counter/histogram labels; latency: the end labels
   KeyLayout start_key_;  // latency: the start labels
   uint32_t key_size_ = 8, value_slots_ = 1;
+  // Where the values' wide sums begin (slot) and how many (MapShape::wide_at, wide_sums).
+  uint32_t wide_at_ = 0, wide_sums_ = 0;
   bool keyless_ = false;  // no labels, not latency: the values map is a 1-entry per-CPU array
   // The program does not count its runs (CountsRuns): they are the key-less value's count.
   bool runs_in_value_ = false;

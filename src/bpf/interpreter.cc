@@ -38,12 +38,13 @@ uint64_t IntReturn(uint64_t ret) { return static_cast<uint32_t>(ret); }
 class Machine {
  public:
   Machine(std::map<int, FakeMap>* maps, std::string_view record, const FakeTask& task, const BeforeHelper& hook,
-          const std::map<uint64_t, std::string>* user, bool regs_ctx)
+          const AfterValueStore& store_hook, const std::map<uint64_t, std::string>* user, bool regs_ctx)
       : maps_(maps),
         ctx_(record),
         stack_(kStackBytes, '\0'),
         task_(task),
         hook_(hook),
+        store_hook_(store_hook),
         user_(user),
         regs_ctx_(regs_ctx) {}
 
@@ -75,6 +76,7 @@ class Machine {
   std::string stack_;
   const FakeTask& task_;
   const BeforeHelper& hook_;
+  const AfterValueStore& store_hook_;
   const std::map<uint64_t, std::string>* user_;  // base address -> bytes
   bool regs_ctx_;                                // ctx is a struct pt_regs (a kprobe program)
   uint64_t r_[11] = {};
@@ -509,6 +511,11 @@ StatusOr<uint64_t> Machine::Exec(const std::vector<bpf_insn>& insns) {
         } else {
           return Fail("unsupported store mode");
         }
+        if (const uint64_t tag = dst >> kTagShift;
+            store_hook_ && tag >= kValueTagBase && tag <= kValueTagLast && tag - kValueTagBase < values_.size()) {
+          const auto& [fd, key] = values_[tag - kValueTagBase];
+          store_hook_(fd, key);
+        }
         break;
       }
       case BPF_JMP:
@@ -559,7 +566,7 @@ FakeMap* Interpreter::map(int fd) {
 }
 
 StatusOr<uint64_t> Interpreter::Run(const std::vector<bpf_insn>& insns, std::string_view record, const FakeTask& task) {
-  Machine m(&maps_, record, task, before_helper_, &user_memory_, false);
+  Machine m(&maps_, record, task, before_helper_, after_value_store_, &user_memory_, false);
   return m.Exec(insns);
 }
 
@@ -567,7 +574,7 @@ StatusOr<uint64_t> Interpreter::RunKprobe(const std::vector<bpf_insn>& insns, co
                                           const FakeTask& task) {
   std::string ctx(regs.size() * 8, '\0');
   if (!regs.empty()) std::memcpy(ctx.data(), regs.data(), ctx.size());
-  Machine m(&maps_, ctx, task, before_helper_, &user_memory_, true);
+  Machine m(&maps_, ctx, task, before_helper_, after_value_store_, &user_memory_, true);
   return m.Exec(insns);
 }
 

@@ -76,6 +76,9 @@ struct FakeMap {
 // Called before each helper call with the helper's id (BPF_FUNC_*): a test injects what
 // another CPU does at that moment (e.g. deletes a map entry), deterministically.
 using BeforeHelper = std::function<void(int helper_id)>;
+// Called after each program store into a map value, with the map's fd and the entry's key: the
+// value then is one state a reader on another CPU could copy (a test replays them).
+using AfterValueStore = std::function<void(int fd, const std::string& key)>;
 
 class Interpreter {
  public:
@@ -87,6 +90,8 @@ class Interpreter {
   FakeMap* map(int fd);
   // Installs (or clears, with nullptr) the hook run before every helper call.
   void set_before_helper(BeforeHelper hook) { before_helper_ = std::move(hook); }
+  // Installs (or clears) the hook run after every store into a map value.
+  void set_after_value_store(AfterValueStore hook) { after_value_store_ = std::move(hook); }
 
   // Runs `insns` with R1 = pointer to a copy of `record` (the tracepoint record; ctx loads at
   // constant offsets read it), R10 = the top of a 512-byte zeroed stack. Returns R0 at exit.
@@ -107,6 +112,7 @@ class Interpreter {
   std::map<int, FakeMap> maps_;
   std::map<uint64_t, std::string> user_memory_;
   BeforeHelper before_helper_;
+  AfterValueStore after_value_store_;
 };
 
 }  // namespace tpe::bpf

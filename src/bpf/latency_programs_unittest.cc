@@ -62,7 +62,8 @@ class LatencyProgramTest : public ::testing::Test {
     auto ep = EmitLatencyEnd(en, Fds());
     ASSERT_TRUE(ep.ok()) << ep.status().ToString();
     end_ = *ep;
-    AddMaps(&in_, std::max<uint32_t>(8, start_key_.size + end_key_.size), HistogramValueBytes(thresholds_.size()), 100);
+    AddMaps(&in_, std::max<uint32_t>(8, start_key_.size + end_key_.size),
+            HistogramValueBytes(thresholds_.size(), false), 100);
     FakeMap starts;
     starts.type = BPF_MAP_TYPE_HASH;
     starts.key_size = 8;
@@ -90,13 +91,16 @@ class LatencyProgramTest : public ::testing::Test {
     return a + b;
   }
 
-  // Series label key (perf form) → histogram slots.
+  // Series label key (perf form) → bucket counts, then the sum of the ns (its wide sum decoded).
   std::map<std::string, std::vector<uint64_t>> Series() {
     std::map<std::string, std::vector<uint64_t>> out;
     for (const auto& [k, v] : in_.map(kValuesFd)->entries) {
       std::string key = ToLabelKey(start_key_, std::string_view(k).substr(0, start_key_.size));
       key += ToLabelKey(end_key_, std::string_view(k).substr(start_key_.size));
-      out[key] = U64s(v);
+      const std::vector<uint64_t> words = U64s(v);
+      std::vector<uint64_t>& o = out[key];
+      o.assign(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(thresholds_.size() + 1));
+      o.push_back(static_cast<uint64_t>(WideAt(words, thresholds_.size() + 1)));
     }
     return out;
   }
@@ -260,7 +264,7 @@ TEST_F(LatencyProgramTest, CommonPidKeysComeFromTheTaskTid) {
   RunProg(&in_, end_, Switch("p", 0, 0, 0, "", 0), FakeTask{77, 77, 0, "e", 0, 300});
   EXPECT_EQ(StatOf(&in_, kNoStart), 1u);
   ASSERT_EQ(in_.map(kValuesFd)->entries.size(), 1u);
-  EXPECT_EQ(U64s(in_.map(kValuesFd)->entries.begin()->second).back(), 200u);
+  EXPECT_EQ(Series().begin()->second.back(), 200u);
   // The match key is the tid sign-extended to 8 bytes, as the perf engine reads common_pid.
   RunProg(&in_, start_, Waking("a", 1), FakeTask{0, 0x80000001u, 0, "w", 0, 400});
   ASSERT_EQ(in_.map(kStartsFd)->entries.size(), 1u);
@@ -281,7 +285,7 @@ TEST(LatencyNoLabelsTest, OneSeriesUnderAZeroKey) {
   auto ep = EmitLatencyEnd(en, Fds());
   ASSERT_TRUE(ep.ok()) << ep.status().ToString();
   Interpreter in;
-  AddMaps(&in, 8, HistogramValueBytes(en.thresholds.size()), 10);
+  AddMaps(&in, 8, HistogramValueBytes(en.thresholds.size(), false), 10);
   FakeMap starts;
   starts.key_size = 16;
   starts.value_size = 16;
@@ -295,7 +299,8 @@ TEST(LatencyNoLabelsTest, OneSeriesUnderAZeroKey) {
   RunProg(&in, *ep, e, FakeTask{0, 0, 0, "", 0, 2'000'100});
   ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
   EXPECT_EQ(in.map(kValuesFd)->entries.begin()->first, std::string(8, '\0'));
-  EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second), (std::vector<uint64_t>{0, 0, 1, 2'000'000}));
+  // 3 buckets, then the wide sum {commit, lo, announce} of the ns.
+  EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second), (std::vector<uint64_t>{0, 0, 1, 0, 2'000'000, 0}));
 }
 
 TEST(LatencyNoLabelsTest, TooManyMatchFieldsOrKeyBytesAreRefused) {

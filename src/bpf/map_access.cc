@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "collectors/wide_sum.h"
 #include "common/file_util.h"
 
 namespace tpe::bpf {
@@ -60,12 +61,35 @@ uint64_t MapMemoryBytes(int fd) {
 
 bool Unsupported(int err) { return err == -EINVAL || err == -kENOTSUPP || err == -EOPNOTSUPP; }
 
-std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus) {
-  std::vector<uint64_t> sum(slots, 0);
-  for (uint32_t c = 0; c < cpus; ++c) {
-    for (uint32_t i = 0; i < slots; ++i) sum[i] += raw[static_cast<size_t>(c) * slots + i];
+bool SumCpus(const uint64_t* raw, const MapShape& shape, std::vector<uint64_t>* out) {
+  const uint32_t slots = shape.slots;
+  const uint32_t wide_end = std::min(slots, shape.wide_at + kWideWords * shape.wide_sums);
+  out->assign(slots, 0);
+  bool consistent = true;
+  for (uint32_t c = 0; c < shape.cpus; ++c) {
+    const uint64_t* cpu = raw + static_cast<size_t>(c) * slots;
+    for (uint32_t i = 0; i < slots; ++i) {
+      if (i < shape.wide_at || i >= wide_end) (*out)[i] += cpu[i];
+    }
+    for (uint32_t i = shape.wide_at; i + kWideWords <= wide_end; i += kWideWords) {
+      if (AddWide(out->data() + i, cpu + i)) continue;
+      consistent = false;
+      // Torn across two carries: the last completed carry, or the one in progress.
+      uint64_t lenient[kWideWords] = {cpu[i + kWideCommit], cpu[i + kWideLo], cpu[i + kWideCommit]};
+      if ((lenient[kWideCommit] & 1) != lenient[kWideLo] >> 63) lenient[kWideAnnounce] = lenient[kWideCommit] + 1;
+      AddWide(out->data() + i, lenient);
+    }
   }
-  return sum;
+  return consistent;
+}
+
+void AddValues(std::vector<uint64_t>* to, const std::vector<uint64_t>& v, const MapShape& shape) {
+  if (to->size() < v.size()) to->resize(v.size(), 0);
+  const size_t wide_end = std::min<size_t>(v.size(), shape.wide_at + kWideWords * shape.wide_sums);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i < shape.wide_at || i >= wide_end) (*to)[i] += v[i];
+  }
+  for (size_t i = shape.wide_at; i + kWideWords <= wide_end; i += kWideWords) AddWide(to->data() + i, v.data() + i);
 }
 
 BatchWalk WalkBatches(MapAccess* map, uint32_t key_size, size_t value_bytes, bool take,
@@ -99,17 +123,30 @@ BatchWalk WalkBatches(MapAccess* map, uint32_t key_size, size_t value_bytes, boo
 
 namespace {
 
+// Reads of one entry whose wide sum keeps reading torn (SumCpus) before its last read is taken.
+constexpr int kTornRereads = 100;
+
+// e->value from its per-CPU words `raw` (value_words u64, a buffer the lookups may reuse); an
+// entry read torn is looked up again. False when it was deleted meanwhile.
+bool SumEntry(MapAccess* map, const MapShape& shape, uint64_t* raw, MapEntry* e) {
+  for (int i = 0; !SumCpus(raw, shape, &e->value) && i < kTornRereads; ++i) {
+    if (map->Lookup(e->key.data(), raw) != 0) return false;
+  }
+  return true;
+}
+
 // BPF_MAP_LOOKUP_BATCH: false when the kernel refused it (or failed midway: the caller starts
 // over with get_next_key).
 bool ReadBatch(MapAccess* map, const MapShape& shape, std::vector<MapEntry>* out) {
   const size_t value_words = static_cast<size_t>(shape.slots) * shape.cpus;
+  std::vector<uint64_t> raw(value_words);
   const BatchWalk walk = WalkBatches(
       map, shape.key_size, value_words * 8, /*take=*/false, [&](const char* keys, const char* values, uint32_t n) {
         for (uint32_t i = 0; i < n; ++i) {
           MapEntry e;
           e.key.assign(keys + static_cast<size_t>(i) * shape.key_size, shape.key_size);
-          e.value = SumCpus(reinterpret_cast<const uint64_t*>(values) + i * value_words, shape.slots, shape.cpus);
-          out->push_back(std::move(e));
+          std::copy_n(reinterpret_cast<const uint64_t*>(values) + i * value_words, value_words, raw.data());
+          if (SumEntry(map, shape, raw.data(), &e)) out->push_back(std::move(e));
         }
       });
   if (walk == BatchWalk::kDone) return true;
@@ -138,7 +175,8 @@ std::vector<MapEntry> ReadMap(MapAccess* map, const MapShape& shape, bool* batch
     prev = cur.data();
     if (!seen.insert(cur).second) continue;                  // a restart: read already
     if (map->Lookup(cur.data(), raw.data()) != 0) continue;  // deleted meanwhile
-    out.push_back(MapEntry{cur, SumCpus(raw.data(), shape.slots, shape.cpus)});
+    MapEntry e{cur, {}};
+    if (SumEntry(map, shape, raw.data(), &e)) out.push_back(std::move(e));
   }
   return out;
 }

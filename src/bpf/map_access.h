@@ -7,7 +7,8 @@
 //   BPF_MAP_LOOKUP_AND_DELETE_BATCH (5.6).
 // Each returns 0 or a negative errno, as the kernel does.
 //
-// ReadMap() reads every entry exactly once, whatever deletes happen meanwhile:
+// ReadMap() reads every entry exactly once, whatever deletes happen meanwhile (an entry whose wide
+// sum was read torn, SumCpus, is looked up again):
 //   * with BPF_MAP_LOOKUP_BATCH where the kernel has it (the walk goes bucket by bucket and never
 //     restarts);
 //   * otherwise with get_next_key, which restarts from the first key when the key it was given has
@@ -66,7 +67,7 @@ class KernelMap : public MapAccess {
 };
 
 // The shape of a map's values as user space reads them: `slots` u64 per CPU copy, `cpus` copies
-// (PossibleCpus() for per-CPU maps, 1 otherwise), summed slot by slot.
+// (PossibleCpus() for per-CPU maps, 1 otherwise), summed slot by slot — except wide sums.
 struct MapShape {
   uint32_t key_size = 8;
   uint32_t slots = 1;
@@ -75,6 +76,9 @@ struct MapShape {
   // A (per-CPU) array: every entry always exists and none can be deleted (EINVAL), so
   // MapSeries::Sweep removes nothing from it.
   bool array = false;
+  // Slots [wide_at, wide_at + kWideWords × wide_sums) are that many 128-bit sums of three words
+  // each (collectors/wide_sum.h): added up as sums, and left at rest (commit == announce).
+  uint32_t wide_at = 0, wide_sums = 0;
 };
 
 struct MapEntry {
@@ -97,8 +101,14 @@ BatchWalk WalkBatches(MapAccess* map, uint32_t key_size, size_t value_bytes, boo
 // later reads go straight to the fallback.
 std::vector<MapEntry> ReadMap(MapAccess* map, const MapShape& shape, bool* batch);
 
-// Sums `cpus` copies of `slots` u64 in `raw` into `slots` values.
-std::vector<uint64_t> SumCpus(const uint64_t* raw, uint32_t slots, uint32_t cpus);
+// Sums shape.cpus copies of shape.slots u64 in `raw` into *out (shape.slots values), wide sums as
+// sums. False when a CPU's wide sum was read across two carries (DecodeWide): read the entry
+// again; *out then takes that CPU's sum as of its last completed carry or the one in progress,
+// whichever lo's top bit names (a reader stalled that long: never seen).
+bool SumCpus(const uint64_t* raw, const MapShape& shape, std::vector<uint64_t>* out);
+// Adds `v` (summed values of `shape`) into *to slot by slot, wide sums as sums; *to grows to v's
+// size (zeros: the sum 0).
+void AddValues(std::vector<uint64_t>* to, const std::vector<uint64_t>& v, const MapShape& shape);
 
 // The kernel memory charged to the map behind `fd` (bytes): the "memlock:" line of
 // /proc/self/fdinfo/<fd> (kernel/bpf/syscall.c bpf_map_show_fdinfo; bpf_map_memory_usage() on

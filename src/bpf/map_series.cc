@@ -6,17 +6,17 @@
 #include <set>
 
 namespace tpe::bpf {
-namespace {
-
-void AddInto(std::vector<uint64_t>* to, const std::vector<uint64_t>& v) {
-  if (to->size() < v.size()) to->resize(v.size(), 0);
-  for (size_t i = 0; i < v.size(); ++i) (*to)[i] += v[i];
-}
-
-}  // namespace
 
 MapSeries::MapSeries(std::unique_ptr<MapAccess> map, MapShape shape, LabelKeyFn label_key)
     : map_(std::move(map)), shape_(shape), label_key_(std::move(label_key)) {}
+
+void MapSeries::AddInto(std::vector<uint64_t>* to, const std::vector<uint64_t>& v) const { AddValues(to, v, shape_); }
+
+std::vector<uint64_t> MapSeries::Taken(const uint64_t* raw) const {
+  std::vector<uint64_t> v;
+  SumCpus(raw, shape_, &v);  // out of the map: no second read (torn across two carries: never seen)
+  return v;
+}
 
 std::map<std::string, std::vector<uint64_t>> MapSeries::Read() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -102,7 +102,7 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
     }
     if (r != 0) continue;  // gone meanwhile
     if (may_idle_) {       // a gauge (SetMayIdle): dropped, unless a program changed it meanwhile
-      std::vector<uint64_t> taken = SumCpus(raw.data(), shape_.slots, shape_.cpus);
+      std::vector<uint64_t> taken = Taken(raw.data());
       if ((idle || gauge_ == Gauge::kWindowed) && !may_idle_(taken)) {
         if (map_->Update(e.key.data(), raw.data(), BPF_NOEXIST) == 0) {
           next.emplace(std::move(e.key), std::move(states[i]));
@@ -120,7 +120,7 @@ MapSeries::Removed MapSeries::Sweep(uint64_t now_ns, uint64_t idle_ns,
     }
     Out& o = going[series[i]];
     o.idle = idle;
-    std::vector<uint64_t> final_value = SumCpus(raw.data(), shape_.slots, shape_.cpus);
+    std::vector<uint64_t> final_value = Taken(raw.data());
     o.on_a_page = o.on_a_page && final_value == states[i].exported && sharing[label_keys[i]] == 1 &&
                   retired_series.count(series_of_ ? series[i] : label_keys[i]) == 0;
     o.values.emplace_back(label_keys[i], std::move(final_value));

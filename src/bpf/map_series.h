@@ -106,6 +106,11 @@ class MapSeries {
     uint64_t changed_ns = 0;
     std::vector<uint64_t> exported;  // the value the last scrape put on a page
   };
+  // Adds summed values as shape_ lays them out (wide sums as sums).
+  void AddInto(std::vector<uint64_t>* to, const std::vector<uint64_t>& v) const;
+  // The summed value of per-CPU words the sweep took out of the map.
+  std::vector<uint64_t> Taken(const uint64_t* raw) const;
+
   std::unique_ptr<MapAccess> map_;
   const MapShape shape_;
   const LabelKeyFn label_key_;

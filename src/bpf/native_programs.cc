@@ -91,11 +91,11 @@ void EmitNativeCell(Assembler* a, const std::vector<uint64_t>& t, bool is_signed
 }  // namespace
 
 void EmitObserveNative(Assembler* a, const MapFds& maps, const std::vector<uint64_t>& t, bool is_signed,
-                       const NativeShape& n, uint32_t cell_off, Label out) {
+                       const NativeShape& n, uint32_t cell_off, Label out, bool small) {
   EmitNativeCell(a, t, is_signed, n, static_cast<int16_t>(kKeyOff + static_cast<int>(cell_off)));
   EmitFindHistogram(a, maps, out);
   EmitPerCpuIncrement(a, R8, 0);
-  EmitPerCpuAdd(a, R8, 8, R7);
+  EmitWideAdd(a, R8, 8, R7, is_signed, small);  // {count, wide sums}: NativeValueBytes
 }
 
 }  // namespace tpe::bpf::internal

@@ -13,10 +13,11 @@ using namespace internal;  // NOLINT(google-build-using-namespace): this file's 
 namespace {
 
 // Stack layout (offsets from R10; the stack is the 512 bytes below it).
-constexpr int16_t kValueOff = -16;             // u64 scratch value
-constexpr int16_t kScratchOff = -48;           // 32 bytes for the filter code (COMM)
-constexpr int16_t kMatchOff = -80;             // latency match key: up to 4 fields of 8 bytes
-constexpr int16_t kStartValOff = kKeyOff - 8;  // latency start value: u64 time, then labels at kKeyOff
+constexpr int16_t kValueOff = -16;              // u64 scratch value
+constexpr int16_t kScratchOff = -48;            // 32 bytes for the filter code (COMM)
+constexpr int16_t kWideValueOff = kScratchOff;  // after the filter: a new series' wide sum (24 bytes)
+constexpr int16_t kMatchOff = -80;              // latency match key: up to 4 fields of 8 bytes
+constexpr int16_t kStartValOff = kKeyOff - 8;   // latency start value: u64 time, then labels at kKeyOff
 constexpr size_t kMaxMatchFields = 4;
 
 uint32_t Align8(uint32_t n) { return (n + 7) & ~7u; }
@@ -42,6 +43,53 @@ void EmitPerCpuIncrement(Assembler* a, Reg ptr, int16_t off) {
   a->Alu(BPF_ADD, R1, 1);
   a->Store(8, ptr, off, R1);
 }
+
+namespace {
+// The wide sum at ptr + off += d, d <= 2^63 (T rises by at most 1: collectors/wide_sum.h).
+// Clobbers R1 and R3.
+void EmitWideAddSmall(Assembler* a, Reg ptr, int16_t off, Reg d) {
+  Label plain = a->NewLabel(), done = a->NewLabel();
+  const int16_t commit = static_cast<int16_t>(off + 8 * kWideCommit), lo = static_cast<int16_t>(off + 8 * kWideLo),
+                announce = static_cast<int16_t>(off + 8 * kWideAnnounce);
+  a->Load(8, R1, ptr, lo);
+  a->MovReg(R3, R1);
+  a->AluReg(BPF_ADD, R3, d);   // the new lo
+  a->AluReg(BPF_XOR, R1, R3);  // top bit: whether lo's top bit flips (T + 1)
+  a->Jump(BPF_JSGE, R1, 0, plain);
+  a->Load(8, R1, ptr, commit);
+  a->Alu(BPF_ADD, R1, 1);
+  a->Store(8, ptr, announce, R1);
+  a->Store(8, ptr, lo, R3);
+  a->Store(8, ptr, commit, R1);
+  a->Goto(done);
+  a->Bind(plain);
+  a->Store(8, ptr, lo, R3);
+  a->Bind(done);
+}
+}  // namespace
+
+void EmitWideAdd(Assembler* a, Reg ptr, int16_t off, Reg val, bool is_signed, bool small) {
+  Label done = a->NewLabel();
+  if (is_signed) {
+    Label positive = a->NewLabel();
+    a->Jump(BPF_JSGE, val, 0, positive);
+    a->Alu(BPF_NEG, val, 0);  // INT64_MIN: 2^63 as a u64
+    EmitWideAddSmall(a, ptr, static_cast<int16_t>(off + 8 * kWideWords), val);
+    a->Goto(done);
+    a->Bind(positive);
+  } else if (!small) {
+    Label one = a->NewLabel();
+    a->Jump(BPF_JSGE, val, 0, one);  // below 2^63: one add
+    a->MovReg(R2, val);
+    a->Alu(BPF_RSH, R2, 1);
+    a->AluReg(BPF_SUB, val, R2);
+    EmitWideAddSmall(a, ptr, off, R2);
+    a->Bind(one);
+  }
+  EmitWideAddSmall(a, ptr, off, val);
+  a->Bind(done);
+}
+
 }  // namespace internal
 namespace internal {
 
@@ -288,12 +336,13 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
 }  // namespace internal
 namespace {
 
-// Observes R7 into the histogram value at R8 (bucket by `t`, then the sum).
-void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed) {
+// Observes R7 into the histogram value at R8 (bucket by `t`, then the wide sum; `small`: R7 is
+// at most 2^63, as a latency's ns). Clobbers R1-R3 and R7.
+void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, bool small = false) {
   Label sum = a->NewLabel();
   EmitBucketTree(a, t, is_signed, 0, t.size(), sum);
   a->Bind(sum);
-  EmitPerCpuAdd(a, R8, static_cast<int16_t>(8 * (t.size() + 1)), R7);
+  EmitWideAdd(a, R8, static_cast<int16_t>(8 * (t.size() + 1)), R7, is_signed, small);
 }
 
 void EmitMatchKey(Assembler* a, const std::vector<FieldRef>& match) {
@@ -515,22 +564,35 @@ void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& ma
   }
 }
 
-// values[key at R10 + kKeyOff] += R7 (a per-CPU hash of u64), the series created when new: on
-// to `added`; a full map counts kDropped and goes to `out`; ENOMEM counts kNoMemory and falls
-// through to the next instruction, which must lead to `out`. Clobbers R0-R5.
-void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added) {
-  Label create = a->NewLabel(), full = a->NewLabel(), nomem = a->NewLabel();
+// values[key at R10 + kKeyOff] += R7 (a per-CPU hash of u64; `wide`: of an unsigned wide sum),
+// the series created when new: on to `added`; a full map counts kDropped and goes to `out`;
+// ENOMEM counts kNoMemory and falls through to the next instruction, which must lead to `out`.
+// Clobbers R0-R5 (and R7 when `wide`). Jumps go forward only (kernels before 5.3 refuse back-edges).
+void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added, bool wide = false) {
+  Label create = a->NewLabel(), full = a->NewLabel(), nomem = a->NewLabel(), found = a->NewLabel();
   a->LoadMapFd(R1, maps.values);
   StackPtr(a, R2, kKeyOff);
   a->Call(BPF_FUNC_map_lookup_elem);
-  a->Jump(BPF_JEQ, R0, 0, create);
-  EmitPerCpuAdd(a, R0, 0, R7);
-  a->Goto(added);
+  if (wide) {
+    a->Jump(BPF_JNE, R0, 0, found);  // the wide add is emitted once, at the end
+  } else {
+    a->Jump(BPF_JEQ, R0, 0, create);
+    EmitPerCpuAdd(a, R0, 0, R7);
+    a->Goto(added);
+  }
   a->Bind(create);
-  a->Store(8, R10, kValueOff, R7);
+  if (wide) {  // the sum R7 at rest: {T, R7, T}, T = R7 >> 63 (collectors/wide_sum.h)
+    a->MovReg(R1, R7);
+    a->Alu(BPF_RSH, R1, 63);
+    a->Store(8, R10, static_cast<int16_t>(kWideValueOff + 8 * kWideCommit), R1);
+    a->Store(8, R10, static_cast<int16_t>(kWideValueOff + 8 * kWideLo), R7);
+    a->Store(8, R10, static_cast<int16_t>(kWideValueOff + 8 * kWideAnnounce), R1);
+  } else {
+    a->Store(8, R10, kValueOff, R7);
+  }
   a->LoadMapFd(R1, maps.values);
   StackPtr(a, R2, kKeyOff);
-  StackPtr(a, R3, kValueOff);
+  StackPtr(a, R3, wide ? kWideValueOff : kValueOff);
   a->Mov(R4, BPF_NOEXIST);
   CallMapUpdate(a);
   a->Jump(BPF_JEQ, R0, 0, added);
@@ -539,14 +601,24 @@ void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added) {
   a->LoadMapFd(R1, maps.values);  // another task on this CPU created it first
   StackPtr(a, R2, kKeyOff);
   a->Call(BPF_FUNC_map_lookup_elem);
-  a->Jump(BPF_JEQ, R0, 0, full);
-  EmitPerCpuAdd(a, R0, 0, R7);
-  a->Goto(added);
+  if (wide) {
+    a->Jump(BPF_JNE, R0, 0, found);
+  } else {
+    a->Jump(BPF_JEQ, R0, 0, full);
+    EmitPerCpuAdd(a, R0, 0, R7);
+    a->Goto(added);
+  }
   a->Bind(full);
   EmitStat(a, maps, kDropped);
   a->Goto(out);
   a->Bind(nomem);
   EmitStat(a, maps, kNoMemory);  // falls through: the caller binds `out` next (or jumps there)
+  if (wide) {
+    a->Goto(out);
+    a->Bind(found);  // the value at R0
+    EmitWideAdd(a, R0, 0, R7, false);
+    a->Goto(added);
+  }
 }
 
 }  // namespace
@@ -570,9 +642,14 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   } else {
     a.Mov(R7, 1);
   }
-  if (s.key.size == 0) {  // a 1-entry per-CPU array: its one value always exists
+  const bool wide = s.value.has_value();  // a sum of values: 128 bits (CounterValueBytes)
+  if (s.key.size == 0) {                  // a 1-entry per-CPU array: its one value always exists
     EmitFindKeyless(&a, maps, R0, out);
-    EmitPerCpuAdd(&a, R0, 0, R7);
+    if (wide) {
+      EmitWideAdd(&a, R0, 0, R7, false);
+    } else {
+      EmitPerCpuAdd(&a, R0, 0, R7);
+    }
     a.Bind(out);
     a.Bind(filtered);
     EmitReturn(&a, s.probe, s.perf_event);
@@ -582,7 +659,7 @@ StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds&
   EmitKey(&a, s.key, kKeyOff);
   if (s.stacks)
     EmitStackKey(&a, *s.stacks, maps, static_cast<int16_t>(kKeyOff + static_cast<int>(s.stacks->key_offset)));
-  EmitAddToSeries(&a, maps, out, out);
+  EmitAddToSeries(&a, maps, out, out, wide);
   a.Bind(out);
   a.Bind(filtered);
   EmitReturn(&a, s.probe, s.perf_event);
@@ -761,13 +838,13 @@ StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const M
   a.Bind(in_time);
   EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
   if (s.native) {
-    EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out);
+    EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out, /*small=*/true);
   } else if (s.keyless_series) {
     EmitFindKeyless(&a, maps, R8, out);
-    EmitObserve(&a, s.thresholds, false);
+    EmitObserve(&a, s.thresholds, false, /*small=*/true);  // ns >= 0 as a signed number
   } else {
     EmitFindHistogram(&a, maps, out);
-    EmitObserve(&a, s.thresholds, false);
+    EmitObserve(&a, s.thresholds, false, /*small=*/true);
   }
   a.Bind(out);
   a.Bind(filtered);

@@ -6,11 +6,12 @@
 // program runs before the perf event's filter and sample output, on every CPU's hits).
 //
 // Shapes (all count their runs in stats slot kRuns first, then apply the filter):
-//   counter     key → per-CPU hash of u64: += 1, or += a field's value (a negative signed value
-//               is a decode error, never subtracted)
-//   histogram   key → per-CPU hash of u64[n + 2]: n + 1 bucket counts (the last is +Inf), then
-//               the integer sum of the raw field values; the bucket is chosen in the program by
-//               an unrolled binary search over integer thresholds (Thresholds below)
+//   counter     key → per-CPU hash of u64: += 1; or, adding a field's value, of a wide sum (below)
+//               += the value (a negative signed value is a decode error, never subtracted)
+//   histogram   key → per-CPU hash of u64[n + 1 + 3 (+ 3)]: n + 1 bucket counts (the last is
+//               +Inf), then the wide sum of the raw field values (a signed field's: of those
+//               >= 0, then of the magnitudes of the negative ones); the bucket is chosen in the
+//               program by an unrolled binary search over integer thresholds (Thresholds below)
 //   latency     start: match key → hash of {u64 start ns (bpf_ktime_get_ns), start labels},
 //               inserted with BPF_NOEXIST; a pending start is replaced with map_update_elem
 //               (BPF_EXIST), never rewritten in place, so an end on another CPU reads either the
@@ -35,9 +36,17 @@
 // Keys: a char-array label is copied up to its first NUL (the bytes after it stay zero, so stale
 // tails never split a series); a __data_loc string is read for at most the length its
 // __data_loc word gives (high 16 bits; offset in the low 16), as the perf engine's decoder.
-// All counts are added with atomic instructions: a tracepoint program may be preempted (faultable
-// syscall tracepoints run under migrate_disable only), and a plain read-modify-write could lose
-// an add to another task on the same CPU.
+// Counts are added with a plain load, add and store (EmitPerCpuAdd says why no run of ours can
+// interleave another on the same CPU).
+//
+// Wide sums: a sum of raw values (a value counter's, a histogram's or latency's, a native
+// cell's) is 128 bits wide, three u64 {commit, lo, announce} (collectors/wide_sum.h), so that no
+// value — write()'s count of 2^64 - 616 included — wraps it: the program adds a value over 2^63
+// as two halves; an add that flips lo's top bit stores announce = T + 1, lo, then commit = T + 1,
+// any other stores lo alone. User space, reading a CPU's words mid-add (another CPU copies them
+// while the program runs, or the program is preempted between its stores), decodes the sum held
+// before or after that store (DecodeWide): a sum never reads lower than it read before. The
+// perf engine's WideSum writes in the same order, so both engines hold the same integer.
 //
 // The record's first 8 bytes (common_type, common_flags, common_preempt_count, common_pid) are
 // overwritten with a pt_regs pointer before the program runs (perf_trace_run_bpf_submit), so
@@ -63,6 +72,7 @@
 #include "bpf/probe_record.h"
 #include "collectors/buckets.h"
 #include "collectors/label_set.h"
+#include "collectors/wide_sum.h"
 #include "common/status.h"
 #include "filter/filter.h"
 #include "format/event_format.h"
@@ -220,7 +230,9 @@ struct OffCpuShape {
 // value of bucket slots but one map entry per "cell", keyed by the labels (padded to 8 bytes)
 // then {int32 position (NativeLayout::Position), u32 classic bucket index (0 without classic
 // buckets)}, valued {u64 count, u64 sum of the raw values}; user space adds a series' cells up
-// into its classic buckets, its native buckets and its sum. The position is found as
+// into its classic buckets, its native buckets and its sum (valued {u64 count, the wide sum of the
+// raw values (+ a signed value's wide sum of negative magnitudes)}: NativeValueBytes). The
+// position is found as
 // NativeLayout finds it: the magnitude's octave by a 6-step bit search, its mantissa shifted to
 // [2^63, 2^64) and searched among the 2^schema thresholds.
 struct NativeShape {
@@ -229,8 +241,12 @@ struct NativeShape {
   int schema = 0;
   bool negate = false;  // a negative scale: positive raw values are negative buckets
 };
-// Bytes of a native cell's key suffix and of its value.
-inline constexpr uint32_t kNativeCellBytes = 8, kNativeValueBytes = 16;
+// u64 words of a wide sum: that of the values >= 0, and for a signed value that of the negative
+// ones' magnitudes after it.
+inline uint32_t WideSumWords(bool is_signed) { return (is_signed ? 2 : 1) * kWideWords; }
+// Bytes of a native cell's key suffix, and of its value: {u64 count, wide sums}.
+inline constexpr uint32_t kNativeCellBytes = 8;
+inline uint32_t NativeValueBytes(bool is_signed) { return 8 * (1 + WideSumWords(is_signed)); }
 
 struct HistogramShape {
   const FilterExpr* filter = nullptr;
@@ -310,7 +326,11 @@ StatusOr<std::vector<bpf_insn>> EmitGauge(const GaugeShape& s, const MapFds& map
 // common_pid as one of the switch's fields.
 StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& maps);
 
-// Bytes of a histogram map value with `thresholds` (n + 1 buckets and the sum, u64 each).
-inline uint32_t HistogramValueBytes(size_t thresholds) { return static_cast<uint32_t>((thresholds + 2) * 8); }
+// Bytes of a histogram map value with `thresholds`: n + 1 bucket counts (u64), then the wide sums.
+inline uint32_t HistogramValueBytes(size_t thresholds, bool is_signed) {
+  return static_cast<uint32_t>((thresholds + 1 + WideSumWords(is_signed)) * 8);
+}
+// Bytes of a counter's map value: a u64 count, or the wide sum of a value field.
+inline uint32_t CounterValueBytes(bool has_value) { return has_value ? 8 * kWideWords : 8; }
 
 }  // namespace tpe::bpf

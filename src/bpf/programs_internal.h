@@ -33,6 +33,11 @@ void StackPtr(Assembler* a, Reg r, int16_t off);
 // *(u64 *)(ptr + off) += val (or += 1) on a per-CPU map value; clobbers R1.
 void EmitPerCpuAdd(Assembler* a, Reg ptr, int16_t off, Reg val);
 void EmitPerCpuIncrement(Assembler* a, Reg ptr, int16_t off);
+// Adds `val` to the wide sum at ptr + off (programs.h "Wide sums"; per-CPU, as EmitPerCpuAdd):
+// unsigned, any u64; `is_signed`, a negative value's magnitude to the second wide sum after it.
+// `val` at most 2^63 (unsigned) needs no halving: `small` says so. Clobbers R1-R3 and `val`;
+// `ptr` and `val` are not R1-R3.
+void EmitWideAdd(Assembler* a, Reg ptr, int16_t off, Reg val, bool is_signed, bool small = false);
 // Jumps to `target` when R7 > t (signed or unsigned); clobbers R1.
 void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target);
 // R8 = the value of the key at R10 + kKeyOff, created zeroed from the `zero` map when new; a
@@ -41,8 +46,9 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out);
 
 // Native buckets (native_programs.cc, programs.h NativeShape): fills the cell of the value in R7
 // at R10 + kKeyOff + `cell_off` (the key zeroed and its labels built by the caller), finds or
-// creates its value in R8, adds 1 and R7. Clobbers R0-R5 and R8; to `out` when the map is full.
+// creates its value in R8, adds 1 to its count and R7 to its wide sum. Clobbers R0-R5, R7 and R8;
+// to `out` when the map is full. `small`: R7 is at most 2^63 (EmitWideAdd).
 void EmitObserveNative(Assembler* a, const MapFds& maps, const std::vector<uint64_t>& classic_thresholds,
-                       bool is_signed, const NativeShape& n, uint32_t cell_off, Label out);
+                       bool is_signed, const NativeShape& n, uint32_t cell_off, Label out, bool small = false);
 
 }  // namespace tpe::bpf::internal

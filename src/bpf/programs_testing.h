@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,75 @@ inline std::vector<uint64_t> U64s(const std::string& bytes) {
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 8);
   return out;
 }
+
+// The sum the wide sums at word `at` of a map value hold (programs.h "Wide sums"): that of the
+// values >= 0, less (`is_signed`) that of the negative ones' magnitudes after it.
+inline int128 WideAt(const std::vector<uint64_t>& w, size_t at, bool is_signed = false) {
+  uint128 pos = 0, neg = 0;
+  EXPECT_LE(at + WideSumWords(is_signed), w.size());
+  if (at + WideSumWords(is_signed) > w.size()) return 0;
+  EXPECT_TRUE(DecodeWide(w[at + kWideCommit], w[at + kWideLo], w[at + kWideAnnounce], &pos));
+  if (is_signed) {
+    const size_t n = at + kWideWords;
+    EXPECT_TRUE(DecodeWide(w[n + kWideCommit], w[n + kWideLo], w[n + kWideAnnounce], &neg));
+  }
+  return static_cast<int128>(pos) - static_cast<int128>(neg);
+}
+
+// Records the words of one wide sum (at word `at` of values map entries) after every store a
+// program makes into them, and checks what a reader on another CPU copying them meanwhile could
+// read (its loads of commit, lo and announce at stores i <= j <= k): either DecodeWide refuses
+// (it reads again) or it reads the sum of state j — never a value the sum did not hold, so never
+// one below an earlier read. Install before running; Check after.
+class WideStoreTrace {
+ public:
+  WideStoreTrace(Interpreter* in, size_t at) : in_(in), at_(at) {
+    in->set_after_value_store([this](int fd, const std::string& key) {
+      if (fd != kValuesFd) return;
+      std::vector<uint64_t> w = U64s(in_->map(kValuesFd)->entries.at(key));
+      if (w.size() < at_ + kWideWords) return;
+      states_[key].push_back({w[at_ + kWideCommit], w[at_ + kWideLo], w[at_ + kWideAnnounce]});
+    });
+  }
+  ~WideStoreTrace() { in_->set_after_value_store(nullptr); }
+  // Returns the number of reads that decoded (retries are not counted).
+  size_t Check() const {
+    size_t reads = 0;
+    for (const auto& [key, states] : states_) {
+      std::vector<uint128> sums(states.size());
+      for (size_t j = 0; j < states.size(); ++j) {
+        EXPECT_TRUE(DecodeWide(states[j][0], states[j][1], states[j][2], &sums[j])) << "state " << j;
+        if (j > 0) {
+          EXPECT_TRUE(sums[j] >= sums[j - 1]) << "state " << j << ": the sum went down";
+        }
+      }
+      for (size_t i = 0; i < states.size(); ++i) {
+        for (size_t j = i; j < states.size(); ++j) {
+          for (size_t k = j; k < states.size(); ++k) {
+            uint128 got;
+            if (!DecodeWide(states[i][0], states[j][1], states[k][2], &got)) continue;
+            ++reads;
+            if (got != sums[j]) {
+              ADD_FAILURE() << "loads at stores " << i << ", " << j << ", " << k << " read a sum never held";
+              return reads;
+            }
+          }
+        }
+      }
+    }
+    return reads;
+  }
+  size_t stores() const {
+    size_t n = 0;
+    for (const auto& [key, states] : states_) n += states.size();
+    return n;
+  }
+
+ private:
+  Interpreter* in_;
+  size_t at_;
+  std::map<std::string, std::vector<std::array<uint64_t, 3>>> states_;
+};
 
 // Runs `prog` on `record` with its first 8 bytes clobbered as perf_trace_run_bpf_submit does.
 inline void RunProg(Interpreter* in, const std::vector<bpf_insn>& prog, std::string record, const FakeTask& t) {

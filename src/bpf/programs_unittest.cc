@@ -129,15 +129,15 @@ int CheckThresholds(const Layout& l, double scale, bool is_signed, int span, int
   EXPECT_TRUE(prog.ok()) << prog.status().ToString();
   if (!prog.ok()) return failures + 1;
   Interpreter in;
-  const uint32_t vbytes = HistogramValueBytes(t.size());
+  const uint32_t vbytes = HistogramValueBytes(t.size(), is_signed);
   AddMaps(&in, shape.key.size, vbytes, 4);
-  std::vector<uint64_t> prev(t.size() + 2, 0);
-  uint64_t sum = 0;
+  std::vector<uint64_t> prev(vbytes / 8, 0);
+  int128 sum = 0;
   for (uint64_t raw : Candidates(l.buckets, scale, is_signed, run_span)) {
     std::string rec(16, '\0');
     std::memcpy(rec.data() + 8, &raw, 8);
     RunProg(&in, *prog, rec, FakeTask{});
-    sum += raw;
+    sum += is_signed ? static_cast<int128>(static_cast<int64_t>(raw)) : static_cast<int128>(raw);
     FakeMap* values = in.map(kValuesFd);
     EXPECT_EQ(values->entries.size(), 1u);
     if (values->entries.size() != 1) return failures + 1;
@@ -150,7 +150,7 @@ int CheckThresholds(const Layout& l, double scale, bool is_signed, int span, int
     if (got != want && ++failures <= 10) {
       ADD_FAILURE() << "program: raw " << raw << " in bucket " << got << ", Buckets::Index " << want;
     }
-    EXPECT_EQ(now[t.size() + 1], sum);
+    EXPECT_TRUE(WideAt(now, t.size() + 1, is_signed) == sum);  // exact, however many extremes added
     prev = now;
   }
   return failures;
@@ -338,9 +338,9 @@ TEST_F(CounterProgramTest, ValueFieldAddsAndNegativeIsADecodeError) {
   auto prog = EmitCounter(shape, Fds());
   ASSERT_TRUE(prog.ok()) << prog.status().ToString();
   Interpreter in;
-  AddMaps(&in, layout->MapKeySize(), 8, 100);
+  AddMaps(&in, layout->MapKeySize(), CounterValueBytes(true), 100);
   CommTable comms(NoProc);
-  std::map<std::string, uint64_t> want;
+  std::map<std::string, uint128> want;
   uint64_t errors = 0;
   const int64_t states[] = {0, 1, 5, -1, INT64_MIN, 1000000007, INT64_MAX / 4, -5};
   const char* names[] = {"a", "bb", "c"};
@@ -359,9 +359,9 @@ TEST_F(CounterProgramTest, ValueFieldAddsAndNegativeIsADecodeError) {
       want[key] += static_cast<uint64_t>(st);
     }
   }
-  std::map<std::string, uint64_t> got;
-  for (const auto& [k, v] : in.map(kValuesFd)->entries) got[ToLabelKey(*layout, k)] += U64s(v)[0];
-  EXPECT_EQ(got, want);
+  std::map<std::string, uint128> got;
+  for (const auto& [k, v] : in.map(kValuesFd)->entries) got[ToLabelKey(*layout, k)] += WideAt(U64s(v), 0);
+  EXPECT_TRUE(got == want);
   EXPECT_EQ(StatOf(&in, kDecodeErrors), errors);
   EXPECT_EQ(StatOf(&in, kRuns), static_cast<uint64_t>(runs));
 }
@@ -378,12 +378,60 @@ TEST_F(CounterProgramTest, UnsignedValueFieldIsNeverADecodeError) {
   auto prog = EmitCounter(shape, Fds());
   ASSERT_TRUE(prog.ok());
   Interpreter in;
-  AddMaps(&in, 0, 8, 1);
+  AddMaps(&in, 0, CounterValueBytes(true), 1);
   RunProg(&in, *prog, Switch("p", 1, 2, -1, "n", 3), FakeTask{});
   RunProg(&in, *prog, Switch("p", 1, 2, 3, "n", 3), FakeTask{});
   EXPECT_EQ(StatOf(&in, kDecodeErrors), 0u);
   ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
-  EXPECT_EQ(U64s(in.map(kValuesFd)->entries.begin()->second)[0], 2u);  // 2^64 - 1 + 3 wraps
+  // 2^64 - 1 + 3: exact (a u64 sum wrapped to 2).
+  EXPECT_TRUE(WideAt(U64s(in.map(kValuesFd)->entries.begin()->second), 0) == (static_cast<int128>(1) << 64) + 2);
+}
+
+// Issue 34 item 4: write()'s count summed read 1000, then 384 after one write of 2^64 - 616
+// bytes. The program's sum is 128 bits wide: 2^64 + 384, with labels (the series created by the
+// program, then added to) or without; and every state its stores leave the words in reads, from
+// another CPU, as a sum the series held (WideStoreTrace) — a scrape never reads it lower than
+// the scrape before.
+TEST(CounterProgramWideTest, ValueSumsPastTwoToThe64) {
+  const EventFormat write = Event("syscalls", "sys_enter_write");
+  std::vector<LabelSpec> specs;
+  specs.push_back(SourceLabel("pid", LabelSource::kPid));
+  auto layout = LayoutKey(LabelSet(std::move(specs)));
+  ASSERT_TRUE(layout.ok());
+  for (bool labelled : {false, true}) {
+    SCOPED_TRACE(labelled ? "labelled" : "no labels");
+    CounterShape shape;
+    shape.value = *IntegerField(*write.FindField("count"));
+    if (labelled) shape.key = *layout;
+    auto prog = EmitCounter(shape, Fds());
+    ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+    Interpreter in;
+    AddMaps(&in, shape.key.size, CounterValueBytes(true), 10);
+    WideStoreTrace trace(&in, 0);
+    auto run = [&](uint64_t count) {
+      std::string rec(40, '\0');
+      std::memcpy(rec.data() + 32, &count, 8);
+      RunProg(&in, *prog, rec, FakeTask{7, 7, 0, "w", 0, 0});
+    };
+    auto sum = [&] {
+      EXPECT_EQ(in.map(kValuesFd)->entries.size(), 1u);
+      return WideAt(U64s(in.map(kValuesFd)->entries.begin()->second), 0);
+    };
+    for (int i = 0; i < 100; ++i) run(1);
+    EXPECT_TRUE(sum() == 100);
+    run(18446744073709551000ULL);  // 2^64 - 616
+    EXPECT_TRUE(sum() == (static_cast<int128>(1) << 64) + 100 - 616);
+    // Values that cross 2^63 boundaries on every add, and halves of the largest ones.
+    const uint64_t extremes[] = {~uint64_t{0}, uint64_t{1} << 63, (uint64_t{1} << 63) + 1, 1, ~uint64_t{0} - 1};
+    int128 want = sum();
+    for (uint64_t v : extremes) {
+      run(v);
+      want += v;
+      EXPECT_TRUE(sum() == want);
+    }
+    EXPECT_GT(trace.stores(), 100u);
+    EXPECT_GT(trace.Check(), 0u);
+  }
 }
 
 TEST_F(CounterProgramTest, FullMapCountsDropped) {
@@ -522,7 +570,7 @@ TEST(HistogramProgramTest, SameBucketsAndSumAsHistogramCollector) {
       auto prog = EmitHistogram(shape, Fds());
       ASSERT_TRUE(prog.ok()) << prog.status().ToString();
       Interpreter in;
-      AddMaps(&in, layout->MapKeySize(), HistogramValueBytes(shape.thresholds.size()), 1000);
+      AddMaps(&in, layout->MapKeySize(), HistogramValueBytes(shape.thresholds.size(), vf->is_signed), 1000);
       CommTable comms(NoProc);
       std::mt19937_64 rng(11);
       const char* names[] = {"a", "b", "c"};
@@ -544,17 +592,56 @@ TEST(HistogramProgramTest, SameBucketsAndSumAsHistogramCollector) {
         auto it = by_labels.find(lp);
         ASSERT_NE(it, by_labels.end());
         const std::vector<uint64_t> slots = U64s(v);
-        ASSERT_EQ(slots.size(), shape.thresholds.size() + 2);
-        const std::vector<uint64_t> counts(slots.begin(), slots.end() - 1);
+        ASSERT_EQ(slots.size(), shape.thresholds.size() + 1 + WideSumWords(vf->is_signed));
+        const std::vector<uint64_t> counts(slots.begin(), slots.begin() + shape.thresholds.size() + 1);
         EXPECT_EQ(counts, it->second->bucket_counts);
-        // bpf_metric.cc: sum = raw sum (as signed) × scale.
-        // (The perf engine adds doubles, so only nearly equal.)
-        const double sum = static_cast<double>(static_cast<int64_t>(slots.back())) * scale;
-        EXPECT_NEAR(sum, it->second->sum, 1e-9 * std::max(1.0, std::fabs(sum)));
+        // bpf_metric.cc: sum = the exact raw sum rounded once × scale: the perf engine's, exactly.
+        const double sum = ToDouble(WideAt(slots, shape.thresholds.size() + 1, vf->is_signed)) * scale;
+        EXPECT_EQ(sum, it->second->sum);
       }
       EXPECT_EQ(StatOf(&in, kRuns), static_cast<uint64_t>(kHits));
       EXPECT_EQ(StatOf(&in, kDropped), 0u);
     }
+  }
+}
+
+// A signed field's histogram keeps two wide sums, of the values >= 0 and of the negative ones'
+// magnitudes: both exact far past 2^64, and each read whole by another CPU at every store
+// (WideStoreTrace). _sum is their difference.
+TEST(HistogramProgramTest, SignedSumsPastTwoToThe64) {
+  HistogramShape shape;
+  shape.value.name = "v";
+  shape.value.offset = 8;
+  shape.value.size = 8;
+  shape.value.is_signed = true;
+  shape.thresholds = Thresholds(*Buckets::Explicit({0}), 1, true);
+  auto prog = EmitHistogram(shape, Fds());
+  ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+  const int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  const int64_t values[] = {kMax, kMin, -1, kMin, 5, kMax, kMin, kMax, -7, kMin, kMax, kMax};
+  for (size_t which = 0; which < 2; ++which) {  // trace the sum of values >= 0, then the negative one
+    SCOPED_TRACE(which == 0 ? "values >= 0" : "negative values");
+    Interpreter in;
+    AddMaps(&in, 0, HistogramValueBytes(shape.thresholds.size(), true), 1);
+    WideStoreTrace trace(&in, shape.thresholds.size() + 1 + which * kWideWords);
+    int128 want = 0;
+    uint64_t at_most_zero = 0;
+    for (int64_t v : values) {
+      std::string rec(16, '\0');
+      std::memcpy(rec.data() + 8, &v, 8);
+      RunProg(&in, *prog, rec, FakeTask{});
+      want += v;
+      if (v <= 0) ++at_most_zero;
+    }
+    ASSERT_EQ(in.map(kValuesFd)->entries.size(), 1u);
+    const std::vector<uint64_t> w = U64s(in.map(kValuesFd)->entries.begin()->second);
+    ASSERT_EQ(w.size(), 2 + WideSumWords(true));
+    EXPECT_EQ(w[0], at_most_zero);
+    EXPECT_EQ(w[1], std::size(values) - at_most_zero);
+    EXPECT_TRUE(WideAt(w, 2, true) == want);
+    EXPECT_TRUE(WideAt(w, 2) == 5 * static_cast<int128>(kMax) + 5);
+    EXPECT_TRUE(WideAt(w, 2 + kWideWords) == -(4 * static_cast<int128>(kMin)) + 8);
+    EXPECT_GT(trace.Check(), 0u);
   }
 }
 
@@ -572,12 +659,13 @@ TEST(HistogramProgramTest, FullMapCountsDropped) {
   auto prog = EmitHistogram(shape, Fds());
   ASSERT_TRUE(prog.ok());
   Interpreter in;
-  AddMaps(&in, layout->MapKeySize(), HistogramValueBytes(shape.thresholds.size()), 2);
+  AddMaps(&in, layout->MapKeySize(), HistogramValueBytes(shape.thresholds.size(), true), 2);
   for (int pid = 0; pid < 5; ++pid) RunProg(&in, *prog, Switch("p", 1, 25, 0, "n", pid), FakeTask{});
   EXPECT_EQ(in.map(kValuesFd)->entries.size(), 2u);
   EXPECT_EQ(StatOf(&in, kDropped), 3u);
   for (const auto& [k, v] : in.map(kValuesFd)->entries) {
-    EXPECT_EQ(U64s(v), (std::vector<uint64_t>{0, 0, 0, 1, 0, 0, 25}));
+    // 6 buckets, then the wide sums {commit, lo, announce} of values >= 0 and of negative ones.
+    EXPECT_EQ(U64s(v), (std::vector<uint64_t>{0, 0, 0, 1, 0, 0, 0, 25, 0, 0, 0, 0}));
   }
 }
 

@@ -218,6 +218,42 @@ TEST(CounterTest, ValueModeWithoutLabelsIsOneSampledSeries) {
   EXPECT_EQ(m.series[0].value, 8192);
 }
 
+// Issue 34 item 4: a counter summing write()'s count read 1000, then 384 after one write of
+// 2^64 - 616 bytes (any user can ask; it fails, the tracepoint still fires): the u64 sum wrapped
+// and the counter went backwards. The sum is 128 bits wide now: 2^64 + 384, as the nearest
+// double.
+TEST(CounterTest, ValueSumsDoNotWrapPastTwoToThe64) {
+  EventFormat f =
+      *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/syscalls/sys_enter_write/format"), "x");
+  CounterCollector c("write_bytes_total", "h", LabelSet(), 100,
+                     *FieldExtractor::Compile(*f.FindField("count"), LabelDecode::kAuto, nullptr), 1);
+  CounterCollector half("write_half_total", "h", LabelSet(), 100,
+                        *FieldExtractor::Compile(*f.FindField("count"), LabelDecode::kAuto, nullptr), 0.5);
+  CommTable comms(NoProc);
+  std::vector<uint8_t> raw(40, 0);
+  Sample s;
+  s.raw = Bytes(raw);
+  auto write = [&](uint64_t count) {
+    std::memcpy(&raw[32], &count, 8);
+    c.OnSample(0, s, &comms);
+    half.OnSample(0, s, &comms);
+  };
+  for (int i = 0; i < 1000; ++i) write(1);
+  ASSERT_EQ(c.Snapshot().series.size(), 1u);
+  const double before = c.Snapshot().series[0].value;
+  EXPECT_EQ(before, 1000);
+  write(18446744073709551000ULL);
+  const double after = c.Snapshot().series[0].value;
+  EXPECT_GE(after, before);
+  EXPECT_EQ(after, 1000 + 18446744073709551000.0);  // 2^64 + 384 rounds to 2^64
+  EXPECT_EQ(after, 0x1p64);
+  EXPECT_EQ(half.Snapshot().series[0].value, 0x1p63);
+  write(~uint64_t{0});
+  write(~uint64_t{0});
+  EXPECT_EQ(c.Snapshot().series[0].value, 0x1p64 * 3);  // exact 3·2^64 + 382, nearest double
+  EXPECT_EQ(c.decode_errors(), 0u);
+}
+
 TEST(LabelSetTest, CgroupLabelKeysTheIdAndRendersThePathAtScrape) {
   int walks = 0;
   auto resolver =

@@ -31,7 +31,7 @@ void CounterCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     decode_errors_.Add(1);
     return;
   }
-  RelaxedCounter* c = series_.FindOrInsert(key_);
+  WideSum* c = series_.FindOrInsert(key_);
   if (c == nullptr && RoomSweepDue(s.time_ns)) {
     series_.Sweep(s.time_ns, 0, [&](std::string_view key) {
       return labels_.NamesExitedTask(key, [comms](uint32_t tid) { return comms->HasExited(tid); });
@@ -61,10 +61,10 @@ MetricSnapshot CounterCollector::Snapshot() const {
     m.series.push_back(std::move(s));
     return m;
   }
-  series_.ForEach([&](std::string_view key, const RelaxedCounter& c) {
+  series_.ForEach([&](std::string_view key, const WideSum& c) {
     SeriesSnapshot s;
     s.labels = labels_.Render(key);
-    s.value = value_ ? static_cast<double>(c.Get()) * scale_ : static_cast<double>(c.Get());
+    s.value = value_ ? ToDouble(c.Get()) * scale_ : ToDouble(c.Get());
     m.series.push_back(std::move(s));
   });
   return m;

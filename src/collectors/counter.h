@@ -4,8 +4,10 @@
 //  * sampled: each sample's labels are packed into a key and the series' count incremented;
 //    with a `value` field (config "value": {"field", "scale"}), the series adds the field's
 //    value instead of 1 (bpftrace sum()). The series holds the integer sum of the raw field
-//    values and Snapshot() multiplies by `scale` (> 0): exact, allocation-free on the hot path,
-//    any positive scale (e.g. 512 for sectors, 1e-9 for ns), and monotonic. A negative value
+//    values, 128 bits wide (WideSum: exact past 2^64, so a huge value never wraps it back), and
+//    Snapshot() renders it as the nearest double times `scale` (> 0): exact, allocation-free on
+//    the hot path, any positive scale (e.g. 512 for sectors, 1e-9 for ns), and never
+//    decreasing. A negative value
 //    (signed fields) is never subtracted: the sample is skipped and counted as a decode error
 //    (tracepoint_exporter_decode_errors_total{metric}); so is a field outside the payload.
 //  * counting mode (no labels): no samples at all — the kernel counts, and Snapshot() reads the
@@ -21,6 +23,7 @@
 #include "collectors/collector.h"
 #include "collectors/label_set.h"
 #include "collectors/series_table.h"
+#include "collectors/wide_sum.h"
 
 namespace tpe {
 
@@ -56,8 +59,8 @@ class CounterCollector : public Collector {
   std::function<uint64_t()> kernel_count_;
   std::optional<FieldExtractor> value_;  // value mode: the integer field summed per series
   double scale_ = 1;                     // value mode: applied at Snapshot
-  SeriesTable<RelaxedCounter> series_;
-  std::string key_;  // reused scratch: no allocation per sample
+  SeriesTable<WideSum> series_;          // counts, or sums of raw values
+  std::string key_;                      // reused scratch: no allocation per sample
 };
 
 }  // namespace tpe

@@ -7,7 +7,7 @@ bool HistogramTable::Observe(std::string_view key, double v, int64_t raw, bool i
   const NativeLayout* layout = native_ ? &*native_ : nullptr;
   HistogramSeries* h = series_.FindOrInsert(key, [n, layout](HistogramSeries& s) { s.Init(n, layout); });
   if (h == nullptr) return false;
-  h->Observe(buckets_.Index(v), v);
+  h->Observe(buckets_.Index(v), raw, is_signed);
   if (layout != nullptr) h->native->Observe(layout->Position(raw, is_signed));
   return true;
 }
@@ -20,7 +20,7 @@ HistogramCollector::HistogramCollector(std::string name, std::string help, Label
       labels_(std::move(labels)),
       value_(std::move(value)),
       scale_(scale),
-      table_(std::move(buckets), std::move(native), max_series) {
+      table_(std::move(buckets), std::move(native), scale, max_series) {
   key_.reserve(256);
 }
 

@@ -17,25 +17,40 @@
 #include "collectors/label_set.h"
 #include "collectors/native_buckets.h"
 #include "collectors/series_table.h"
+#include "collectors/wide_sum.h"
 #include "decode/field_extractor.h"
 
 namespace tpe {
 
 // One histogram series: per-bucket counts (+Inf last) and the sum, written by one thread.
+//
+// The sum is kept as the exact integer sum of the raw values (the field's, or a latency's ns),
+// 128 bits wide (wide_sum.h): values >= 0 in `sum`, the magnitudes of negative ones in
+// `negative_sum`; _sum is that integer rounded once to a double, times the scale. The bpf engine
+// keeps the same integers, so both engines export the same _sum for the same observations — at
+// any magnitude (a double accumulated per observation drops small values added to a large sum,
+// and a 64-bit integer wraps).
 struct HistogramSeries {
   std::unique_ptr<RelaxedCounter[]> buckets;
   size_t n = 0;
-  std::atomic<double> sum{0};
+  WideSum sum, negative_sum;
   std::unique_ptr<NativeCounts> native;  // when the metric has native buckets
   void Init(size_t count, const NativeLayout* layout) {
     n = count;
     buckets.reset(new RelaxedCounter[count]);
     if (layout != nullptr) native = std::make_unique<NativeCounts>(layout->options().schema);
   }
-  void Observe(size_t index, double v) {
+  // `raw`: two's complement when `is_signed`, else the u64 bit pattern.
+  void Observe(size_t index, int64_t raw, bool is_signed) {
     buckets[index].Add(1);
-    sum.store(sum.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    if (is_signed && raw < 0) {
+      negative_sum.Add(0 - static_cast<uint64_t>(raw));  // INT64_MIN: 2^63
+    } else {
+      sum.Add(static_cast<uint64_t>(raw));
+    }
   }
+  // The exact sum of the raw values observed (a value it held during the call).
+  int128 RawSum() const { return static_cast<int128>(sum.Get()) - static_cast<int128>(negative_sum.Get()); }
   // Observations so far (how SeriesTable sees a series change): derived from the buckets at
   // sweep/scrape time rather than kept as one more counter written per event.
   uint64_t Count() const {
@@ -49,10 +64,12 @@ struct HistogramSeries {
 // native-only histogram: the +Inf bucket alone), native buckets when `native` is set, or both.
 class HistogramTable {
  public:
-  HistogramTable(Buckets buckets, std::optional<NativeLayout> native, size_t max_series)
-      : buckets_(std::move(buckets)), native_(std::move(native)), series_(max_series) {}
-  // Adds `v` (= raw × the native layout's scale; raw read as signed when `is_signed`) to the
-  // series of `key`; false when the cardinality limit drops it.
+  // `scale`: what a raw value is multiplied by (the value's scale; a latency's 1e-9 s per ns).
+  HistogramTable(Buckets buckets, std::optional<NativeLayout> native, double scale, size_t max_series)
+      : buckets_(std::move(buckets)), native_(std::move(native)), scale_(scale), series_(max_series) {}
+  // Adds `v` (= raw × scale; raw read as signed when `is_signed`) to the series of `key`: its
+  // classic bucket by `v`, its native bucket and its sum by `raw`. False when the cardinality
+  // limit drops it.
   bool Observe(std::string_view key, double v, int64_t raw, bool is_signed);
   // Fills name/help/kind/bounds and one SeriesSnapshot per series (labels from `render`).
   template <typename Render>
@@ -73,7 +90,7 @@ class HistogramTable {
         s.bucket_counts[i] = h.buckets[i].Get();
         s.count += s.bucket_counts[i];  // _count is the +Inf bucket, consistent by construction
       }
-      s.sum = h.sum.load(std::memory_order_relaxed);
+      s.sum = ToDouble(h.RawSum()) * scale_;
       if (h.native) {
         // The native buckets are read after the classic ones and the writer adds to them second,
         // so they may hold an observation more: the count is theirs, as Prometheus checks it
@@ -97,6 +114,7 @@ class HistogramTable {
  private:
   Buckets buckets_;
   std::optional<NativeLayout> native_;
+  double scale_;
   SeriesTable<HistogramSeries> series_;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -199,7 +200,71 @@ TEST(HistogramTest, ValueTimesScaleIntoBuckets) {
   EXPECT_DOUBLE_EQ(m.series[0].sum, 2.0 * (10 + 50 + 51 + 499 + 500 + 501 + 4000));
 }
 
+// Issue 34 item 4: _sum is the exact integer sum of the raw values rounded once, as the bpf
+// engine computes it: a double accumulated per observation (the perf engine's before) dropped
+// 1000 observations of 1 after one of 2^53 (2^53 + 1 rounds back to 2^53), and a native
+// series' sample sum past 2^64 differed by engine. Classic and native sums alike, unsigned
+// values past 2^64 and signed ones below -2^63.
+TEST(HistogramTest, SumIsTheExactRawSumRoundedOnce) {
+  EventFormat f = Format("syscalls/sys_enter_write");
+  auto count = FieldExtractor::Compile(*f.FindField("count"), LabelDecode::kAuto, nullptr);
+  auto native = NativeLayout::Make(NativeOptions{}, 1);
+  ASSERT_TRUE(native.ok());
+  HistogramCollector classic("classic", "h", LabelSet(), *count, 1, *Buckets::Exp2(1, 1024), std::nullopt, 10);
+  HistogramCollector sparse("native", "h", LabelSet(), *count, 1, Buckets::None(), *native, 10);
+  HistogramCollector scaled("scaled", "h", LabelSet(), *count, 0.25, *Buckets::Exp2(1, 1024), std::nullopt, 10);
+  CommTable comms;
+  std::vector<uint8_t> raw(40, 0);
+  Sample s;
+  s.raw = Bytes(raw);
+  auto write = [&](uint64_t n) {
+    std::memcpy(&raw[32], &n, 8);
+    for (HistogramCollector* h : {&classic, &sparse, &scaled}) h->OnSample(0, s, &comms);
+  };
+  auto sum = [](const HistogramCollector& h) { return h.Snapshot().series.at(0).sum; };
+  write(uint64_t{1} << 53);
+  for (int i = 0; i < 1000; ++i) write(1);
+  EXPECT_EQ(sum(classic), 0x1p53 + 1000);
+  EXPECT_EQ(sum(sparse), 0x1p53 + 1000);
+  EXPECT_EQ(sum(scaled), (0x1p53 + 1000) * 0.25);
+  write(18446744073709551000ULL);                       // 2^64 - 616
+  const double want = 18446744073709551616.0 + 0x1p53;  // 2^64 + 2^53 + 384, nearest double
+  EXPECT_EQ(sum(classic), want);
+  EXPECT_EQ(sum(sparse), want);
+  EXPECT_EQ(sum(scaled), want * 0.25);
+  EXPECT_EQ(classic.Snapshot().series[0].count, 1002u);
+  EXPECT_EQ(sparse.Snapshot().series[0].count, 1002u);
+
+  // A signed field (raw_syscalls:sys_exit ret): values below 0 are subtracted, exactly.
+  EventFormat e = Format("raw_syscalls/sys_exit");
+  auto ret = FieldExtractor::Compile(*e.FindField("ret"), LabelDecode::kAuto, nullptr);
+  auto signed_native = NativeLayout::Make(NativeOptions{}, 1);
+  HistogramCollector sc("signed_classic", "h", LabelSet(), *ret, 1, *Buckets::Explicit({0}), std::nullopt, 10);
+  HistogramCollector sn("signed_native", "h", LabelSet(), *ret, 1, Buckets::None(), *signed_native, 10);
+  std::vector<uint8_t> r(24, 0);
+  s.raw = Bytes(r);
+  auto exit = [&](int64_t v) {
+    std::memcpy(&r[16], &v, 8);
+    sc.OnSample(0, s, &comms);
+    sn.OnSample(0, s, &comms);
+  };
+  exit(-5);
+  exit(3);
+  EXPECT_EQ(sum(sc), -2);
+  exit(std::numeric_limits<int64_t>::min());
+  exit(std::numeric_limits<int64_t>::min());
+  exit(std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(sum(sc), -3 * 0x1p63);  // -3·2^63 - 2, nearest double
+  EXPECT_EQ(sum(sn), -3 * 0x1p63);
+  exit(std::numeric_limits<int64_t>::max());
+  exit(std::numeric_limits<int64_t>::max());
+  exit(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(sum(sc), -5);  // exactly: -3·2^63 - 2 + 3·(2^63 - 1)
+  EXPECT_EQ(sum(sn), -5);
+}
+
 // Latency over sched_waking(pid) → sched_switch(next_pid), driven directly in timestamp order.
+
 struct LatencyFixture {
   EventFormat waking = Format("sched/sched_waking");
   EventFormat sw = Format("sched/sched_switch");

@@ -27,7 +27,7 @@ LatencyCollector::LatencyCollector(std::string name, std::string help, std::vect
       help_(std::move(help)),
       starts_(std::move(starts)),
       end_(std::move(end)),
-      table_(std::move(buckets), std::move(native), max_series),
+      table_(std::move(buckets), std::move(native), 1e-9, max_series),  // ns -> s
       inflight_(max_inflight),
       timeout_ns_(timeout_ns),
       max_series_(max_series) {
