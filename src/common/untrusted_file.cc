@@ -88,10 +88,6 @@ int WalkNoSymlinks(int root_fd, const std::vector<std::string>& components) {
     }
     dir = std::move(next);
   }
-  if (components.empty()) {
-    errno = EISDIR;  // the root itself: a directory
-    return -1;
-  }
   return ::fcntl(dir.get(), F_DUPFD_CLOEXEC, 0);
 }
 
@@ -184,28 +180,25 @@ StatusOr<UntrustedFile> OpenUntrustedInRoot(int root_fd, const std::string& rela
   std::string joined;
   for (const std::string& c : components) joined += (joined.empty() ? "" : "/") + c;
   if (joined.empty()) joined = ".";
+  using Symlinks = UntrustedFileOptions::Symlinks;
+  const int flags = kPathFlags | (options.symlinks == Symlinks::kRefuseLast ? O_NOFOLLOW : 0);
+  const uint64_t resolve = RESOLVE_IN_ROOT | (options.symlinks == Symlinks::kRefuseAny ? RESOLVE_NO_SYMLINKS : 0);
   int fd = -1;
-  switch (options.symlinks) {
-    case UntrustedFileOptions::Symlinks::kFollow:
-      fd = ::openat(root_fd, joined.c_str(), kPathFlags);
-      break;
-    case UntrustedFileOptions::Symlinks::kRefuseLast:
-      fd = ::openat(root_fd, joined.c_str(), kPathFlags | O_NOFOLLOW);
-      break;
-    case UntrustedFileOptions::Symlinks::kRefuseAny:
-      fd = -1;
-      errno = ENOSYS;
-      if (!options.force_component_walk) {
-        // EAGAIN: a rename raced the RESOLVE_IN_ROOT lookup; the kernel asks for a retry.
-        for (int attempt = 0; attempt < 4; ++attempt) {
-          fd = Openat2(root_fd, joined.c_str(), kPathFlags, RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS);
-          if (fd >= 0 || errno != EAGAIN) break;
-        }
-      }
-      // ENOSYS: before Linux 5.6; EPERM: a seccomp filter that does not know openat2 (some
-      // container runtimes' default profiles answer unknown syscalls so).
-      if (fd < 0 && (errno == ENOSYS || errno == EPERM)) fd = WalkNoSymlinks(root_fd, components);
-      break;
+  errno = ENOSYS;
+  if (!options.force_no_openat2) {
+    // EAGAIN: a rename raced the RESOLVE_IN_ROOT lookup; the kernel asks for a retry.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      fd = Openat2(root_fd, joined.c_str(), static_cast<uint64_t>(flags), resolve);
+      if (fd >= 0 || errno != EAGAIN) break;
+    }
+  }
+  // ENOSYS: before Linux 5.6; EPERM: a seccomp filter that does not know openat2 (some
+  // container runtimes' default profiles answer unknown syscalls so).
+  if (fd < 0 && (errno == ENOSYS || errno == EPERM)) {
+    // Without openat2 a followed absolute symlink resolves from the daemon's root, not
+    // `root_fd`: only kRefuseAny (no symlink at all) keeps the lookup inside.
+    fd = options.symlinks == Symlinks::kRefuseAny ? WalkNoSymlinks(root_fd, components)
+                                                  : ::openat(root_fd, joined.c_str(), flags);
   }
   if (fd < 0) return OpenError(errno, display, options, refusal);
   return CheckAndReopen(ScopedFd(fd), options, display, refusal);

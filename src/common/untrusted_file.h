@@ -14,11 +14,12 @@
 // Symlinks (UntrustedFileOptions::symlinks):
 //  - kFollow: resolved as open(2) does (a path the administrator named: /usr/lib/libc.so.6);
 //  - kRefuseLast: the last component must not be a symlink (O_NOFOLLOW);
-//  - kRefuseAny: no component may be a symlink. OpenUntrustedInRoot resolves the path below a
-//    root directory (e.g. /proc/PID/root, a process's own mount namespace) with openat2(2)
-//    RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS (Linux 5.6); on older kernels (ENOSYS) it walks the
-//    components one openat(O_PATH | O_NOFOLLOW) at a time and refuses any that is a symlink.
-//    ".." is refused in both ways, so the result is always below the root.
+//  - kRefuseAny: no component may be a symlink: openat2(2) RESOLVE_NO_SYMLINKS (Linux 5.6); on
+//    older kernels (ENOSYS) the components are opened one openat(O_PATH | O_NOFOLLOW) at a time
+//    and any that is a symlink is refused.
+// OpenUntrustedInRoot resolves a path below a root directory (e.g. /proc/PID/root, a process's
+// own mount namespace) with openat2 RESOLVE_IN_ROOT; ".." is refused, so with kRefuseAny the
+// result is always below the root.
 //
 // Thread-safety: free functions, safe from any thread; FileRefusalCounts is thread-safe.
 // Sources: open(2) (O_PATH, O_NOFOLLOW, O_NONBLOCK), openat2(2) (RESOLVE_*), fstat(2),
@@ -63,8 +64,8 @@ struct UntrustedFileOptions {
   Symlinks symlinks = Symlinks::kRefuseLast;
   // The uids that may own the file; empty: any.
   std::vector<uid_t> owners;
-  // Tests: resolve kRefuseAny paths by walking components even where openat2(2) exists.
-  bool force_component_walk = false;
+  // Tests: behave as on a kernel without openat2(2).
+  bool force_no_openat2 = false;
 };
 
 // A regular file opened for reading (O_RDONLY | O_CLOEXEC | O_NONBLOCK) and its fstat(2).
@@ -85,9 +86,12 @@ StatusOr<UntrustedFile> OpenUntrusted(const std::string& path, const UntrustedFi
 
 // As OpenUntrusted, for `relative` (no leading '/' needed; "." and empty components are skipped;
 // ".." is refused with InvalidArgument) below the directory `root_fd`, as if `root_fd` were "/"
-// (openat2 RESOLVE_IN_ROOT). With kRefuseAny no component of `relative` may be a symlink; the
-// root itself is the caller's (open it through /proc/PID/root to be in a process's mount
-// namespace). `display` names the file in messages (e.g. "/proc/42/root/tmp/perf-7.map").
+// (openat2 RESOLVE_IN_ROOT: a followed absolute symlink stays below it too). With kRefuseAny no
+// component of `relative` may be a symlink. Where openat2 is missing (before Linux 5.6, or
+// refused by a seccomp filter) kRefuseAny walks the components, and kFollow / kRefuseLast fall
+// back to openat(2), where an absolute symlink resolves from the daemon's own root. The root
+// itself is the caller's (open it through /proc/PID/root to be in a process's mount namespace).
+// `display` names the file in messages (e.g. "/proc/42/root/tmp/perf-7.map").
 StatusOr<UntrustedFile> OpenUntrustedInRoot(int root_fd, const std::string& relative,
                                             const UntrustedFileOptions& options, const std::string& display,
                                             FileRefusal* refusal = nullptr);

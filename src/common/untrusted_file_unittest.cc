@@ -187,14 +187,14 @@ TEST_F(UntrustedFileTest, BelowARootNoComponentMayBeASymlink) {
   ASSERT_EQ(::mkdir((dir_ + "/elsewhere").c_str(), 0755), 0);
   Write("root/tmp/perf-1.map", "1 2 in_root\n");
   Write("elsewhere/perf-1.map", "1 2 elsewhere\n");
-  ASSERT_EQ(::symlink((dir_ + "/elsewhere").c_str(), (dir_ + "/root/link").c_str()), 0);
+  ASSERT_EQ(::symlink("tmp", (dir_ + "/root/link").c_str()), 0);
   ASSERT_EQ(::symlink("tmp/perf-1.map", (dir_ + "/root/last").c_str()), 0);
   ScopedFd root(::open((dir_ + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(root.valid());
-  for (bool walk : {false, true}) {
-    SCOPED_TRACE(walk ? "component walk" : "openat2");
+  for (bool no_openat2 : {false, true}) {
+    SCOPED_TRACE(no_openat2 ? "component walk" : "openat2");
     UntrustedFileOptions o = Options(Symlinks::kRefuseAny);
-    o.force_component_walk = walk;
+    o.force_no_openat2 = no_openat2;
     FileRefusal why = FileRefusal::kNone;
     auto f = OpenUntrustedInRoot(root.get(), "/tmp/perf-1.map", o, "root/tmp/perf-1.map", &why);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
@@ -212,6 +212,10 @@ TEST_F(UntrustedFileTest, BelowARootNoComponentMayBeASymlink) {
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(why, FileRefusal::kNone);
     EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+
+    f = OpenUntrustedInRoot(root.get(), "", o, "root", &why);
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(why, FileRefusal::kNotRegular) << f.status().ToString();
   }
   // The last component only: an intermediate symlink is followed, the last is not.
   FileRefusal why = FileRefusal::kNone;
@@ -219,6 +223,20 @@ TEST_F(UntrustedFileTest, BelowARootNoComponentMayBeASymlink) {
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   f = OpenUntrustedInRoot(root.get(), "last", Options(Symlinks::kRefuseLast), "x", &why);
   EXPECT_EQ(why, FileRefusal::kSymlink);
+}
+
+// Followed symlinks below a root resolve inside it (openat2 RESOLVE_IN_ROOT): an absolute
+// symlink in a container names the container's file, not the host's.
+TEST_F(UntrustedFileTest, BelowARootAnAbsoluteSymlinkStaysInside) {
+  ASSERT_EQ(std::system(("mkdir -p " + dir_ + "/root" + dir_).c_str()), 0);  // the same path inside the root
+  Write("host.map", "host\n");
+  Write("root" + dir_ + "/host.map", "container\n");
+  ASSERT_EQ(::symlink((dir_ + "/host.map").c_str(), (dir_ + "/root/abs").c_str()), 0);
+  ScopedFd root(::open((dir_ + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(root.valid());
+  auto f = OpenUntrustedInRoot(root.get(), "abs", Options(Symlinks::kFollow), "root/abs");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(*ReadUntrusted(*f, k64MiB, "root/abs"), "container\n");
 }
 
 TEST(FileRefusalCountsTest, CountsEachReason) {
