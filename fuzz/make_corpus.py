@@ -60,6 +60,57 @@ def lost_samples_record():
     return header(PERF_RECORD_LOST_SAMPLES, struct.pack("<Q", 7) + SAMPLE_ID)
 
 
+def crafted_elf(functions, extended_numbering=False):
+    """A minimal x86-64 ET_DYN file as ElfFile reads it: one PT_LOAD over the whole file, sections
+    .shstrtab, .symtab, .strtab, .note.gnu.build-id and .text; `functions` are (name, address,
+    size) inside .text."""
+    shstr = b"\0.shstrtab\0.symtab\0.strtab\0.note.gnu.build-id\0.text\0"
+    names = {n: shstr.index(n.encode() + b"\0") for n in (".shstrtab", ".symtab", ".strtab", ".note.gnu.build-id",
+                                                           ".text")}
+    strtab = b"\0"
+    syms = bytes(24)  # the null symbol
+    for name, address, size in functions:
+        syms += struct.pack("<IBBHQQ", len(strtab), 0x12, 0, 5, address, size)  # STB_GLOBAL, STT_FUNC, .text
+        strtab += name.encode() + b"\0"
+    note = struct.pack("<III", 4, 20, 3) + b"GNU\0" + bytes(range(20))  # NT_GNU_BUILD_ID
+    layout = {"shstrtab": 0x100, "strtab": 0x180, "symtab": 0x200, "note": 0x300, "text": 0x340, "shdrs": 0x400}
+    nsec = 6
+    size = layout["shdrs"] + nsec * 64
+    out = bytearray(size)
+    out[0:64] = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9) + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, 64, layout["shdrs"], 0, 64, 56, 1, 64, 0 if extended_numbering else nsec, 1)
+    out[64:120] = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)  # PT_LOAD r-x
+    for key, data in (("shstrtab", shstr), ("strtab", strtab), ("symtab", syms), ("note", note)):
+        out[layout[key]:layout[key] + len(data)] = data
+    out[layout["text"]:layout["text"] + 0x40] = b"\xc3" * 0x40
+
+    def shdr(name, type_, offset, sz, link=0, info=0, entsize=0, addr=0):
+        return struct.pack("<IIQQQQIIQQ", name, type_, 0, addr, offset, sz, link, info, 1, entsize)
+
+    out[layout["shdrs"]:] = b"".join([
+        shdr(0, 0, 0, nsec if extended_numbering else 0),
+        shdr(names[".shstrtab"], 3, layout["shstrtab"], len(shstr)),
+        shdr(names[".symtab"], 2, layout["symtab"], len(syms), link=3, info=1, entsize=24),
+        shdr(names[".strtab"], 3, layout["strtab"], len(strtab)),
+        shdr(names[".note.gnu.build-id"], 7, layout["note"], len(note), addr=layout["note"]),
+        shdr(names[".text"], 1, layout["text"], 0x40, addr=layout["text"])])
+    return bytes(out)
+
+
+def elf_and_perf_map_seeds():
+    # elf_fuzzer: whole files.
+    write("elf_fuzzer", "minimal", crafted_elf([("crafted_fn", 0x340, 0x10), ("other_fn@@V_1", 0x350, 0x20)]))
+    write("elf_fuzzer", "extended_numbering", crafted_elf([("f", 0x340, 0)], extended_numbering=True))
+    # perf_map_fuzzer: <max_entries selector> <text>; 255 = the default bound.
+    perf_map = ("7f3a1c000000 b py::_run_code:/usr/lib/python3.12/runpy.py\n"
+                "0x7f3a1c000100 40 LazyCompile:~handler /srv/app.js:10\n"
+                "7f3a1c000200 20 old\n7f3a1c000200 30 regenerated\n7f3a1c0003")
+    write("perf_map_fuzzer", "node_python", b"\xff" + perf_map.encode())
+    write("perf_map_fuzzer", "truncated", b"\x02" + perf_map.encode())
+    write("perf_map_fuzzer", "status", b"\xff" + b"Name:\tnode\nTgid:\t4242\nPid:\t4242\n"
+          b"Uid:\t1000\t1000\t1000\t1000\nNStgid:\t4242\t7\nNSpid:\t4242\t7\n")
+
+
 def write(target, name, data):
     d = os.path.join(OUT, target)
     os.makedirs(d, exist_ok=True)
@@ -159,6 +210,8 @@ def main():
             ring[(begin + i) % size] = b
         write("ring_cursor_fuzzer", "ring_%d_%x" % (size, begin),
               bytes([k]) + struct.pack("<QI", begin % (1 << 64), len(data)) + bytes(ring))
+
+    elf_and_perf_map_seeds()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -56,24 +57,101 @@ bool InFile(uint64_t offset, uint64_t size, uint64_t file_size) {
   return offset <= file_size && size <= file_size - offset;
 }
 
+Status TruncatedError(const std::string& path, const std::string& what, uint64_t offset, uint64_t size,
+                      uint64_t file_size) {
+  return InvalidArgument(path + ": truncated: " + what + " (" + std::to_string(size) + " bytes at offset " +
+                         std::to_string(offset) + ") runs past the file's " + std::to_string(file_size) + " bytes");
+}
+
+Status OverLimit(const std::string& path, const std::string& what, uint64_t value, uint64_t limit,
+                 const std::string& unit) {
+  return InvalidArgument(path + ": " + what + " has " + std::to_string(value) + " " + unit + ", more than the " +
+                         std::to_string(limit) + " read from one file (ElfLimits)");
+}
+
+// Reads exactly `size` bytes at `offset` of `fd`; false on a short read or an error.
+bool PreadAll(int fd, void* buf, size_t size, uint64_t offset) {
+  auto* p = static_cast<char*>(buf);
+  while (size > 0) {
+    ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+// Checks the ELF header of the file open as `fd` before libelf reads it: elf_begin allocates
+// an Elf_Scn for every section the header (or, under extended numbering, section 0) claims and
+// initialises each, so a header claiming 2^24 sections costs gigabytes before anything else can
+// be checked. Refuses what is not x86-64 ELF64 here too (libelf would size an ELF32's sections
+// the same way), and tables that run past the file or past `limits`.
+Status CheckElfHeader(int fd, uint64_t file_size, const ElfLimits& limits, const std::string& path) {
+  unsigned char ident[EI_NIDENT];
+  if (file_size < EI_NIDENT || !PreadAll(fd, ident, EI_NIDENT, 0) || std::memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    return InvalidArgument(path + ": not an ELF file");
+  }
+  if (file_size < sizeof(Elf64_Ehdr)) {
+    return TruncatedError(path, "the ELF header", 0, sizeof(Elf64_Ehdr), file_size);
+  }
+  unsigned char raw[sizeof(Elf64_Ehdr)];
+  if (!PreadAll(fd, raw, sizeof(raw), 0)) return TruncatedError(path, "the ELF header", 0, sizeof(raw), file_size);
+  const bool big_endian = ident[EI_DATA] == ELFDATA2MSB;
+  const uint16_t machine =
+      big_endian ? static_cast<uint16_t>(raw[18] << 8 | raw[19]) : static_cast<uint16_t>(raw[18] | raw[19] << 8);
+  if (ident[EI_CLASS] != ELFCLASS64 || ident[EI_DATA] != ELFDATA2LSB || machine != EM_X86_64) {
+    return InvalidArgument(path + ": not an x86-64 ELF64 file (class " + std::to_string(ident[EI_CLASS]) +
+                           ", e_machine " + std::to_string(machine) + ")");
+  }
+  Elf64_Ehdr ehdr;  // little-endian, as this host
+  std::memcpy(&ehdr, raw, sizeof(ehdr));
+  uint64_t shnum = ehdr.e_shnum, phnum = ehdr.e_phnum;
+  if ((shnum == 0 && ehdr.e_shoff != 0) || phnum == PN_XNUM) {
+    // Extended numbering: the counts are in section 0 (sh_size, sh_info).
+    Elf64_Shdr zero;
+    if (!InFile(ehdr.e_shoff, sizeof(zero), file_size) || !PreadAll(fd, &zero, sizeof(zero), ehdr.e_shoff)) {
+      return TruncatedError(path, "section header 0 (extended numbering)", ehdr.e_shoff, sizeof(zero), file_size);
+    }
+    if (shnum == 0) shnum = zero.sh_size;
+    if (phnum == PN_XNUM) phnum = zero.sh_info;
+  }
+  if (shnum > limits.max_sections)
+    return OverLimit(path, "the section header table", shnum, limits.max_sections, "sections");
+  if (phnum > limits.max_segments) {
+    return OverLimit(path, "the program header table", phnum, limits.max_segments, "segments");
+  }
+  // libelf reads sizeof(Elf64_Shdr) / sizeof(Elf64_Phdr) per entry whatever e_*entsize says.
+  const uint64_t sh_bytes = shnum * std::max<uint64_t>(ehdr.e_shentsize, sizeof(Elf64_Shdr));
+  if (shnum != 0 && !InFile(ehdr.e_shoff, sh_bytes, file_size)) {
+    return TruncatedError(path, "the section header table", ehdr.e_shoff, sh_bytes, file_size);
+  }
+  const uint64_t ph_bytes = phnum * std::max<uint64_t>(ehdr.e_phentsize, sizeof(Elf64_Phdr));
+  if (phnum != 0 && !InFile(ehdr.e_phoff, ph_bytes, file_size)) {
+    return TruncatedError(path, "the program header table", ehdr.e_phoff, ph_bytes, file_size);
+  }
+  return Status::Ok();
+}
+
 // Checks that the program and section header tables lie inside the file: libelf reads a truncated
 // file without complaint and then reports fewer headers than the ELF header promises.
 // Counts are the ELF header's, or under extended numbering (e_phnum PN_XNUM, e_shnum 0) what
 // libelf read from section 0.
 Status CheckHeaderTables(Elf* e, const GElf_Ehdr& ehdr, uint64_t file_size, const std::string& path) {
-  auto truncated = [&](const std::string& what, uint64_t offset, uint64_t size) {
-    return InvalidArgument(path + ": truncated: the " + what + " (" + std::to_string(size) + " bytes at offset " +
-                           std::to_string(offset) + ") runs past the file's " + std::to_string(file_size) + " bytes");
-  };
   size_t phnum = ehdr.e_phnum, shnum = ehdr.e_shnum;
   if (phnum == PN_XNUM && elf_getphdrnum(e, &phnum) != 0) return Corrupt(path, "bad extended program header count");
   if (shnum == 0 && ehdr.e_shoff != 0 && elf_getshdrnum(e, &shnum) != 0) {
     return Corrupt(path, "bad extended section header count");
   }
   uint64_t ph_bytes = uint64_t{phnum} * ehdr.e_phentsize;
-  if (!InFile(ehdr.e_phoff, ph_bytes, file_size)) return truncated("program header table", ehdr.e_phoff, ph_bytes);
+  if (!InFile(ehdr.e_phoff, ph_bytes, file_size)) {
+    return TruncatedError(path, "the program header table", ehdr.e_phoff, ph_bytes, file_size);
+  }
   uint64_t sh_bytes = uint64_t{shnum} * ehdr.e_shentsize;
-  if (!InFile(ehdr.e_shoff, sh_bytes, file_size)) return truncated("section header table", ehdr.e_shoff, sh_bytes);
+  if (!InFile(ehdr.e_shoff, sh_bytes, file_size)) {
+    return TruncatedError(path, "the section header table", ehdr.e_shoff, sh_bytes, file_size);
+  }
   return Status::Ok();
 }
 
@@ -88,9 +166,7 @@ StatusOr<std::vector<LoadSegment>> ReadSegments(Elf* e, uint64_t file_size, cons
     }
     if (ph.p_type != PT_LOAD) continue;
     if (!InFile(ph.p_offset, ph.p_filesz, file_size)) {
-      return InvalidArgument(path + ": truncated: PT_LOAD #" + std::to_string(i) + " (" + std::to_string(ph.p_filesz) +
-                             " bytes at offset " + std::to_string(ph.p_offset) + ") runs past the file's " +
-                             std::to_string(file_size) + " bytes");
+      return TruncatedError(path, "PT_LOAD #" + std::to_string(i), ph.p_offset, ph.p_filesz, file_size);
     }
     segments.push_back(LoadSegment{.vaddr = ph.p_vaddr,
                                    .offset = ph.p_offset,
@@ -102,13 +178,93 @@ StatusOr<std::vector<LoadSegment>> ReadSegments(Elf* e, uint64_t file_size, cons
   return segments;
 }
 
+// The first `limit` bytes of a string table section (SHT_STRTAB), read with
+// elf_getdata_rawchunk: elf_strptr would read the whole section, whatever its size.
+class StringTable {
+ public:
+  enum class Lookup { kOk, kTruncated, kBad };
+  // Reads section `index` of `e`. Errors: InvalidArgument naming `path` and `user` (the section
+  // that links to it) when it is no string table or runs past the file.
+  static StatusOr<StringTable> Read(Elf* e, size_t index, uint64_t limit, uint64_t file_size, const std::string& path,
+                                    const std::string& user) {
+    Elf_Scn* scn = elf_getscn(e, index);
+    GElf_Shdr sh;
+    if (scn == nullptr || gelf_getshdr(scn, &sh) == nullptr) {
+      return Corrupt(path, user + " links to section #" + std::to_string(index) + ", which is unreadable");
+    }
+    if (sh.sh_type != SHT_STRTAB) {
+      return InvalidArgument(path + ": " + user + " links to section #" + std::to_string(index) +
+                             ", which is not a string table (sh_type " + std::to_string(sh.sh_type) + ")");
+    }
+    if (!InFile(sh.sh_offset, sh.sh_size, file_size)) {
+      return TruncatedError(path, "the string table of " + user, sh.sh_offset, sh.sh_size, file_size);
+    }
+    StringTable t;
+    t.section_size_ = sh.sh_size;
+    const uint64_t size = std::min(sh.sh_size, limit);
+    if (size > 0) {
+      Elf_Data* data = elf_getdata_rawchunk(e, static_cast<int64_t>(sh.sh_offset), size, ELF_T_BYTE);
+      if (data == nullptr) return Corrupt(path, "cannot read the string table of " + user);
+      t.bytes_ = std::string_view(static_cast<const char*>(data->d_buf), data->d_size);
+    }
+    return t;
+  }
+
+  // The NUL-terminated string at `offset`: kTruncated when it starts or ends past the bytes
+  // read of a table larger than the limit, kBad when it is not inside the table.
+  Lookup Get(uint64_t offset, std::string_view* out) const {
+    const bool cut = bytes_.size() < section_size_;
+    if (offset >= bytes_.size()) return cut && offset < section_size_ ? Lookup::kTruncated : Lookup::kBad;
+    const size_t end = bytes_.find('\0', offset);
+    if (end == std::string_view::npos) return cut ? Lookup::kTruncated : Lookup::kBad;
+    *out = bytes_.substr(offset, end - offset);
+    return Lookup::kOk;
+  }
+
+ private:
+  std::string_view bytes_;  // owned by the Elf (elf_end frees it)
+  uint64_t section_size_ = 0;
+};
+
+// String tables read so far, by section index (.dynstr serves .dynsym and .gnu.version_d; a
+// linker may put section names in .strtab), each up to `limit` bytes.
+class StringTables {
+ public:
+  StringTables(Elf* e, uint64_t file_size, uint64_t limit, const std::string& path)
+      : e_(e), file_size_(file_size), limit_(limit), path_(path) {}
+  StatusOr<const StringTable*> Get(size_t index, const std::string& user) {
+    auto it = tables_.find(index);
+    if (it == tables_.end()) {
+      TPE_ASSIGN_OR_RETURN(StringTable t, StringTable::Read(e_, index, limit_, file_size_, path_, user));
+      it = tables_.emplace(index, t).first;
+    }
+    return &it->second;
+  }
+
+ private:
+  Elf* e_;
+  uint64_t file_size_;
+  uint64_t limit_;
+  const std::string& path_;  // Read's argument
+  std::map<size_t, StringTable> tables_;
+};
+
+// Checks that section `what` ("section .note.stapsdt") of `sh_size` bytes may be read whole.
+Status CheckWholeSection(const std::string& path, const std::string& what, uint64_t sh_size, const ElfLimits& limits) {
+  if (sh_size > limits.max_section_bytes) return OverLimit(path, what, sh_size, limits.max_section_bytes, "bytes");
+  return Status::Ok();
+}
+
 // The names of the versions .gnu.version_d defines, by index (vd_ndx). The base version (the
 // file's own name, VER_FLG_BASE) is left out: a symbol of it is unversioned.
-StatusOr<std::map<uint16_t, std::string>> ReadVersionDefinitions(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh,
+StatusOr<std::map<uint16_t, std::string>> ReadVersionDefinitions(Elf_Scn* scn, const GElf_Shdr& sh,
+                                                                 StringTables* strings, const ElfLimits& limits,
                                                                  const std::string& path) {
+  TPE_RETURN_IF_ERROR(CheckWholeSection(path, "section .gnu.version_d", sh.sh_size, limits));
   std::map<uint16_t, std::string> names;
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (data == nullptr) return Corrupt(path, "cannot read .gnu.version_d");
+  TPE_ASSIGN_OR_RETURN(const StringTable* strtab, strings->Get(sh.sh_link, ".gnu.version_d"));
   size_t offset = 0;
   // sh_info is the number of definitions; each is visited once, so a vd_next loop cannot spin.
   for (size_t i = 0; i < sh.sh_info; ++i) {
@@ -120,9 +276,11 @@ StatusOr<std::map<uint16_t, std::string>> ReadVersionDefinitions(Elf* e, Elf_Scn
     if (gelf_getverdaux(data, static_cast<int>(offset + vd.vd_aux), &aux) == nullptr) {
       return Corrupt(path, ".gnu.version_d entry #" + std::to_string(i) + " has no name");
     }
-    const char* name = elf_strptr(e, sh.sh_link, aux.vda_name);
-    if (name == nullptr) return Corrupt(path, ".gnu.version_d entry #" + std::to_string(i) + " has a bad name offset");
-    if ((vd.vd_flags & VER_FLG_BASE) == 0) names[vd.vd_ndx] = name;
+    std::string_view name;
+    if (strtab->Get(aux.vda_name, &name) != StringTable::Lookup::kOk) {
+      return InvalidArgument(path + ": .gnu.version_d entry #" + std::to_string(i) + " has a bad name offset");
+    }
+    if ((vd.vd_flags & VER_FLG_BASE) == 0) names[vd.vd_ndx] = std::string(name);
     if (vd.vd_next == 0) break;
     offset += vd.vd_next;
   }
@@ -151,34 +309,70 @@ std::string BuildIdOf(Elf_Data* data) {
   return "";
 }
 
-// The version data of .dynsym: its .gnu.version entries (one per symbol) and the names they index.
+// The version data of .dynsym: its .gnu.version section and the names its entries index.
 struct DynsymVersions {
-  Elf_Data* versym = nullptr;  // null: the file has no .gnu.version (no symbol is versioned)
+  Elf_Scn* versym = nullptr;  // null: the file has no .gnu.version (no symbol is versioned)
+  GElf_Shdr versym_sh{};
   std::map<uint16_t, std::string> names;
 };
 
-// Appends the defined functions of symbol table `scn` (SHT_SYMTAB or SHT_DYNSYM) to `out`.
-// `versions`: for .dynsym, where its symbol versions are; null for .symtab (whose names carry
-// them).
-Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string& section,
-                   const std::vector<LoadSegment>& segments, const DynsymVersions* versions, const std::string& path,
-                   std::vector<Symbol>* out) {
-  Elf_Data* data = elf_getdata(scn, nullptr);
+// What the symbol tables of one file may still use of ElfLimits.
+struct SymbolBudget {
+  uint64_t entries = 0;     // symbol table entries left to read
+  uint64_t name_bytes = 0;  // bytes of names left to keep
+  uint64_t truncated = 0;   // entries not read and functions dropped so far
+};
+
+// Appends the defined functions of symbol table `scn` (SHT_SYMTAB or SHT_DYNSYM) to `out`,
+// within `budget`. `versions`: for .dynsym, where its symbol versions are; null for .symtab
+// (whose names carry them).
+Status ReadSymbols(Elf* e, const GElf_Shdr& sh, const std::string& section, const std::vector<LoadSegment>& segments,
+                   const DynsymVersions* versions, StringTables* strings, const ElfLimits& limits,
+                   const std::string& path, SymbolBudget* budget, std::vector<Symbol>* out) {
+  if (sh.sh_entsize != sizeof(Elf64_Sym)) {
+    return InvalidArgument(path + ": " + section + " has sh_entsize " + std::to_string(sh.sh_entsize) + ", not " +
+                           std::to_string(sizeof(Elf64_Sym)));
+  }
+  const uint64_t count = sh.sh_size / sizeof(Elf64_Sym);
+  const uint64_t n = std::min(count, budget->entries);
+  budget->truncated += count - n;
+  budget->entries -= n;
+  if (n == 0) return Status::Ok();
+  // The first n entries only: elf_getdata would read the whole table.
+  Elf_Data* data = elf_getdata_rawchunk(e, static_cast<int64_t>(sh.sh_offset), n * sizeof(Elf64_Sym), ELF_T_SYM);
   if (data == nullptr) return Corrupt(path, "cannot read " + section);
-  if (sh.sh_entsize == 0) return InvalidArgument(path + ": " + section + " has sh_entsize 0");
-  size_t count = sh.sh_size / sh.sh_entsize;
-  for (size_t i = 0; i < count; ++i) {
+  Elf_Data* versym = nullptr;
+  if (versions != nullptr && versions->versym != nullptr) {
+    // Its first n entries (2 bytes each), no more than the section has.
+    const uint64_t bytes = std::min<uint64_t>(versions->versym_sh.sh_size, n * sizeof(GElf_Versym));
+    if (bytes > 0) {
+      versym = elf_getdata_rawchunk(e, static_cast<int64_t>(versions->versym_sh.sh_offset), bytes, ELF_T_HALF);
+      if (versym == nullptr) return Corrupt(path, "cannot read .gnu.version");
+    }
+  }
+  TPE_ASSIGN_OR_RETURN(const StringTable* strtab, strings->Get(sh.sh_link, section));
+  for (size_t i = 0; i < n; ++i) {
     GElf_Sym sym;
     if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) {
       return Corrupt(path, section + " symbol #" + std::to_string(i) + " is unreadable");
     }
     int type = GELF_ST_TYPE(sym.st_info);
     if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
-    const char* name = elf_strptr(e, sh.sh_link, sym.st_name);
-    if (name == nullptr) return Corrupt(path, section + " symbol #" + std::to_string(i) + " has a bad name offset");
-    if (*name == '\0') continue;
+    std::string_view name_view;
+    const StringTable::Lookup found = strtab->Get(sym.st_name, &name_view);
+    if (found == StringTable::Lookup::kBad) {
+      return InvalidArgument(path + ": " + section + " symbol #" + std::to_string(i) + " has a bad name offset");
+    }
+    if (found == StringTable::Lookup::kTruncated || name_view.size() > limits.max_name_length ||
+        name_view.size() > budget->name_bytes) {
+      ++budget->truncated;
+      continue;
+    }
+    if (name_view.empty()) continue;
+    const std::string name(name_view);
     auto offset = FileOffsetForAddress(segments, sym.st_value);
     if (!offset.ok()) return offset.status().WithContext(path + ": " + section + " function " + name);
+    budget->name_bytes -= name.size();
     Symbol s{.name = name,
              .version = "",
              .default_version = true,
@@ -188,7 +382,7 @@ Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string&
              .is_ifunc = type == STT_GNU_IFUNC};
     if (versions != nullptr && versions->versym != nullptr) {
       GElf_Versym v;
-      if (gelf_getversym(versions->versym, static_cast<int>(i), &v) == nullptr) {
+      if (versym == nullptr || gelf_getversym(versym, static_cast<int>(i), &v) == nullptr) {
         return Corrupt(path, ".gnu.version has no entry for .dynsym symbol #" + std::to_string(i) + " " + name);
       }
       // Index 0 is local, 1 the base (global, unversioned); others name a .gnu.version_d entry
@@ -198,11 +392,11 @@ Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string&
         s.version = it->second;
         s.default_version = (v & 0x8000) == 0;
       }
-    } else if (const char* at = std::strchr(name, '@'); versions == nullptr && at != nullptr && at != name) {
+    } else if (const size_t at = name.find('@'); versions == nullptr && at != std::string::npos && at != 0) {
       // .symtab of a binutils >= 2.35 link: "NAME@VERSION" or "NAME@@VERSION".
-      const bool is_default = at[1] == '@';
-      s.name.assign(name, static_cast<size_t>(at - name));
-      s.version = at + (is_default ? 2 : 1);
+      const bool is_default = at + 1 < name.size() && name[at + 1] == '@';
+      s.name.assign(name, 0, at);
+      s.version = name.substr(at + (is_default ? 2 : 1));
       s.default_version = is_default || s.version.empty();
     }
     out->push_back(std::move(s));
@@ -210,32 +404,55 @@ Status ReadSymbols(Elf* e, Elf_Scn* scn, const GElf_Shdr& sh, const std::string&
   return Status::Ok();
 }
 
+// Heap bytes of `s` beyond the object (libstdc++ keeps up to 15 characters in place).
+uint64_t HeapBytes(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
+
 }  // namespace
 
-StatusOr<ElfFile> ElfFile::Open(const std::string& path) { return OpenForTest(path, nullptr); }
+StatusOr<ElfFile> ElfFile::Open(const std::string& path, const ElfLimits& limits, FileRefusal* refusal) {
+  UntrustedFileOptions options;
+  options.max_bytes = limits.max_file_bytes;
+  options.symlinks = UntrustedFileOptions::Symlinks::kFollow;
+  TPE_ASSIGN_OR_RETURN(UntrustedFile file, OpenUntrusted(path, options, refusal));
+  return ReadFd(file.fd.get(), file.st, path, limits, nullptr);
+}
 
-StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::function<void()>& after_begin) {
+StatusOr<ElfFile> ElfFile::OpenFd(int fd, const std::string& path, const ElfLimits& limits) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes) {
+    return OverLimit(path, "the file", static_cast<uint64_t>(st.st_size), limits.max_file_bytes, "bytes");
+  }
+  return ReadFd(fd, st, path, limits, nullptr);
+}
+
+StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::function<void()>& after_begin,
+                                       const ElfLimits& limits) {
+  UntrustedFileOptions options;
+  options.max_bytes = limits.max_file_bytes;
+  options.symlinks = UntrustedFileOptions::Symlinks::kFollow;
+  TPE_ASSIGN_OR_RETURN(UntrustedFile file, OpenUntrusted(path, options));
+  return ReadFd(file.fd.get(), file.st, path, limits, after_begin);
+}
+
+StatusOr<ElfFile> ElfFile::ReadFd(int fd, const struct stat& st, const std::string& path, const ElfLimits& limits,
+                                  const std::function<void()>& after_begin) {
   static const bool kLibelfReady = elf_version(EV_CURRENT) != EV_NONE;
   if (!kLibelfReady) return Internal("libelf: elf_version(EV_CURRENT) failed");
-
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return ErrnoStatus(errno, "ELF file " + path);
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat " + path);
-  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  TPE_RETURN_IF_ERROR(CheckElfHeader(fd, static_cast<uint64_t>(st.st_size), limits, path));
   // ELF_C_READ: libelf reads what it needs with pread(2) into its own buffers. ELF_C_READ_MMAP
   // would map the file, and a read of a page past the end of a file truncated meanwhile is
   // SIGBUS, which kills the daemon; a short pread is an error.
-  ElfPtr e(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  ElfPtr e(elf_begin(fd, ELF_C_READ, nullptr));
   if (e == nullptr) return Corrupt(path, "not readable as ELF");
   if (after_begin) after_begin();
-  StatusOr<ElfFile> file = Read(e.get(), path, static_cast<uint64_t>(st.st_size));
+  StatusOr<ElfFile> file = Read(e.get(), path, static_cast<uint64_t>(st.st_size), limits);
   // A file rewritten or cut while it was read may have given inconsistent pieces, or a read
   // error that blames the file's contents: say what happened instead.
   struct stat now;
-  if (fstat(fd.get(), &now) == 0 && (now.st_size != st.st_size || now.st_mtim.tv_sec != st.st_mtim.tv_sec ||
-                                     now.st_mtim.tv_nsec != st.st_mtim.tv_nsec)) {
+  if (fstat(fd, &now) == 0 && (now.st_size != st.st_size || now.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+                               now.st_mtim.tv_nsec != st.st_mtim.tv_nsec)) {
     return Unavailable(path + ": the file changed while it was read (" + std::to_string(st.st_size) + " bytes, now " +
                        std::to_string(now.st_size) + "); read it again once it is complete" +
                        (file.ok() ? std::string() : " (the read failed: " + file.status().message() + ")"));
@@ -243,7 +460,7 @@ StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::funct
   return file;
 }
 
-StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_size) {
+StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits) {
   if (elf_kind(e) != ELF_K_ELF) return InvalidArgument(path + ": not an ELF file");
   GElf_Ehdr ehdr;
   if (gelf_getehdr(e, &ehdr) == nullptr) return Corrupt(path, "unreadable ELF header");
@@ -263,8 +480,13 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
   file.is_dynamic_ = ehdr.e_type == ET_DYN;
   TPE_ASSIGN_OR_RETURN(file.segments_, ReadSegments(e, file_size, path));
 
+  StringTables strings(e, file_size, limits.max_string_table_bytes, path);
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(e, &shstrndx) != 0) return Corrupt(path, "no section name table");
+  const StringTable* section_names = nullptr;
+  if (elf_nextscn(e, nullptr) != nullptr) {
+    TPE_ASSIGN_OR_RETURN(section_names, strings.Get(shstrndx, "the section header table (e_shstrndx)"));
+  }
   uint64_t stapsdt_base = 0;
   std::string_view notes;
   struct Table {
@@ -274,49 +496,56 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
   };
   std::vector<Table> tables;  // read once the version sections are known, wherever they are
   DynsymVersions versions;
-  Elf_Scn* versym = nullptr;
-  size_t versym_link = 0;
   for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn != nullptr; scn = elf_nextscn(e, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) return Corrupt(path, "unreadable section header");
-    const char* name = elf_strptr(e, shstrndx, sh.sh_name);
-    if (name == nullptr) return Corrupt(path, "section #" + std::to_string(elf_ndxscn(scn)) + " has a bad name");
-    std::string_view section = name;
+    std::string_view section;
+    const StringTable::Lookup named = section_names->Get(sh.sh_name, &section);
+    if (named == StringTable::Lookup::kTruncated) {
+      return InvalidArgument(path + ": the name of section #" + std::to_string(elf_ndxscn(scn)) + " is past the " +
+                             std::to_string(limits.max_string_table_bytes) +
+                             " bytes read of the section name table (ElfLimits)");
+    }
+    if (named != StringTable::Lookup::kOk) {
+      return InvalidArgument(path + ": section #" + std::to_string(elf_ndxscn(scn)) + " has a bad name");
+    }
+    const std::string name(section);
     if (sh.sh_type != SHT_NOBITS && !InFile(sh.sh_offset, sh.sh_size, file_size)) {
-      return InvalidArgument(path + ": truncated: section " + name + " (" + std::to_string(sh.sh_size) +
-                             " bytes at offset " + std::to_string(sh.sh_offset) + ") runs past the file's " +
-                             std::to_string(file_size) + " bytes");
+      return TruncatedError(path, "section " + name, sh.sh_offset, sh.sh_size, file_size);
     }
     if (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) {
       file.has_symtab_ |= sh.sh_type == SHT_SYMTAB;
       tables.push_back(Table{scn, sh, name});
     } else if (sh.sh_type == SHT_GNU_versym) {
-      versym = scn;
-      versym_link = sh.sh_link;
+      versions.versym = scn;
+      versions.versym_sh = sh;
     } else if (sh.sh_type == SHT_GNU_verdef) {
-      TPE_ASSIGN_OR_RETURN(versions.names, ReadVersionDefinitions(e, scn, sh, path));
+      TPE_ASSIGN_OR_RETURN(versions.names, ReadVersionDefinitions(scn, sh, &strings, limits, path));
     } else if (section == ".stapsdt.base") {
       stapsdt_base = sh.sh_addr;
     } else if (section == ".note.gnu.build-id" && sh.sh_type == SHT_NOTE) {
+      TPE_RETURN_IF_ERROR(CheckWholeSection(path, "section " + name, sh.sh_size, limits));
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr) return Corrupt(path, "cannot read .note.gnu.build-id");
       file.build_id_ = BuildIdOf(data);
     } else if (section == ".note.stapsdt" && sh.sh_type == SHT_NOTE) {
+      TPE_RETURN_IF_ERROR(CheckWholeSection(path, "section " + name, sh.sh_size, limits));
       Elf_Data* data = elf_rawdata(scn, nullptr);
       if (data == nullptr) return Corrupt(path, "cannot read .note.stapsdt");
       file.has_stapsdt_ = true;
       notes = std::string_view(static_cast<const char*>(data->d_buf), data->d_size);
     }
   }
+  SymbolBudget budget{.entries = limits.max_symbols, .name_bytes = limits.max_name_bytes, .truncated = 0};
   for (const Table& t : tables) {
     const bool dynsym = t.sh.sh_type == SHT_DYNSYM;
-    if (dynsym && versym != nullptr && versym_link == elf_ndxscn(t.scn)) {
-      versions.versym = elf_getdata(versym, nullptr);
-      if (versions.versym == nullptr) return Corrupt(path, "cannot read .gnu.version");
-    }
+    const DynsymVersions* v = dynsym ? &versions : nullptr;
+    const DynsymVersions none;  // a .gnu.version that belongs to another table: no versions
+    if (dynsym && versions.versym != nullptr && versions.versym_sh.sh_link != elf_ndxscn(t.scn)) v = &none;
     TPE_RETURN_IF_ERROR(
-        ReadSymbols(e, t.scn, t.sh, t.name, file.segments_, dynsym ? &versions : nullptr, path, &file.symbols_));
+        ReadSymbols(e, t.sh, t.name, file.segments_, v, &strings, limits, path, &budget, &file.symbols_));
   }
+  file.truncated_symbols_ = budget.truncated;
 
   // Sorted by name, address, version; one entry per (name, address, version), and an unversioned
   // entry only where no versioned one has that name and address.
@@ -324,17 +553,20 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
   std::sort(syms.begin(), syms.end(), [](const Symbol& a, const Symbol& b) {
     return std::tie(a.name, a.address, a.version) < std::tie(b.name, b.address, b.version);
   });
-  std::vector<Symbol> kept;
+  size_t kept = 0;
   for (size_t i = 0, j = 0; i < syms.size(); i = j) {
     while (j < syms.size() && syms[j].name == syms[i].name && syms[j].address == syms[i].address) ++j;
     const bool has_versioned = !syms[j - 1].version.empty();  // "" sorts first
+    const size_t group = kept;
     for (size_t k = i; k < j; ++k) {
       if (has_versioned && syms[k].version.empty()) continue;
-      if (k > i && syms[k].version == syms[k - 1].version) continue;
-      kept.push_back(syms[k]);
+      if (kept > group && syms[k].version == syms[kept - 1].version) continue;
+      if (kept != k) syms[kept] = std::move(syms[k]);
+      ++kept;
     }
   }
-  syms = std::move(kept);
+  syms.resize(kept);
+  syms.shrink_to_fit();
   file.by_address_.resize(syms.size());
   for (uint32_t i = 0; i < syms.size(); ++i) file.by_address_[i] = i;
   std::stable_sort(file.by_address_.begin(), file.by_address_.end(), [&](uint32_t a, uint32_t b) {
@@ -351,7 +583,21 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
     probe->args_status = probe->args_status.WithContext(path);
     file.probes_.push_back(std::move(probe).value());
   }
+  file.memory_bytes_ = file.ComputeMemoryBytes();
   return file;
+}
+
+uint64_t ElfFile::ComputeMemoryBytes() const {
+  uint64_t bytes = sizeof(ElfFile) + HeapBytes(path_) + HeapBytes(build_id_) +
+                   segments_.capacity() * sizeof(LoadSegment) + symbols_.capacity() * sizeof(Symbol) +
+                   by_address_.capacity() * sizeof(uint32_t) + probes_.capacity() * sizeof(UsdtProbe);
+  for (const Symbol& s : symbols_) bytes += HeapBytes(s.name) + HeapBytes(s.version);
+  for (const UsdtProbe& p : probes_) {
+    bytes += HeapBytes(p.provider) + HeapBytes(p.name) + HeapBytes(p.args_spec) + HeapBytes(p.args_status.message()) +
+             p.args.capacity() * sizeof(UsdtArgument);
+    for (const UsdtArgument& a : p.args) bytes += HeapBytes(a.reg) + HeapBytes(a.spec);
+  }
+  return bytes;
 }
 
 const Symbol* ElfFile::SymbolAt(uint64_t address) const {

@@ -17,9 +17,20 @@
 // marks a non-default version); in .symtab, since binutils 2.35, the name itself carries
 // "@VERSION" or "@@VERSION".
 //
-// Sources: elf(5) and the ELF gABI (headers, symbols, notes), libelf(3)/gelf(3) (elfutils),
-// sys/sdt.h and usdt.h here for the notes, libbpf src/usdt.c and src/elf.c as reference.
+// Untrusted files: the daemon, as root, reads binaries any user can run or map. Every size the
+// file states is checked against the file's size and against ElfLimits before anything is
+// allocated or read: the ELF header's section and segment counts (before libelf sees the file:
+// libelf allocates per section when it opens it), each section's extent, and the bytes read of
+// symbol tables, string tables, notes and version sections. A symbol table past the limits is
+// read in part (the rest counted in truncated_symbols()); another section past them is an error
+// naming it and the limit. memory_bytes() says what an ElfFile holds, for caches bounded in bytes.
+//
+// Sources: elf(5) and the ELF gABI (headers, symbols, notes, extended section numbering),
+// libelf(3)/gelf(3) (elfutils), sys/sdt.h and usdt.h here for the notes, libbpf src/usdt.c and
+// src/elf.c as reference.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <functional>
@@ -27,6 +38,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/untrusted_file.h"
 #include "elf/address.h"
 #include "elf/usdt.h"
 
@@ -52,17 +64,54 @@ struct Symbol {
   std::string QualifiedName() const;
 };
 
+// What reading one file may cost. The defaults read whole the files of this project's Debian
+// build host (libLLVM-15's 36,700 exported functions, python3.11's notes) and a binary with a
+// million symbols, and bound a crafted file to about 180 MiB held (2^20 functions of about 108
+// bytes each, 64 MiB of names) and about 90 MiB read meanwhile (24 MiB of symbol table entries,
+// 64 MiB of one string table).
+struct ElfLimits {
+  // A larger file is refused (FileRefusal::kTooLarge). libelf reads only the parts asked for,
+  // so the size itself costs nothing; the bounds below do the work.
+  uint64_t max_file_bytes = uint64_t{4} << 30;
+  // Section and program header counts (e_shnum, e_phnum, or under extended numbering section
+  // 0's sh_size / sh_info); a file with more is an error. Linked executables have tens.
+  uint64_t max_sections = 65536;
+  uint64_t max_segments = 65536;
+  // Symbol table entries read, .symtab and .dynsym together (24 bytes each); the entries past
+  // the bound are not read and are counted in truncated_symbols().
+  uint64_t max_symbols = uint64_t{1} << 20;
+  // Bytes read of one string table (symbol names, version names, section names); a symbol
+  // whose name lies beyond them is not read (counted), a section's is an error.
+  uint64_t max_string_table_bytes = uint64_t{64} << 20;
+  // Bytes of function names kept, over the file; past the bound functions are dropped (counted).
+  uint64_t max_name_bytes = uint64_t{64} << 20;
+  // Bytes of one function name; a longer name is dropped (counted).
+  uint64_t max_name_length = 65536;
+  // Bytes of any other section read whole (.note.gnu.build-id, .note.stapsdt, .gnu.version_d);
+  // a larger one is an error naming it.
+  uint64_t max_section_bytes = uint64_t{4} << 20;
+};
+
 class ElfFile {
  public:
-  // Reads `path`. Errors, all naming `path`: NotFound (no such file), PermissionDenied,
-  // InvalidArgument (not ELF, not x86-64 ELF64, not ET_EXEC/ET_DYN, corrupt or truncated
-  // headers, symbol tables or notes, with the culprit; also a file cut short while it is read),
-  // Unavailable (the file's size or mtime changed while it was read: read it again once it is
-  // complete), Internal (other open(2) failures). Never a signal.
-  static StatusOr<ElfFile> Open(const std::string& path);
+  // Reads `path`, following symlinks (a path an administrator names, e.g. a library's
+  // versioned name), only when it is a regular file of at most limits.max_file_bytes (never a
+  // FIFO or device: UntrustedFileOptions, common/untrusted_file.h). Errors, all naming `path`:
+  // NotFound (no such file), PermissionDenied, InvalidArgument (not a regular file, too large —
+  // `*refusal` says which, when not null —, not ELF, not x86-64 ELF64, not ET_EXEC/ET_DYN,
+  // corrupt or truncated headers, symbol tables or notes, with the culprit; a section or header
+  // count past `limits`; a file cut short while it is read), Unavailable (the file's size or
+  // mtime changed while it was read: read it again once it is complete), Internal (other open(2)
+  // failures). Never a signal.
+  static StatusOr<ElfFile> Open(const std::string& path, const ElfLimits& limits = {}, FileRefusal* refusal = nullptr);
+  // Reads the file open as `fd` (read with pread(2); the caller keeps the fd), e.g. one that
+  // OpenUntrustedInRoot opened and whose inode the caller checked; `path` names it in messages
+  // and path(). Errors: Open's (InvalidArgument when `fd` is not a regular file).
+  static StatusOr<ElfFile> OpenFd(int fd, const std::string& path, const ElfLimits& limits = {});
   // Open, calling `after_begin` once libelf has opened the file and read its ELF header, before
   // anything else is read (tests truncate or rewrite the file there).
-  static StatusOr<ElfFile> OpenForTest(const std::string& path, const std::function<void()>& after_begin);
+  static StatusOr<ElfFile> OpenForTest(const std::string& path, const std::function<void()>& after_begin,
+                                       const ElfLimits& limits = {});
 
   const std::string& path() const { return path_; }
   bool is_dynamic() const { return is_dynamic_; }  // ET_DYN (PIE or shared library)
@@ -111,10 +160,20 @@ class ElfFile {
   // suggesting up to 3 closest "provider:name".
   StatusOr<std::vector<UsdtProbe>> FindUsdt(const std::string& provider, const std::string& name) const;
 
+  // Approximate bytes this object holds (symbols with their names, probes, segments), for
+  // caches bounded in bytes (ElfFileCache). Fixed once the file is read.
+  uint64_t memory_bytes() const { return memory_bytes_; }
+  // Symbol table entries not read, and functions not kept, because of ElfLimits (0 when every
+  // function of the file is known).
+  uint64_t truncated_symbols() const { return truncated_symbols_; }
+
  private:
   // Everything but opening: the checks and sections of the file libelf reads as `e`, which has
   // `file_size` bytes.
-  static StatusOr<ElfFile> Read(::Elf* e, const std::string& path, uint64_t file_size);
+  static StatusOr<ElfFile> Read(::Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits);
+  static StatusOr<ElfFile> ReadFd(int fd, const struct stat& st, const std::string& path, const ElfLimits& limits,
+                                  const std::function<void()>& after_begin);
+  uint64_t ComputeMemoryBytes() const;
 
   std::string path_;
   bool is_dynamic_ = false;
@@ -125,6 +184,8 @@ class ElfFile {
   std::vector<uint32_t> by_address_;  // indices into symbols_, by address, the preferred alias first
   std::string build_id_;
   std::vector<UsdtProbe> probes_;
+  uint64_t memory_bytes_ = 0;
+  uint64_t truncated_symbols_ = 0;
 };
 
 }  // namespace tpe::elf

@@ -14,15 +14,23 @@ bool ParseHex(std::string_view s, uint64_t* out) {
 
 }  // namespace
 
-PerfMap PerfMap::Parse(std::string_view text) {
+PerfMap PerfMap::Parse(std::string_view text, size_t max_entries) {
   PerfMap map;
+  // Too many lines: skip the oldest (first) ones.
+  const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  for (size_t skip = lines > max_entries ? lines - max_entries : 0; skip > 0; --skip) {
+    text.remove_prefix(text.find('\n') + 1);
+    ++map.truncated_;
+  }
   std::vector<Entry> entries;
+  entries.reserve(std::min(lines, max_entries));  // a partial last line is malformed
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     const bool complete = nl != std::string_view::npos;
     std::string_view line = text.substr(0, nl);
     text = complete ? text.substr(nl + 1) : std::string_view();
     if (line.empty()) continue;
+
     const size_t sp1 = line.find(' ');
     const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
     Entry e;
@@ -36,11 +44,25 @@ PerfMap PerfMap::Parse(std::string_view text) {
   }
   // Stable: of entries with one start the last written ends up last; keep it.
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.start < b.start; });
+  size_t kept = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (i + 1 < entries.size() && entries[i + 1].start == entries[i].start) continue;
-    map.entries_.push_back(std::move(entries[i]));
+    if (kept != i) entries[kept] = std::move(entries[i]);
+    ++kept;
   }
+  entries.resize(kept);
+  entries.shrink_to_fit();
+  map.entries_ = std::move(entries);
   return map;
+}
+
+uint64_t PerfMap::memory_bytes() const {
+  uint64_t bytes = sizeof(PerfMap) + entries_.capacity() * sizeof(Entry);
+  for (const Entry& e : entries_) {
+    // std::string keeps up to 15 characters in place (libstdc++'s short string buffer).
+    if (e.name.capacity() > 15) bytes += e.name.capacity() + 1;
+  }
+  return bytes;
 }
 
 const PerfMap::Entry* PerfMap::Lookup(uint64_t address) const {
