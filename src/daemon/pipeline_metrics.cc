@@ -324,6 +324,18 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                "Distinct files (path, device, inode, size, mtime) profiles' user frames lie in.", MetricKind::kGauge);
     Add(&files, {}, static_cast<double>(mapped_files_.size()));
     out.push_back(std::move(files));
+    auto refusals = Family("tracepoint_exporter_profile_file_refusals_total",
+                           "Files other users control that a render refused to read (source elf or perf_map), by "
+                           "reason: fifo, not_regular, symlink, too_large, owner. Each reason is logged once.",
+                           MetricKind::kCounter);
+    for (const FileRefusalCounts* counts : {&renderer_.elf_refusals(), &renderer_.perf_map_refusals()}) {
+      for (size_t r = 1; r < kFileRefusalReasons; ++r) {
+        const auto reason = static_cast<FileRefusal>(r);
+        Add(&refusals, {{"source", counts->source()}, {"reason", FileRefusalName(reason)}},
+            static_cast<double>(counts->Get(reason)));
+      }
+    }
+    out.push_back(std::move(refusals));
     auto rendered = Family("tracepoint_exporter_profile_render_frames",
                            "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
                            "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "

@@ -35,7 +35,8 @@ ProfileRenderer::ProfileRenderer(ProcessImages* images, const MappedFiles* files
       files_(files),
       options_(std::move(options)),
       kallsyms_(options_.kallsyms_path),
-      elf_files_(options_.max_elf_files) {}
+      elf_files_(options_.elf_cache),
+      perf_maps_(options_.proc_root) {}
 
 ProfileRenderer::Rendered ProfileRenderer::Render(std::vector<StackCount> stacks, const std::string& value_type,
                                                   const std::string& value_unit, double scale, int64_t time_ns,
@@ -59,7 +60,7 @@ ProfileRenderer::Rendered ProfileRenderer::Render(std::vector<StackCount> stacks
   Rendered out;
   out.builder = std::make_unique<PprofBuilder>(value_type, value_unit);
   {
-    Symbolizer symbolizer(files_, kallsyms_.Get(now), &elf_files_, options_.proc_root);
+    Symbolizer symbolizer(files_, kallsyms_.Get(now), {&elf_files_, &perf_maps_, &elf_refusals_}, options_.proc_root);
     AddStacks(stacks, &symbolizer, out.builder.get());
     if (!symbolizer.kernel_misses().empty()) kallsyms_.MarkMissed(symbolizer.kernel_misses());
     out.stats = symbolizer.stats();

@@ -4,10 +4,10 @@
 // process id as the label "pid". A part the engine lost (StackCount::kernel_lost/user_lost) is
 // one frame "[kernel stack lost: <reason>]" in its place, so the samples still add up.
 //
-// ProfileRenderer owns what renders share: the kernel's symbols (KallsymsCache) and the ELF
-// files read (ElfCache); the process images (for the bpf engine's raw user stacks, normalized
-// here with the image their process had when the sample was counted) and the mapped files are
-// the pipeline's.
+// ProfileRenderer owns what renders share: the kernel's symbols (KallsymsCache), the ELF files
+// read (ElfFileCache, bounded in bytes), the perf maps (PerfMapCache) and the refusals' counts; the process images (for
+// the bpf engine's raw user stacks, normalized here with the image their process had when the sample was counted) and
+// the mapped files are the pipeline's.
 //
 // Thread-safety: AddStacks uses `symbolizer` (not thread-safe) for the call. ProfileRenderer::
 // Render may be called from several threads at once (the caches are thread-safe; each render has
@@ -36,7 +36,7 @@ class ProfileRenderer {
   struct Options {
     std::string proc_root = "/proc";
     std::string kallsyms_path = "/proc/kallsyms";
-    size_t max_elf_files = 128;
+    ElfFileCache::Options elf_cache;
   };
   // `images` and `files` (not owned) outlive the renderer.
   ProfileRenderer(ProcessImages* images, const MappedFiles* files, Options options);
@@ -57,7 +57,14 @@ class ProfileRenderer {
   const MappedFiles* files_;
   const Options options_;
   KallsymsCache kallsyms_;
-  ElfCache elf_files_;
+  ElfFileCache elf_files_;
+  PerfMapCache perf_maps_;
+  FileRefusalCounts elf_refusals_{"elf"};
+
+ public:
+  // Files refused (common/untrusted_file.h) by reason: ELF files, perf maps.
+  const FileRefusalCounts& elf_refusals() const { return elf_refusals_; }
+  const FileRefusalCounts& perf_map_refusals() const { return perf_maps_.refusals(); }
 };
 
 }  // namespace tpe

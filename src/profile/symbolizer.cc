@@ -1,10 +1,10 @@
 #include "profile/symbolizer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-
-#include "common/file_util.h"
+#include <cerrno>
 
 namespace tpe {
 namespace {
@@ -19,61 +19,70 @@ ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, kNoLim
 
 }  // namespace
 
-std::shared_ptr<const elf::ElfFile> ElfCache::Find(FileId id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = files_.find(id);
-  if (it == files_.end()) return nullptr;
-  it->second.used = ++clock_;
-  return it->second.file;
-}
-
-void ElfCache::Put(FileId id, std::shared_ptr<const elf::ElfFile> file) {
-  if (file == nullptr || max_files_ == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (files_.size() >= max_files_ && files_.count(id) == 0) {
-    auto oldest = std::min_element(files_.begin(), files_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-    files_.erase(oldest);
-  }
-  files_[id] = Entry{std::move(file), ++clock_};
-}
-
-size_t ElfCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return files_.size();
-}
-
-Symbolizer::Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache,
+Symbolizer::Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, Caches caches,
                        std::string proc_root)
     : files_(files),
       kallsyms_(kallsyms ? std::move(kallsyms) : std::make_shared<const Kallsyms>()),
-      elf_cache_(elf_cache),
+      caches_(caches),
       proc_root_(std::move(proc_root)) {}
+
+StatusOr<UntrustedFile> Symbolizer::OpenCandidate(const MappedFile& f, int how, std::string* display,
+                                                  FileRefusal* refusal) {
+  const std::string base = proc_root_ + "/" + std::to_string(f.pid);
+  UntrustedFileOptions o;
+  o.max_bytes = elf::ElfLimits().max_file_bytes;
+  o.symlinks = UntrustedFileOptions::Symlinks::kRefuseAny;
+  if (how == 0) {
+    // A magic link to the very file the process maps (followed: it is no user's symlink).
+    char range[64];
+    std::snprintf(range, sizeof(range), "/map_files/%lx-%lx", static_cast<unsigned long>(f.map_start),
+                  static_cast<unsigned long>(f.map_end));
+    *display = base + range;
+    o.symlinks = UntrustedFileOptions::Symlinks::kFollow;
+    return OpenUntrusted(*display, o, refusal);
+  }
+  if (how == 1) {
+    // The path in the process's own mount namespace, no symlink in it followed.
+    *display = base + "/root" + f.path;
+    ScopedFd root(::open((base + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return ErrnoStatus(errno, "open " + base + "/root");
+    return OpenUntrustedInRoot(root.get(), f.path, o, *display, refusal);
+  }
+  *display = f.path;  // the process is gone: the path here, if it is still that file
+  return OpenUntrusted(f.path, o, refusal);
+}
 
 std::shared_ptr<const elf::ElfFile> Symbolizer::OpenElf(FileId id, const MappedFile& f) {
   if (f.kind != MappedFile::Kind::kFile || f.path.empty() || f.path[0] != '/') return nullptr;
-  if (elf_cache_ != nullptr) {
-    if (auto cached = elf_cache_->Find(id)) return cached;
+  const std::string key = std::to_string(id);
+  if (caches_.elf != nullptr) {
+    if (auto cached = caches_.elf->Find(key)) return cached;
   }
   // Through the process that mapped it (a container's /usr/bin/app is not the host's; a file
   // deleted or replaced since is still reachable through map_files while it is mapped), else by
   // its path here. Only the very file the frames were taken in: its inode, and its size and
-  // mtime when they were seen then.
-  char range[64];
-  std::snprintf(range, sizeof(range), "/map_files/%lx-%lx", static_cast<unsigned long>(f.map_start),
-                static_cast<unsigned long>(f.map_end));
-  const std::string base = proc_root_ + "/" + std::to_string(f.pid);
-  const std::string candidates[] = {base + range, base + "/root" + f.path, f.path};
-  for (const std::string& path : candidates) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != f.inode) continue;
+  // mtime when they were seen then, on the opened file.
+  for (int how = f.pid == 0 ? 2 : 0; how < 3; ++how) {
+    std::string display;
+    FileRefusal refusal = FileRefusal::kNone;
+    auto file = OpenCandidate(f, how, &display, &refusal);
+    if (!file.ok()) {
+      if (refusal != FileRefusal::kNone && caches_.elf_refusals != nullptr) {
+        caches_.elf_refusals->Add(refusal, file.status());
+      }
+      continue;
+    }
+    const struct stat& st = file->st;
     const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-    if (f.stat_known && (static_cast<uint64_t>(st.st_size) != f.size || mtime_ns != f.mtime_ns)) continue;
-    auto opened = elf::ElfFile::Open(path);
+    if (st.st_ino != f.inode ||
+        (f.stat_known && (static_cast<uint64_t>(st.st_size) != f.size || mtime_ns != f.mtime_ns))) {
+      continue;
+    }
+    auto opened = elf::ElfFile::OpenFd(file->fd.get(), display);
     if (!opened.ok()) continue;
-    auto file = std::make_shared<const elf::ElfFile>(std::move(opened).value());
-    if (elf_cache_ != nullptr) elf_cache_->Put(id, file);
-    return file;
+    auto elf = std::make_shared<const elf::ElfFile>(std::move(opened).value());
+    if (caches_.elf != nullptr) caches_.elf->Put(key, elf);
+    return elf;
   }
   return nullptr;
 }
@@ -146,12 +155,13 @@ void Symbolizer::AppendUser(std::span<const UserFrame> user, PprofBuilder* build
     const uint64_t lookup = i == 0 || uf.offset == 0 ? uf.offset : uf.offset - 1;
     ProfileFrame frame{uf.offset, ids.id, ""};
     if (ids.file->kind == MappedFile::Kind::kAnonymous) {  // JIT code, named by the perf map if any
-      if (!ids.perf_map) {
-        const std::string pid = std::to_string(ids.file->pid);
-        auto text = ReadFileToString(proc_root_ + "/" + pid + "/root/tmp/perf-" + pid + ".map");
-        ids.perf_map = PerfMap::Parse(text.ok() ? *text : "");
+      if (!ids.perf_map_read) {
+        ids.perf_map_read = true;
+        if (caches_.perf_maps != nullptr) ids.perf_map = caches_.perf_maps->Get(ids.file->pid);
       }
-      if (const PerfMap::Entry* e = ids.perf_map->Lookup(lookup)) frame.function = e->name;
+      if (ids.perf_map != nullptr) {
+        if (const PerfMap::Entry* e = ids.perf_map->Lookup(lookup)) frame.function = e->name;
+      }
     } else if (ids.elf != nullptr) {
       auto address = elf::AddressForFileOffset(ids.elf->segments(), lookup);
       if (address.ok()) {

@@ -11,13 +11,17 @@
 // and offset; one in no known mapping is "[unknown]". All counted (Stats).
 //
 // A file is opened only if it is still the one the frames were taken in: the inode, size and
-// modification time stat(2) saw when a sample first used it (MappedFile) must match — through the
-// process that mapped it (/proc/PID/map_files/START-END, /proc/PID/root/PATH) or by its path in
-// the daemon's root (a process that exited): a file overwritten or replaced since is not read,
-// and its frames keep file and offset (Stats::file_changed).
+// modification time stat(2) saw when a sample first used it (MappedFile) must match the opened
+// file's fstat — through the process that mapped it (/proc/PID/map_files/START-END, then PATH in
+// /proc/PID/root with no symlink followed) or by its path in the daemon's root (a process that
+// exited; no symlink followed): a file overwritten or replaced since is not read, and its frames
+// keep file and offset (Stats::file_changed). Files are opened as untrusted
+// (common/untrusted_file.h: regular files only, never a FIFO or device, bounded), read within
+// elf::ElfLimits; perf maps through PerfMapCache (owner, namespace, size checks). Refusals are
+// counted in the caller's FileRefusalCounts.
 //
-// Thread-safety: not thread-safe; one renderer uses a Symbolizer at a time. ElfCache is shared
-// by renders (thread-safe). Files are read lazily, once per render at most.
+// Thread-safety: not thread-safe; one renderer uses a Symbolizer at a time. The caches it is
+// given are shared by renders (thread-safe). Files are read lazily, once per render at most.
 #pragma once
 
 #include <cstdint>
@@ -31,38 +35,24 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/untrusted_file.h"
 #include "elf/elf_file.h"
 #include "process/mapped_files.h"
 #include "process/process_images.h"
+#include "profile/elf_cache.h"
 #include "profile/kallsyms.h"
-#include "profile/perf_map.h"
+#include "profile/perf_map_reader.h"
 #include "profile/pprof_builder.h"
 
 namespace tpe {
 
-// ELF symbol tables of mapped files by FileId (an identity that includes the file's content as
-// stat saw it), shared by the renders of a process's life so that each file is read once, not at
-// every scrape (reading them was 55 % of a render once /proc/kallsyms was cached). Holds at most
-// `max_files`; past that the least recently used goes. Only files that were read are kept.
-// Thread-safety: every method from any thread.
-class ElfCache {
- public:
-  explicit ElfCache(size_t max_files = 128) : max_files_(max_files) {}
-  // The file read before under `id`, or null.
-  std::shared_ptr<const elf::ElfFile> Find(FileId id);
-  // Keeps `file` (not null) under `id`.
-  void Put(FileId id, std::shared_ptr<const elf::ElfFile> file);
-  size_t size() const;
-
- private:
-  struct Entry {
-    std::shared_ptr<const elf::ElfFile> file;
-    uint64_t used = 0;
-  };
-  size_t max_files_;
-  mutable std::mutex mu_;
-  std::map<FileId, Entry> files_;
-  uint64_t clock_ = 0;
+// What a symbolizer reads through (each optional, not owned, outliving it): files read by earlier
+// renders and where this one keeps those it reads; the perf maps of JIT code; where refused files
+// are counted.
+struct SymbolizerCaches {
+  ElfFileCache* elf = nullptr;
+  PerfMapCache* perf_maps = nullptr;
+  FileRefusalCounts* elf_refusals = nullptr;
 };
 
 class Symbolizer {
@@ -75,11 +65,11 @@ class Symbolizer {
     uint64_t file_changed = 0;         // files no longer the ones sampled (or gone): not read
   };
 
+  using Caches = SymbolizerCaches;
   // `files` (not owned, outlives this): what UserFrame::file refers to. `kallsyms`: the kernel's
-  // symbols (null or hidden: no kernel frame named). `elf_cache` (optional, outliving this):
-  // files read by earlier renders, and where this one keeps those it reads. `proc_root`: where
-  // /proc is (tests use a fake tree).
-  Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, ElfCache* elf_cache = nullptr,
+  // symbols (null or hidden: no kernel frame named). `proc_root`: where /proc is (tests use a
+  // fake tree).
+  Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, Caches caches = {},
              std::string proc_root = "/proc");
 
   // Appends `user` (leaf first: user[0] at the exact pc, the others return addresses, named by
@@ -95,11 +85,14 @@ class Symbolizer {
  private:
   // The file's ELF when it still is the one sampled (read or cached), else null.
   std::shared_ptr<const elf::ElfFile> OpenElf(FileId id, const MappedFile& f);
+  // Opens `f` one way: `how` 0 through map_files, 1 in the process's root, 2 by path here.
+  StatusOr<UntrustedFile> OpenCandidate(const MappedFile& f, int how, std::string* display, FileRefusal* refusal);
   // The builder's mapping id for `id` (and what was found of the file), made once per builder.
   struct MappingIds {
     std::optional<MappedFile> file;
     std::shared_ptr<const elf::ElfFile> elf;
-    std::optional<PerfMap> perf_map;  // JIT code: read at the first frame that needs it
+    std::shared_ptr<const PerfMap> perf_map;  // JIT code: read at the first frame that needs it
+    bool perf_map_read = false;
     uint64_t id = 0;
   };
   MappingIds& MappingFor(FileId id, PprofBuilder* builder);
@@ -109,7 +102,7 @@ class Symbolizer {
 
   const MappedFiles* files_;
   std::shared_ptr<const Kallsyms> kallsyms_;  // never null
-  ElfCache* elf_cache_ = nullptr;
+  Caches caches_;
   std::string proc_root_;
   Stats stats_;
   std::set<uint64_t> kernel_misses_;

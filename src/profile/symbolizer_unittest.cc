@@ -52,16 +52,16 @@ TEST(SymbolizerTest, NamesThisProcessFunctionsAtFileOffsets) {
   EXPECT_EQ(sym.stats().unsymbolized, 0u);
 }
 
-// A shared ElfCache: the second render finds the file the first one read.
+// A shared ElfFileCache: the second render finds the file the first one read.
 TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
   MappedFiles files;
   ProcessImages images(&files);
   std::vector<UserFrame> user;
   images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{AddressOf(&tpe_symbolizer_test_function)}, 1,
                    &user);
-  ElfCache cache(/*max_files=*/1);
+  ElfFileCache cache({.max_bytes = uint64_t{1} << 30, .max_files = 1});
   for (int render = 0; render < 2; ++render) {
-    Symbolizer sym(&files, std::make_shared<const Kallsyms>(), &cache);
+    Symbolizer sym(&files, std::make_shared<const Kallsyms>(), {.elf = &cache});
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
     sym.AppendUser(user, &b, &frames);
@@ -71,9 +71,9 @@ TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
   }
   auto other = elf::ElfFile::Open("/proc/self/exe");
   ASSERT_TRUE(other.ok());
-  cache.Put(999, std::make_shared<const elf::ElfFile>(std::move(other).value()));
+  cache.Put("999", std::make_shared<const elf::ElfFile>(std::move(other).value()));
   EXPECT_EQ(cache.size(), 1u);
-  EXPECT_NE(cache.Find(999), nullptr);
+  EXPECT_NE(cache.Find("999"), nullptr);
 }
 
 // A file named by its path after its process is gone (a proc root that does not exist): named
@@ -108,7 +108,7 @@ TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
   const FileId id = files.Intern(mf);
   const std::vector<UserFrame> user = {{id, pm->FileOffset(f)}};
   {
-    Symbolizer sym(&files, nullptr, nullptr, "/nonexistent-proc");
+    Symbolizer sym(&files, nullptr, {}, "/nonexistent-proc");
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
     sym.AppendUser(user, &b, &frames);
@@ -124,7 +124,7 @@ TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
   }
   timespec times[2] = {{0, UTIME_NOW}, {12345, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, copy.c_str(), times, 0), 0);
-  Symbolizer sym(&files, nullptr, nullptr, "/nonexistent-proc");
+  Symbolizer sym(&files, nullptr, {}, "/nonexistent-proc");
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   sym.AppendUser(user, &b, &frames);
@@ -167,7 +167,8 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   ProcessImages images(&files);
   std::vector<UserFrame> user;
   images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{at + 0x10, at + 0x201}, 1, &user);
-  Symbolizer sym(&files, nullptr);
+  PerfMapCache perf_maps("/proc");
+  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   sym.AppendUser(user, &b, &frames);
@@ -179,6 +180,31 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   EXPECT_EQ(sym.stats().unsymbolized, 1u);
   const auto& m = b.profile().mapping(static_cast<int>(frames[0].mapping_id - 1));
   EXPECT_EQ(b.profile().string_table(m.filename()), "[jit pid " + std::to_string(getpid()) + "]");
+}
+
+// A perf map made a FIFO by a hostile user: the render does not wait on it (the server's threads
+// would block in open), the JIT frame stays unnamed, and the refusal is counted.
+TEST(SymbolizerTest, AFifoPerfMapIsRefusedNotWaitedOn) {
+  void* code = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(code, MAP_FAILED);
+  const uint64_t at = reinterpret_cast<uint64_t>(code);
+  const std::string map_path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+  std::remove(map_path.c_str());
+  ASSERT_EQ(::mkfifo(map_path.c_str(), 0644), 0);
+  MappedFiles files;
+  ProcessImages images(&files);
+  std::vector<UserFrame> user;
+  images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{at + 0x10}, 1, &user);
+  PerfMapCache perf_maps("/proc");
+  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
+  PprofBuilder b("samples", "count");
+  std::vector<ProfileFrame> frames;
+  sym.AppendUser(user, &b, &frames);
+  std::remove(map_path.c_str());
+  munmap(code, 4096);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].function, "");
+  EXPECT_EQ(perf_maps.refusals().Get(FileRefusal::kFifo), 1u);
 }
 
 // Kernel frames are named and served as offsets from the kernel's _text (or their module's
