@@ -46,8 +46,11 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   // Once: privileges do not grow later, and the kernel does not change. The features first:
   // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
-  static const KernelFeatures features = ProbeKernelFeatures(tracefs.root());
+  static const KernelFeatures probed = ProbeKernelFeatures(tracefs.root());
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
+  // Except what a sysctl changes meanwhile (perf_event_max_stack).
+  KernelFeatures features = probed;
+  RefreshRuntimeFacts(&features);
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
     if (running->engines[i] != "bpf") continue;

@@ -58,6 +58,8 @@ KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root) {
   return f;
 }
 
+void RefreshRuntimeFacts(KernelFeatures* f) { f->perf.max_stack = ReadPerfEventMaxStack(); }
+
 std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
   std::vector<FeatureRow> rows = {
       {"perf_format_lost", "6.0", f.perf.format_lost,

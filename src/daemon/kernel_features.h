@@ -44,6 +44,10 @@ struct KernelFeatures {
 // when a root is given). Never fails.
 KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root = "");
 
+// Reads again the facts a sysctl can change while the daemon runs: perf.max_stack
+// (kernel.perf_event_max_stack). Cheap; called for each plan. Never fails.
+void RefreshRuntimeFacts(KernelFeatures* features);
+
 // One row per feature with a minimum kernel: its name (the `feature` label), the kernel that
 // brought it, whether this kernel has it, and what its absence costs.
 struct FeatureRow {

@@ -8,7 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "bpf/bpf_profile.h"
 #include "common/file_util.h"
 #include "daemon/plan.h"
 #include "testing/test_util.h"
@@ -311,6 +315,60 @@ TEST(KernelFeaturesPlanTest, MemlockEpermIsNamedWhenCharged) {
     EXPECT_NE(old.status().message().find("this is RLIMIT_MEMLOCK"), std::string::npos) << old.status().message();
     EXPECT_EQ(old.status().message().find("needs CAP_BPF"), std::string::npos) << old.status().message();
   }
+}
+
+// Profiles where kernel.perf_event_max_stack (injected: 16) is below settings.profile_max_frames
+// (127): both engines take 16 frames — the perf events' attr.sample_max_stack (the kernel
+// refuses more with EOVERFLOW) and the bpf stack map's depth (EINVAL) — with one warning per
+// profile; at 0 a profile is refused; unknown (-1) leaves 127.
+TEST(KernelFeaturesPlanTest, ProfileFramesFollowPerfEventMaxStackOnBothEngines) {
+  auto cfg = ParseConfig(R"({"profiles": [
+      {"name": "on_perf", "event": "raw_syscalls:sys_enter", "engine": "perf"},
+      {"name": "cpu", "event": "cpu-clock", "engine": "perf"},
+      {"name": "on_bpf", "event": "raw_syscalls:sys_enter", "engine": "bpf", "stack": "kernel"}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan_for = [&](int max_stack) {
+    KernelFeatures f = On("6.12.9-amd64");
+    f.perf.max_stack = max_stack;
+    // on_bpf planned unloaded, as for a reload that keeps it: no privilege needed.
+    return BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[2].canonical}, f);
+  };
+  auto frames = [](const Plan& p) {
+    std::vector<uint32_t> out;  // the perf events' max_stack, then the bpf stack map's
+    for (const auto& e : p.events) {
+      if (e->callchain != 0) out.push_back(e->max_stack);
+    }
+    auto* bp = dynamic_cast<const bpf::BpfProfile*>(p.collectors[2].get());
+    EXPECT_NE(bp, nullptr);
+    if (bp != nullptr) out.push_back(bp->metric().spec().max_frames);
+    return out;
+  };
+  auto low = plan_for(16);
+  ASSERT_TRUE(low.ok()) << low.status().ToString();
+  EXPECT_EQ(frames(**low), (std::vector<uint32_t>{16, 16, 16}));
+  std::vector<std::string> want;
+  for (const char* m : {"profiles[0]: on_perf", "profiles[1]: cpu", "profiles[2]: on_bpf"}) {
+    want.push_back(std::string("cfg.json: ") + m +
+                   ": stacks of at most 16 frames (kernel.perf_event_max_stack), not 127 "
+                   "(settings.profile_max_frames)");
+  }
+  EXPECT_EQ((*low)->warnings, want);
+
+  auto unknown = plan_for(-1);
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_EQ(frames(**unknown), (std::vector<uint32_t>{127, 127, 127}));
+  EXPECT_TRUE((*unknown)->warnings.empty());
+  auto same = plan_for(127);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(frames(**same), (std::vector<uint32_t>{127, 127, 127}));
+  EXPECT_TRUE((*same)->warnings.empty());
+
+  auto zero = plan_for(0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(),
+            "cfg.json: profiles[0]: on_perf: kernel.perf_event_max_stack is 0, so the kernel takes no stack frames; "
+            "raise it (sysctl kernel.perf_event_max_stack=127)");
 }
 
 }  // namespace
