@@ -48,7 +48,7 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
   static const KernelFeatures probed = ProbeKernelFeatures(tracefs.root());
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
-  // Except what a sysctl changes meanwhile (perf_event_max_stack).
+  // Except what a sysctl or a dropped privilege changes meanwhile (perf_event_max_stack, kallsyms).
   KernelFeatures features = probed;
   RefreshRuntimeFacts(&features);
   std::set<std::string> running_bpf;

@@ -371,5 +371,63 @@ TEST(KernelFeaturesPlanTest, ProfileFramesFollowPerfEventMaxStackOnBothEngines) 
             "raise it (sysctl kernel.perf_event_max_stack=127)");
 }
 
+// A file of kallsyms text standing in for /proc/kallsyms.
+std::string KallsymsFile(const std::string& text) {
+  char path[] = "/tmp/tpe_features_kallsyms_XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+TEST(KernelFeaturesTest, RuntimeFactsReadKallsymsAndMaxStack) {
+  const std::string zero = KallsymsFile("0000000000000000 T _stext\n0000000000000000 T do_one\n");
+  const std::string shown = KallsymsFile("ffffffff81000000 T _stext\n");
+  KernelFeatures f;
+  RefreshRuntimeFacts(&f, zero);
+  EXPECT_EQ(f.kallsyms_hidden, std::optional<bool>(true));
+  EXPECT_EQ(f.perf.max_stack, ReadPerfEventMaxStack());
+  RefreshRuntimeFacts(&f, shown);
+  EXPECT_EQ(f.kallsyms_hidden, std::optional<bool>(false));
+  RefreshRuntimeFacts(&f, "/nonexistent/kallsyms");
+  EXPECT_EQ(f.kallsyms_hidden, std::nullopt);  // not known: no warning, no metric
+  unlink(zero.c_str());
+  unlink(shown.c_str());
+}
+
+// Where /proc/kallsyms shows no address (injected), one warning per plan names the profiles
+// whose kernel frames stay addresses, and what would show them; none when it shows them, when it
+// is unknown, or when no profile takes kernel stacks.
+TEST(KernelFeaturesPlanTest, HiddenKallsymsWarnsOnceForProfilesWithKernelStacks) {
+  auto plan_for = [](const std::string& profiles, std::optional<bool> hidden) {
+    auto cfg =
+        ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}],
+        "profiles": [)" +
+                        profiles + "]}",
+                    "cfg.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+    KernelFeatures f = On("6.12.9-amd64");
+    f.kallsyms_hidden = hidden;
+    auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{false, "not probed"}, {}, f);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? (*plan)->warnings : std::vector<std::string>{"not planned"};
+  };
+  const std::string three = R"({"name": "both", "event": "raw_syscalls:sys_enter"},
+      {"name": "kernel_only", "event": "cpu-clock", "stack": "kernel"},
+      {"name": "user_only", "event": "raw_syscalls:sys_enter", "stack": "user"})";
+  auto w = plan_for(three, true);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("cfg.json: kernel frames of both, kernel_only stay raw addresses: /proc/kallsyms lists every "
+                       "kernel address as 0 to this process (kernel.kptr_restrict=",
+                       0),
+            0u)
+      << w[0];
+  EXPECT_NE(w[0].find("Grant CAP_SYSLOG (the shipped systemd unit and DaemonSet do)"), std::string::npos) << w[0];
+  EXPECT_TRUE(plan_for(three, false).empty());
+  EXPECT_TRUE(plan_for(three, std::nullopt).empty());
+  EXPECT_TRUE(plan_for(R"({"name": "user_only", "event": "raw_syscalls:sys_enter", "stack": "user"})", true).empty());
+}
+
 }  // namespace
 }  // namespace tpe

@@ -9,6 +9,7 @@
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
 #include "collectors/profile.h"
+#include "common/file_util.h"
 #include "daemon/plan_internal.h"
 #include "decode/field_extractor.h"
 
@@ -752,7 +753,28 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);
   }
+  // Kernel frames are named from /proc/kallsyms: one line when it shows this process no address.
+  if (features.kallsyms_hidden.value_or(false)) {
+    std::string names;
+    for (const auto& m : cfg.metrics) {
+      if (m.type == "profile" && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
+    }
+    if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
+  }
   return plan;
+}
+
+std::string KallsymsHiddenWarning(const std::string& profiles) {
+  auto sysctl = [](const char* name) {
+    auto v = ReadFileToString(std::string("/proc/sys/kernel/") + name);
+    return std::string("kernel.") + name + "=" + (v.ok() ? Trim(*v) : "?");
+  };
+  return "kernel frames of " + profiles +
+         " stay raw addresses: /proc/kallsyms lists every kernel address as 0 to this process (" +
+         sysctl("kptr_restrict") + ", " + sysctl("perf_event_paranoid") +
+         ": a process without CAP_SYSLOG sees them only at kptr_restrict=0 with perf_event_paranoid <= 1, no "
+         "process at kptr_restrict=2). Grant CAP_SYSLOG (the shipped systemd unit and DaemonSet do), or take "
+         "\"stack\": \"user\"";
 }
 
 namespace plan_internal {

@@ -201,6 +201,27 @@ TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
   testing::ResetLoadOptions();
 }
 
+// tracepoint_exporter_kallsyms_hidden says what the plan found: 1, 0, or no series when unknown.
+TEST(KernelFeaturesTest, KallsymsHiddenSelfMetric) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  constexpr char kConfig[] =
+      R"({"metrics": [{"name": "getppid_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}]})";
+  for (std::optional<bool> hidden : {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+    KernelFeatures f = testing::Probed();
+    f.kallsyms_hidden = hidden;
+    auto snap = testing::RunPipeline(
+        kConfig, [] {}, f);
+    const SeriesSnapshot* s = FindSeries(snap, "tracepoint_exporter_kallsyms_hidden");
+    if (!hidden) {
+      EXPECT_EQ(s, nullptr);
+      continue;
+    }
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->value, *hidden ? 1 : 0);
+  }
+  EXPECT_EQ(testing::Probed().kallsyms_hidden, std::optional<bool>(false)) << "root sees kallsyms' addresses";
+}
+
 // kernel.perf_event_max_stack set to `value` for the object's life, restored on every path.
 // Writing it fails with EBUSY while any callchain perf event or BPF stack map exists on the host
 // (perf_event_max_stack_handler), so both the change and the restore are retried for a while.
