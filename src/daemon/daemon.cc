@@ -83,15 +83,19 @@ StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path,
   return pipeline;
 }
 
-Status Daemon::Start() {
+Status Daemon::Open() {
   Config config;
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, OpenPipeline(config_path_, *tracefs_, *enums_, &config));
-  TPE_RETURN_IF_ERROR(p->Start());
   std::lock_guard<std::mutex> lock(mu_);
   pipeline_ = std::move(p);
   config_ = std::move(config);
   last_success_unix_ = NowUnix();
   return Status::Ok();
+}
+
+Status Daemon::Start() {
+  if (!pipeline_) TPE_RETURN_IF_ERROR(Open());
+  return pipeline_->Start();
 }
 
 Status Daemon::Reload() {
