@@ -18,8 +18,9 @@ COPY --from=build /src/build/tracepoint_exporter /usr/bin/tracepoint_exporter
 COPY config/default.json /etc/tracepoint_exporter/config.json
 EXPOSE 9478
 # As deploy/kubernetes/daemonset.yaml runs it: host PID namespace, the host's tracefs, a read-only
-# root and CAP_PERFMON, CAP_BPF, CAP_SYS_ADMIN, CAP_IPC_LOCK (tests/image/smoke_test.sh does this):
-#   docker run --pid=host --read-only --cap-drop=ALL --cap-add=PERFMON,BPF,SYS_ADMIN,IPC_LOCK \
+# root and CAP_PERFMON, CAP_BPF, CAP_SYS_ADMIN, CAP_IPC_LOCK, CAP_SYSLOG (tests/image/smoke_test.sh
+# does this):
+#   docker run --pid=host --read-only --cap-drop=ALL --cap-add=PERFMON,BPF,SYS_ADMIN,IPC_LOCK,SYSLOG \
 #     -v /sys/kernel/tracing:/sys/kernel/tracing -p 9478:9478 IMAGE
 # The flags are CMD, not ENTRYPOINT, so that a container's own arguments (the DaemonSet's args,
 # `docker run IMAGE --flags`) replace them instead of repeating --config.file.

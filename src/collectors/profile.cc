@@ -146,7 +146,7 @@ void ProfileCollector::OnSample(size_t /*event_index*/, const Sample& s, CommTab
     add = s.period;
   }
   if (!BuildKey(s, comms)) return;
-  RelaxedCounter* c = series_.FindOrInsert(key_, [this](RelaxedCounter&) { stacks_.Add(1); });
+  WideSum* c = series_.FindOrInsert(key_, [this](WideSum&) { stacks_.Add(1); });
   if (c == nullptr) {
     series_dropped_.Add(1);
     return;
@@ -170,7 +170,7 @@ void ProfileCollector::OnSwitch(const Sample& s, CommTable* comms) {
       const uint64_t ns = s.time_ns > it->second.since_ns ? s.time_ns - it->second.since_ns : 0;
       if (ns < p.min_block_ns) {
         short_blocks_.Add(1);
-      } else if (RelaxedCounter* c = series_.FindOrInsert(it->second.key, [this](RelaxedCounter&) { stacks_.Add(1); });
+      } else if (WideSum* c = series_.FindOrInsert(it->second.key, [this](WideSum&) { stacks_.Add(1); });
                  c == nullptr) {
         series_dropped_.Add(1);
       } else {
@@ -206,7 +206,7 @@ void ProfileCollector::OnSwitch(const Sample& s, CommTable* comms) {
 
 std::vector<StackCount> ProfileCollector::Stacks() const {
   std::vector<StackCount> out;
-  series_.ForEach([&](std::string_view key, const RelaxedCounter& v) {
+  series_.ForEach([&](std::string_view key, const WideSum& v) {
     StackCount sc;
     const size_t label_bytes = labels_.KeySize(key);
     sc.labels = labels_.Render(key.substr(0, label_bytes));
@@ -221,7 +221,8 @@ std::vector<StackCount> ProfileCollector::Stacks() const {
       f.offset = ReadAt<uint64_t>(key, &at);
       sc.user_frames.push_back(f);
     }
-    sc.value = v.Get();
+    const uint128 sum = v.Get();
+    sc.value = sum > ~uint64_t{0} ? ~uint64_t{0} : static_cast<uint64_t>(sum);
     out.push_back(std::move(sc));
   });
   return out;

@@ -25,6 +25,7 @@
 #include "collectors/collector.h"
 #include "collectors/label_set.h"
 #include "collectors/series_table.h"
+#include "collectors/wide_sum.h"
 #include "decode/callchain.h"
 #include "decode/field_extractor.h"
 #include "process/process_images.h"
@@ -47,7 +48,9 @@ struct StackCount {
   // engine's stack map: "stack map full", "hash collision"): rendered as one frame naming the
   // reason, so the samples still add up. "" when the part was recorded (or not asked for).
   std::string kernel_lost, user_lost;
-  uint64_t value = 0;  // samples, or the sum of the value field's raw integers
+  // samples, or the sum of the value field's raw integers (saturating at 2^64 - 1: never less
+  // than an earlier read; pprof's int64 values saturate at 2^63 - 1 anyway)
+  uint64_t value = 0;
 };
 
 // `after` less `before`, series by series (same labels, pid, image, frames and lost reasons): what a
@@ -159,7 +162,7 @@ class ProfileCollector : public Collector, public StackProfile {
   bool BuildKey(const Sample& s, CommTable* comms);
   void OnSwitch(const Sample& s, CommTable* comms);
   uint64_t instance_;
-  SeriesTable<RelaxedCounter> series_;
+  SeriesTable<WideSum> series_;  // a value profile's sums do not wrap past 2^64 (wide_sum.h)
   RelaxedCounter samples_, stacks_, other_frames_;
   RelaxedCounter sample_ns_;  // time in OnSample (CLOCK_MONOTONIC around one call in 16, times 16), ns
   uint64_t timed_calls_ = 0;

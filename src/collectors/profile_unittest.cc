@@ -7,6 +7,10 @@
 #include <cstring>
 #include <map>
 
+#include "common/file_util.h"
+#include "format/event_format.h"
+#include "testing/test_util.h"
+
 namespace tpe {
 namespace {
 
@@ -187,6 +191,30 @@ TEST(ProfileCollectorTest, ClockSamplesOfTasksOutsideOurPidNamespaceAreKept) {
   EXPECT_EQ(stacks[0].value, 5u * 10'000'000);
   ASSERT_EQ(stacks[0].user_frames.size(), 1u);
   EXPECT_EQ(stacks[0].user_frames[0].file, kNoFile);
+}
+
+// A value profile's sum of a field any user sets (write()'s count) saturates, never wraps: 1000
+// then one write of 18446744073709551000 is 2^64 - 1, not 384.
+TEST(ProfileCollectorTest, ValueSumsSaturateNeverWrap) {
+  EventFormat f =
+      *ParseFormat(*ReadFileToString(testing::DataDir() + "/linux-6.18/events/syscalls/sys_enter_write/format"), "x");
+  ProfileCollector p("write_bytes", "h", LabelSet(), 10,
+                     *FieldExtractor::Compile(*f.FindField("count"), LabelDecode::kAuto, nullptr), 1);
+  CommTable comms(NoProc);
+  std::vector<uint8_t> raw(40, 0);
+  const auto chain = Chain({0xffffffff81000010}, {});
+  Sample s;
+  s.raw = Bytes(raw);
+  s.callchain = Bytes(chain.data() + 1, chain.size() - 1);
+  auto write = [&](uint64_t count) {
+    std::memcpy(&raw[32], &count, 8);
+    p.OnSample(0, s, &comms);
+  };
+  for (int i = 0; i < 1000; ++i) write(1);
+  ASSERT_EQ(p.Stacks().size(), 1u);
+  EXPECT_EQ(p.Stacks()[0].value, 1000u);
+  write(18446744073709551000ULL);
+  EXPECT_EQ(p.Stacks()[0].value, ~uint64_t{0});
 }
 
 }  // namespace

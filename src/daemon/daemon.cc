@@ -46,8 +46,11 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   // Once: privileges do not grow later, and the kernel does not change. The features first:
   // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
-  static const KernelFeatures features = ProbeKernelFeatures(tracefs.root());
+  static const KernelFeatures probed = ProbeKernelFeatures(tracefs.root());
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
+  // Except what a sysctl or a dropped privilege changes meanwhile (perf_event_max_stack, kallsyms).
+  KernelFeatures features = probed;
+  RefreshRuntimeFacts(&features);
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
     if (running->engines[i] != "bpf") continue;
@@ -80,15 +83,19 @@ StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path,
   return pipeline;
 }
 
-Status Daemon::Start() {
+Status Daemon::Open() {
   Config config;
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, OpenPipeline(config_path_, *tracefs_, *enums_, &config));
-  TPE_RETURN_IF_ERROR(p->Start());
   std::lock_guard<std::mutex> lock(mu_);
   pipeline_ = std::move(p);
   config_ = std::move(config);
   last_success_unix_ = NowUnix();
   return Status::Ok();
+}
+
+Status Daemon::Start() {
+  if (!pipeline_) TPE_RETURN_IF_ERROR(Open());
+  return pipeline_->Start();
 }
 
 Status Daemon::Reload() {

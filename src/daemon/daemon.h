@@ -7,7 +7,7 @@
 // (tracepoint_exporter_config_reloads_total{result="failure"},
 // tracepoint_exporter_config_last_reload_successful 0).
 //
-// Thread-safety: Start/Reload/Stop/metric_count/warnings from the main thread; Snapshot from
+// Thread-safety: Open/Start/Reload/Stop/metric_count/warnings from the main thread; Snapshot from
 // scrape threads. `mu_` guards the reload state; the pipeline locks itself.
 #pragma once
 
@@ -38,7 +38,11 @@ class Daemon {
   Daemon(std::string config_path, const Tracefs* tracefs, const KernelEnums* enums);
   ~Daemon();
 
-  // Loads, plans, opens and starts. Errors as LoadConfig/BuildPlan/Pipeline::Open.
+  // Loads, plans and opens every perf event and BPF program; starts no thread (so that
+  // capabilities can be dropped for every thread after it: daemon/privileges.h). Errors as
+  // LoadConfig/BuildPlan/Pipeline::Open.
+  Status Open();
+  // Open unless done, then starts the pipeline's threads (Pipeline::Start).
   Status Start();
   // Re-reads the config file; on any error keeps the running pipeline and returns why.
   Status Reload();

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "profile/kallsyms.h"
 
 namespace tpe {
 
@@ -55,7 +56,14 @@ KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root) {
     if (auto readme = ReadFileToString(tracefs_root + "/README"); readme.ok())
       f.probe_readme = ParseProbeReadme(*readme);
   }
+  RefreshRuntimeFacts(&f);
   return f;
+}
+
+void RefreshRuntimeFacts(KernelFeatures* f, const std::string& kallsyms_path) {
+  f->perf.max_stack = ReadPerfEventMaxStack();
+  auto hidden = KallsymsHidden(kallsyms_path);
+  f->kallsyms_hidden = hidden.ok() ? std::optional<bool>(*hidden) : std::nullopt;
 }
 
 std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {

@@ -8,6 +8,7 @@
 // Thread-safety: values; ProbeKernelFeatures is called once on the main thread.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,22 @@ struct KernelFeatures {
   // (ref_ctr_offset, 4.20) and kprobes' ustring (5.4). probe_synopsis false: not read or no
   // probe events; nothing is said about them then.
   ProbeReadme probe_readme;
+  // Whether /proc/kallsyms hides the kernel's addresses from this process (KallsymsHidden: no
+  // CAP_SYSLOG at kernel.kptr_restrict=1, or at 0 with kernel.perf_event_paranoid >= 2;
+  // kptr_restrict=2): kernel frames of profiles stay addresses. nullopt: not known (unreadable).
+  // Read for each plan (RefreshRuntimeFacts) and exported as tracepoint_exporter_kallsyms_hidden.
+  std::optional<bool> kallsyms_hidden;
 };
 
 // Probes everything (perf: ProbePerfFeatures; bpf: ProbeBpfFeatures, which also raises
 // RLIMIT_MEMLOCK where it is charged; cgroup: the /proc files; probe syntax: <tracefs_root>/README
-// when a root is given). Never fails.
+// when a root is given; RefreshRuntimeFacts). Never fails.
 KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root = "");
+
+// Reads again the facts a sysctl or a privilege can change while the daemon runs:
+// perf.max_stack (kernel.perf_event_max_stack) and kallsyms_hidden (from `kallsyms_path`). Cheap
+// (two small reads); called for each plan. Never fails.
+void RefreshRuntimeFacts(KernelFeatures* features, const std::string& kallsyms_path = "/proc/kallsyms");
 
 // One row per feature with a minimum kernel: its name (the `feature` label), the kernel that
 // brought it, whether this kernel has it, and what its absence costs.

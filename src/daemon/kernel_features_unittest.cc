@@ -8,7 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "bpf/bpf_profile.h"
 #include "common/file_util.h"
 #include "daemon/plan.h"
 #include "testing/test_util.h"
@@ -311,6 +315,118 @@ TEST(KernelFeaturesPlanTest, MemlockEpermIsNamedWhenCharged) {
     EXPECT_NE(old.status().message().find("this is RLIMIT_MEMLOCK"), std::string::npos) << old.status().message();
     EXPECT_EQ(old.status().message().find("needs CAP_BPF"), std::string::npos) << old.status().message();
   }
+}
+
+// Profiles where kernel.perf_event_max_stack (injected: 16) is below settings.profile_max_frames
+// (127): both engines take 16 frames — the perf events' attr.sample_max_stack (the kernel
+// refuses more with EOVERFLOW) and the bpf stack map's depth (EINVAL) — with one warning per
+// profile; at 0 a profile is refused; unknown (-1) leaves 127.
+TEST(KernelFeaturesPlanTest, ProfileFramesFollowPerfEventMaxStackOnBothEngines) {
+  auto cfg = ParseConfig(R"({"profiles": [
+      {"name": "on_perf", "event": "raw_syscalls:sys_enter", "engine": "perf"},
+      {"name": "cpu", "event": "cpu-clock", "engine": "perf"},
+      {"name": "on_bpf", "event": "raw_syscalls:sys_enter", "engine": "bpf", "stack": "kernel"}]})",
+                         "cfg.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto plan_for = [&](int max_stack) {
+    KernelFeatures f = On("6.12.9-amd64");
+    f.perf.max_stack = max_stack;
+    // on_bpf planned unloaded, as for a reload that keeps it: no privilege needed.
+    return BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[2].canonical}, f);
+  };
+  auto frames = [](const Plan& p) {
+    std::vector<uint32_t> out;  // the perf events' max_stack, then the bpf stack map's
+    for (const auto& e : p.events) {
+      if (e->callchain != 0) out.push_back(e->max_stack);
+    }
+    auto* bp = dynamic_cast<const bpf::BpfProfile*>(p.collectors[2].get());
+    EXPECT_NE(bp, nullptr);
+    if (bp != nullptr) out.push_back(bp->metric().spec().max_frames);
+    return out;
+  };
+  auto low = plan_for(16);
+  ASSERT_TRUE(low.ok()) << low.status().ToString();
+  EXPECT_EQ(frames(**low), (std::vector<uint32_t>{16, 16, 16}));
+  std::vector<std::string> want;
+  for (const char* m : {"profiles[0]: on_perf", "profiles[1]: cpu", "profiles[2]: on_bpf"}) {
+    want.push_back(std::string("cfg.json: ") + m +
+                   ": stacks of at most 16 frames (kernel.perf_event_max_stack), not 127 "
+                   "(settings.profile_max_frames)");
+  }
+  EXPECT_EQ((*low)->warnings, want);
+
+  auto unknown = plan_for(-1);
+  ASSERT_TRUE(unknown.ok()) << unknown.status().ToString();
+  EXPECT_EQ(frames(**unknown), (std::vector<uint32_t>{127, 127, 127}));
+  EXPECT_TRUE((*unknown)->warnings.empty());
+  auto same = plan_for(127);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(frames(**same), (std::vector<uint32_t>{127, 127, 127}));
+  EXPECT_TRUE((*same)->warnings.empty());
+
+  auto zero = plan_for(0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(),
+            "cfg.json: profiles[0]: on_perf: kernel.perf_event_max_stack is 0, so the kernel takes no stack frames; "
+            "raise it (sysctl kernel.perf_event_max_stack=127)");
+}
+
+// A file of kallsyms text standing in for /proc/kallsyms.
+std::string KallsymsFile(const std::string& text) {
+  char path[] = "/tmp/tpe_features_kallsyms_XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+TEST(KernelFeaturesTest, RuntimeFactsReadKallsymsAndMaxStack) {
+  const std::string zero = KallsymsFile("0000000000000000 T _stext\n0000000000000000 T do_one\n");
+  const std::string shown = KallsymsFile("ffffffff81000000 T _stext\n");
+  KernelFeatures f;
+  RefreshRuntimeFacts(&f, zero);
+  EXPECT_EQ(f.kallsyms_hidden, std::optional<bool>(true));
+  EXPECT_EQ(f.perf.max_stack, ReadPerfEventMaxStack());
+  RefreshRuntimeFacts(&f, shown);
+  EXPECT_EQ(f.kallsyms_hidden, std::optional<bool>(false));
+  RefreshRuntimeFacts(&f, "/nonexistent/kallsyms");
+  EXPECT_EQ(f.kallsyms_hidden, std::nullopt);  // not known: no warning, no metric
+  unlink(zero.c_str());
+  unlink(shown.c_str());
+}
+
+// Where /proc/kallsyms shows no address (injected), one warning per plan names the profiles
+// whose kernel frames stay addresses, and what would show them; none when it shows them, when it
+// is unknown, or when no profile takes kernel stacks.
+TEST(KernelFeaturesPlanTest, HiddenKallsymsWarnsOnceForProfilesWithKernelStacks) {
+  auto plan_for = [](const std::string& profiles, std::optional<bool> hidden) {
+    auto cfg =
+        ParseConfig(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}],
+        "profiles": [)" +
+                        profiles + "]}",
+                    "cfg.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+    KernelFeatures f = On("6.12.9-amd64");
+    f.kallsyms_hidden = hidden;
+    auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{false, "not probed"}, {}, f);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? (*plan)->warnings : std::vector<std::string>{"not planned"};
+  };
+  const std::string three = R"({"name": "both", "event": "raw_syscalls:sys_enter"},
+      {"name": "kernel_only", "event": "cpu-clock", "stack": "kernel"},
+      {"name": "user_only", "event": "raw_syscalls:sys_enter", "stack": "user"})";
+  auto w = plan_for(three, true);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("cfg.json: kernel frames of both, kernel_only stay raw addresses: /proc/kallsyms lists every "
+                       "kernel address as 0 to this process (kernel.kptr_restrict=",
+                       0),
+            0u)
+      << w[0];
+  EXPECT_NE(w[0].find("Grant CAP_SYSLOG (the shipped systemd unit and DaemonSet do)"), std::string::npos) << w[0];
+  EXPECT_TRUE(plan_for(three, false).empty());
+  EXPECT_TRUE(plan_for(three, std::nullopt).empty());
+  EXPECT_TRUE(plan_for(R"({"name": "user_only", "event": "raw_syscalls:sys_enter", "stack": "user"})", true).empty());
 }
 
 }  // namespace

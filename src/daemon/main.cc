@@ -182,6 +182,13 @@ int main(int argc, char** argv) {
   }
   tpe::ProbeRegistry::Get(*tracefs);  // removes probe events crashed runs left behind
   tpe::Daemon daemon(config_file, &*tracefs, &enums);
+  if (auto st = daemon.Open(); !st.ok()) return Fail(st);
+  // Capabilities are per thread: dropped while this is the only one, so that the reader,
+  // sweeper and HTTP threads started below begin with none (daemon/privileges.h).
+  if (drop_caps) {
+    if (auto st = tpe::DropAllCapabilities(); !st.ok()) return Fail(st);
+    TPE_LOG_INFO("dropped all capabilities; a reload will need a restart");
+  }
   if (auto st = daemon.Start(); !st.ok()) return Fail(st);
   auto http = tpe::HttpExporter::Start(
       listen, telemetry, [&daemon] { return daemon.Snapshot(); }, web,
@@ -193,10 +200,6 @@ int main(int argc, char** argv) {
   TPE_LOG_INFO("serving {} metrics from {} on {} (port {}), path {}{}{} (tracefs {})", daemon.metric_count(),
                config_file, listen, ports, telemetry, web.tls() ? ", TLS" : "", web.users.empty() ? "" : ", basic auth",
                tracefs->root());
-  if (drop_caps) {
-    if (auto st = tpe::DropAllCapabilities(); !st.ok()) return Fail(st);
-    TPE_LOG_INFO("dropped all capabilities; a reload will need a restart");
-  }
   sd_notifyf(0, "READY=1\nSTATUS=serving %zu metrics on port %s", daemon.metric_count(), ports.c_str());
 
   for (;;) {

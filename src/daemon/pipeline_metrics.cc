@@ -392,6 +392,15 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&feature, {{"feature", row.feature}, {"since", row.since}}, row.available ? 1 : 0);
   }
   out.push_back(std::move(feature));
+  if (plan_->features.kallsyms_hidden.has_value()) {  // unknown: no series rather than a false 0
+    auto hidden = Family("tracepoint_exporter_kallsyms_hidden",
+                         "Whether /proc/kallsyms lists every kernel address as 0 to the exporter (1: kernel frames "
+                         "of profiles stay raw addresses; it needs CAP_SYSLOG) or not (0), as found when the "
+                         "running config was planned.",
+                         MetricKind::kGauge);
+    Add(&hidden, {}, *plan_->features.kallsyms_hidden ? 1 : 0);
+    out.push_back(std::move(hidden));
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "collectors/histogram.h"
 #include "collectors/latency.h"
 #include "collectors/profile.h"
+#include "common/file_util.h"
 #include "daemon/plan_internal.h"
 #include "decode/field_extractor.h"
 
@@ -266,7 +267,8 @@ namespace {
 // (EventPlan::callchain; sampled).
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
                               bool sampled, int pid, const std::string& json_path, const Tracefs& tracefs,
-                              const KernelEnums& enums, bool check_filters, uint8_t callchain = 0) {
+                              const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
+                              uint16_t max_stack = 0) {
   for (auto& e : plan->events) {
     if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid &&
         e->callchain == callchain) {
@@ -279,7 +281,7 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
   ep->pid = pid;
   if (callchain != 0) {
     ep->callchain = callchain;
-    ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
+    ep->max_stack = max_stack;
     ep->display += " stacks";
   }
   if (pid > 0) {
@@ -295,16 +297,17 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
 StatusOr<std::vector<EventPlan*>> GetEvents(Plan* plan, const Config& cfg, const std::string& event,
                                             const std::string& filter, bool sampled, int pid,
                                             const std::string& json_path, const Tracefs& tracefs,
-                                            const KernelEnums& enums, bool check_filters, uint8_t callchain = 0) {
+                                            const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
+                                            uint16_t max_stack = 0) {
   std::vector<EventPlan*> out;
   TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums,
-                                                check_filters, callchain));
+                                                check_filters, callchain, max_stack));
   out.push_back(ep);
   auto it = plan->probe_replaced.find(event);
   if (it == plan->probe_replaced.end()) return out;
   for (const std::string& old : it->second) {
     TPE_ASSIGN_OR_RETURN(EventPlan * oep, GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums,
-                                                   check_filters, callchain));
+                                                   check_filters, callchain, max_stack));
     out.push_back(oep);
   }
   return out;
@@ -598,10 +601,10 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
 
 // A CPU profile's software clock event (EventPlan::software_clock), shared by the profiles that
 // sample it alike: no tracefs, no format. Named "perf:<clock>", shown as "<clock> stacks".
-EventPlan* GetClockEvent(Plan* plan, const Config& cfg, const MetricConfig& m, uint8_t callchain) {
+EventPlan* GetClockEvent(Plan* plan, const MetricConfig& m, uint8_t callchain, uint16_t max_stack) {
   std::unique_ptr<EventPlan> ep = plan_internal::MakeClockEvent(m);
   ep->callchain = callchain;
-  ep->max_stack = static_cast<uint16_t>(cfg.settings.profile_max_frames);
+  ep->max_stack = max_stack;
   for (auto& e : plan->events) {
     ep->cgroup = e->cgroup;  // a "cgroup" label (BuildLabels, after this) adds it to a shared event
     if (e->SamePerfEvents(*ep)) return e.get();
@@ -617,8 +620,10 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   const uint8_t callchain = m.stack == "kernel" ? EventPlan::kCallchainKernel
                             : m.stack == "user" ? EventPlan::kCallchainUser
                                                 : EventPlan::kCallchainKernel | EventPlan::kCallchainUser;
+  TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
+  const auto max_stack = static_cast<uint16_t>(frames);  // at most kMaxProfileFrames
   if (IsClockEvent(m.event)) {
-    EventPlan* ep = GetClockEvent(plan, cfg, m, callchain);
+    EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack);
     TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::nullopt, 1, ClockWeight{m.include_idle});
@@ -627,7 +632,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     return Status::Ok();
   }
   TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path,
-                                                              tracefs, enums, check_filters, callchain));
+                                                              tracefs, enums, check_filters, callchain, max_stack));
   EventPlan* ep = eps[0];
   if (m.off_cpu) {
     // The switch-out and the switch-in of a task come from different CPUs: time order across them.
@@ -748,10 +753,52 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);
   }
+  // Kernel frames are named from /proc/kallsyms: one line when it shows this process no address.
+  if (features.kallsyms_hidden.value_or(false)) {
+    std::string names;
+    for (const auto& m : cfg.metrics) {
+      if (m.type == "profile" && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
+    }
+    if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
+  }
   return plan;
 }
 
+std::string KallsymsHiddenWarning(const std::string& profiles) {
+  auto sysctl = [](const char* name) {
+    auto v = ReadFileToString(std::string("/proc/sys/kernel/") + name);
+    return std::string("kernel.") + name + "=" + (v.ok() ? Trim(*v) : "?");
+  };
+  return "kernel frames of " + profiles +
+         " stay raw addresses: /proc/kallsyms lists every kernel address as 0 to this process (" +
+         sysctl("kptr_restrict") + ", " + sysctl("perf_event_paranoid") +
+         ": a process without CAP_SYSLOG sees them only at kptr_restrict=0 with perf_event_paranoid <= 1, no "
+         "process at kptr_restrict=2). Grant CAP_SYSLOG (the shipped systemd unit and DaemonSet do), or take "
+         "\"stack\": \"user\"";
+}
+
 namespace plan_internal {
+
+StatusOr<uint32_t> ProfileFrames(Plan* plan, const Config& cfg, const MetricConfig& m) {
+  const auto wanted = static_cast<uint32_t>(cfg.settings.profile_max_frames);
+  const int limit = plan->features.perf.max_stack;
+  if (limit < 0 || static_cast<uint32_t>(limit) >= wanted) return wanted;
+  const std::string where = cfg.path + ": " + m.json_path + ": " + m.name;
+  if (limit == 0) {
+    return InvalidArgument(where +
+                           ": kernel.perf_event_max_stack is 0, so the kernel takes no stack frames; raise "
+                           "it (sysctl kernel.perf_event_max_stack=" +
+                           std::to_string(wanted) + ")");
+  }
+  // One line per profile, whichever engine plans it (bpf may hand it back to perf).
+  std::string warning = where + ": stacks of at most " + std::to_string(limit) +
+                        " frames (kernel.perf_event_max_stack), not " + std::to_string(wanted) +
+                        " (settings.profile_max_frames)";
+  if (std::find(plan->warnings.begin(), plan->warnings.end(), warning) == plan->warnings.end()) {
+    plan->warnings.push_back(std::move(warning));
+  }
+  return static_cast<uint32_t>(limit);
+}
 
 std::unique_ptr<EventPlan> MakeClockEvent(const MetricConfig& m) {
   auto ep = std::make_unique<EventPlan>();

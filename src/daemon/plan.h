@@ -227,4 +227,9 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& t
                                           const std::set<std::string>& running_bpf = {},
                                           const KernelFeatures& features = KernelFeatures{});
 
+// The warning BuildPlan gives when features.kallsyms_hidden and `profiles` (their names, comma
+// separated) take kernel stacks: what hides the addresses (the two sysctls as they are now) and
+// what would show them.
+std::string KallsymsHiddenWarning(const std::string& profiles);
+
 }  // namespace tpe

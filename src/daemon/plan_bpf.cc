@@ -133,13 +133,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
     // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
-    const uint64_t bytes = cfg.settings.max_stacks_per_profile * (8ULL * cfg.settings.profile_max_frames + 24) +
-                           8ULL * cfg.settings.max_stacks_per_profile;
+    TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
+    const uint64_t bytes =
+        cfg.settings.max_stacks_per_profile * (8ULL * frames + 24) + 8ULL * cfg.settings.max_stacks_per_profile;
     if (bytes > cfg.settings.bpf_preallocate_max_bytes) {
       return InvalidArgument(where + ": \"bpf\" for " + m.name + ": its stack map of " +
                              std::to_string(cfg.settings.max_stacks_per_profile) + " stacks of " +
-                             std::to_string(cfg.settings.profile_max_frames) + " frames preallocates " +
-                             std::to_string(bytes >> 20) + " MiB, over settings.bpf_preallocate_max_bytes (" +
+                             std::to_string(frames) + " frames preallocates " + std::to_string(bytes >> 20) +
+                             " MiB, over settings.bpf_preallocate_max_bytes (" +
                              std::to_string(cfg.settings.bpf_preallocate_max_bytes >> 20) +
                              " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
     }
@@ -206,17 +207,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       spec.user_stack = m.stack != "kernel";
       spec.max_series = cfg.settings.max_stacks_per_profile;
       spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
-      spec.max_frames = static_cast<uint32_t>(cfg.settings.profile_max_frames);
-      // stack_map_alloc refuses more frames than kernel.perf_event_max_stack (EINVAL).
-      if (auto sysctl = ReadFileToString("/proc/sys/kernel/perf_event_max_stack"); sysctl.ok()) {
-        const long limit = std::strtol(sysctl->c_str(), nullptr, 10);
-        if (limit > 0 && static_cast<uint32_t>(limit) < spec.max_frames) {
-          spec.max_frames = static_cast<uint32_t>(limit);
-          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + ": stacks of at most " +
-                                   std::to_string(limit) + " frames (kernel.perf_event_max_stack), not " +
-                                   std::to_string(cfg.settings.profile_max_frames));
-        }
-      }
+      // ProfileFrames succeeded above (m is a profile): the frames stack_map_alloc accepts.
+      auto frames = ProfileFrames(plan, cfg, m);
+      spec.max_frames = frames.ok() ? *frames : 0;
       // A user stack is named with the mappings of its process image (bpf/image_stamps.h);
       // without the stamps, with those of the image that predates the daemon, or the latest.
       if (spec.user_stack) {

@@ -59,6 +59,15 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
 // (plan->probe_names), else "system:event".
 void NameAsConfigured(const Plan& plan, EventPlan* ep);
 
+// Frames each stack of profile `m` keeps: settings.profile_max_frames, at most
+// kernel.perf_event_max_stack (plan->features.perf.max_stack; -1: unknown, not clamped). The
+// kernel refuses more: perf_event_open with EOVERFLOW (attr.sample_max_stack;
+// get_callchain_buffers, kernel/events/callchain.c), a BPF stack map with EINVAL (its value
+// size; stack_map_alloc, kernel/bpf/stackmap.c). When it clamps, one warning naming the file,
+// the JSON path and both numbers goes to plan->warnings (once, whichever engine asks).
+// Errors: InvalidArgument when the sysctl is 0 (no frame can be taken).
+StatusOr<uint32_t> ProfileFrames(Plan* plan, const Config& cfg, const MetricConfig& m);
+
 // A CPU profile's software clock event (EventPlan::software_clock) for profile `m`
 // (IsClockEvent(m.event)): sampled at its frequency_hz or period_ns, with or without the idle
 // task; no callchain, no consumers yet. Named "perf:<clock>", shown as "<clock> stacks at N Hz".

@@ -1,11 +1,13 @@
 #include "perf/perf_event.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -74,7 +76,20 @@ PerfFeatures ProbePerfFeatures() {
   attr.inherit = 1;
   attr.inherit_thread = 1;
   out.inherit_thread = Accepts(attr, "inherit_thread probe", &out.probe_error);
+  out.max_stack = ReadPerfEventMaxStack();
   return out;
+}
+
+int ReadPerfEventMaxStack(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return -1;
+  char buf[32] = {};
+  const ssize_t n = ::read(fd.get(), buf, sizeof(buf) - 1);
+  if (n <= 0) return -1;
+  int value = -1;
+  auto [end, ec] = std::from_chars(buf, buf + n, value);
+  if (ec != std::errc() || value < 0 || (end != buf + n && *end != '\n')) return -1;
+  return value;
 }
 
 perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {

@@ -93,9 +93,19 @@ struct PerfFeatures {
   // Non-empty when a probe failed for another reason than EINVAL (e.g. EACCES): the feature is
   // then assumed present and the real perf_event_open reports the error.
   std::string probe_error;
+  // kernel.perf_event_max_stack: the most frames attr.sample_max_stack may ask for (more is
+  // refused with EOVERFLOW: get_callchain_buffers, kernel/events/callchain.c) and a BPF stack
+  // map may hold. A sysctl, settable while no callchain event exists: read for each plan
+  // (ReadPerfEventMaxStack). -1: unknown.
+  int max_stack = -1;
 };
-// Three perf_event_open calls (through the fault seam below). Never fails.
+// Three perf_event_open calls (through the fault seam below), and ReadPerfEventMaxStack. Never
+// fails.
 PerfFeatures ProbePerfFeatures();
+
+// The value of kernel.perf_event_max_stack read from `path` (Documentation/admin-guide/sysctl/
+// kernel.rst), or -1 when it cannot be read or is not a number.
+int ReadPerfEventMaxStack(const std::string& path = "/proc/sys/kernel/perf_event_max_stack");
 
 // The fault seam for kernels we cannot boot: while set, every perf_event_open this folder makes
 // (OpenPerfEvent, ProbePerfFeatures) first calls `fault(attr, pid, cpu)`; a nonzero return is

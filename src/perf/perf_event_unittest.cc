@@ -4,8 +4,10 @@
 #include "perf/perf_event.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 
 namespace tpe {
 namespace {
@@ -84,6 +86,22 @@ TEST(PerfFeaturesTest, CallchainAttrs) {
   EXPECT_EQ(a.exclude_callchain_kernel, 0u);
   o.sampled = false;  // counting mode has no samples, so no stacks
   EXPECT_EQ(MakeTracepointAttr(o).sample_type, 0u);
+}
+
+// kernel.perf_event_max_stack as the sysctl file gives it; -1 when it cannot be read as a number.
+TEST(PerfFeaturesTest, ReadsPerfEventMaxStack) {
+  char path[] = "/tmp/tpe_max_stack_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::pair<const char*, int> cases[] = {{"127\n", 127}, {"16\n", 16},  {"0\n", 0},    {"4096", 4096},
+                                               {"-1\n", -1},   {"abc\n", -1}, {"12x\n", -1}, {"", -1}};
+  for (const auto& [text, want] : cases) {
+    std::ofstream(path, std::ios::trunc) << text;
+    EXPECT_EQ(ReadPerfEventMaxStack(path), want) << "\"" << text << "\"";
+  }
+  unlink(path);
+  EXPECT_EQ(ReadPerfEventMaxStack(path), -1);
 }
 
 TEST(PerfFeaturesTest, WithoutFormatLostTheAttrsDropTheBit) {

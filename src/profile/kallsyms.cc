@@ -1,11 +1,101 @@
 #include "profile/kallsyms.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string_view>
 
 #include "common/file_util.h"
+#include "common/scoped_fd.h"
 
 namespace tpe {
+namespace {
+
+// A file HoldKallsymsOpen opened: kept for the process's life (never closed), read with pread
+// from offset 0 (seq_file restarts its listing there), one reader at a time.
+struct HeldFile {
+  ScopedFd fd;
+  std::mutex mu;
+};
+std::mutex held_mu;
+std::map<std::string, HeldFile>& HeldFiles() {
+  static auto* files = new std::map<std::string, HeldFile>();  // never destroyed: read until exit
+  return *files;
+}
+HeldFile* FindHeld(const std::string& path) {
+  std::lock_guard<std::mutex> lock(held_mu);
+  auto it = HeldFiles().find(path);
+  return it == HeldFiles().end() ? nullptr : &it->second;
+}
+
+// Reads `path` from its start, handing each chunk read to `take` until it returns false or the
+// file ends: through the held file when there is one, else through a new open.
+Status ReadChunks(const std::string& path, const std::function<bool(std::string_view)>& take) {
+  HeldFile* held = FindHeld(path);
+  std::unique_lock<std::mutex> lock;
+  ScopedFd own;
+  int fd = -1;
+  if (held != nullptr) {
+    lock = std::unique_lock<std::mutex>(held->mu);
+    fd = held->fd.get();
+  } else {
+    own = ScopedFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!own.valid()) return ErrnoStatus(errno, "cannot open " + path);
+    fd = own.get();
+  }
+  std::vector<char> buf(65536);  // renders run on the HTTP threads: not on their stacks
+  for (off_t at = 0;;) {
+    const ssize_t n = held != nullptr ? ::pread(fd, buf.data(), buf.size(), at) : ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read " + path);
+    }
+    if (n == 0 || !take(std::string_view(buf.data(), static_cast<size_t>(n)))) return Status::Ok();
+    at += n;
+  }
+}
+
+}  // namespace
+
+Status HoldKallsymsOpen(const std::string& path) {
+  std::lock_guard<std::mutex> lock(held_mu);
+  if (HeldFiles().count(path) != 0) return Status::Ok();
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "cannot open " + path);
+  HeldFiles()[path].fd = std::move(fd);
+  return Status::Ok();
+}
+
+StatusOr<bool> KallsymsHidden(const std::string& path) {
+  constexpr size_t kMaxBytes = 1 << 20;
+  std::string text;  // the lines not yet looked at
+  size_t seen = 0;
+  std::optional<bool> hidden;
+  TPE_RETURN_IF_ERROR(ReadChunks(path, [&](std::string_view chunk) {
+    text.append(chunk);
+    seen += chunk.size();
+    size_t line_start = 0;
+    for (size_t nl; !hidden && (nl = text.find('\n', line_start)) != std::string::npos; line_start = nl + 1) {
+      // "<hex address> <type> <name>...": the first text symbol decides.
+      std::string_view line(text.data() + line_start, nl - line_start);
+      const size_t sp = line.find(' ');
+      if (sp == std::string_view::npos || sp + 1 >= line.size()) continue;
+      const char type = line[sp + 1];
+      if (type != 't' && type != 'T' && type != 'w' && type != 'W') continue;
+      hidden = line.find_first_not_of('0') == sp;  // every digit of the address is 0
+    }
+    text.erase(0, line_start);
+    return !hidden && seen < kMaxBytes;
+  }));
+  if (!hidden) return NotFound(path + " lists no kernel text symbol (in its first MiB)");
+  return *hidden;
+}
 
 StatusOr<Kallsyms> Kallsyms::Parse(std::string_view text) {
   Kallsyms table;
@@ -55,9 +145,12 @@ StatusOr<Kallsyms> Kallsyms::Parse(std::string_view text) {
 }
 
 StatusOr<Kallsyms> Kallsyms::Read(const std::string& path) {
-  auto text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  auto table = Parse(*text);
+  std::string text;
+  TPE_RETURN_IF_ERROR(ReadChunks(path, [&text](std::string_view chunk) {
+    text.append(chunk);
+    return true;
+  }));
+  auto table = Parse(text);
   if (!table.ok()) return table.status().WithContext(path);
   return table;
 }

@@ -21,6 +21,25 @@
 
 namespace tpe {
 
+// Whether the kallsyms text at `path` hides the kernel's addresses from this process: its first
+// text symbol (type t, T, w or W; the per-CPU data symbols some kernels list first sit at 0
+// whatever the privilege) reads address 0. That is the zeroed listing kptr_restrict gives
+// (kernel/kallsyms.c kallsyms_show_value): to a reader without CAP_SYSLOG at
+// kernel.kptr_restrict=1, or at 0 when kernel.perf_event_paranoid >= 2; to every reader at 2.
+// Reads only up to that line (a few KiB; the whole file costs ~0.3 s of CPU), through the held
+// file when HoldKallsymsOpen(path) was called. Errors: the file's; NotFound when it lists no text
+// symbol (in its first MiB).
+StatusOr<bool> KallsymsHidden(const std::string& path = "/proc/kallsyms");
+
+// Opens `path` now and keeps it open for the process's life: Kallsyms::Read(path) and
+// KallsymsHidden(path) read through it from then on. The kernel decides whether a reader sees
+// kallsyms' addresses when the file is opened (kallsyms_open caches kallsyms_show_value(
+// file->f_cred); Linux 5.8, and the stable kernels it went back to), so a file opened while the
+// process holds CAP_SYSLOG still shows them once the capabilities are dropped
+// (daemon/privileges.h). Once per path (a later call for the same path does nothing). Errors:
+// the open's. Thread-safety: any thread; reads of one held file are serialized.
+Status HoldKallsymsOpen(const std::string& path = "/proc/kallsyms");
+
 class Kallsyms {
  public:
   struct Symbol {
@@ -37,7 +56,8 @@ class Kallsyms {
   // InvalidArgument naming the first malformed line (its number and text). An all-zero listing
   // parses into a table with hidden() true.
   static StatusOr<Kallsyms> Parse(std::string_view text);
-  // Reads and parses `path` (default /proc/kallsyms). NotFound/PermissionDenied as the file gives.
+  // Reads and parses `path` (default /proc/kallsyms; through the held file after
+  // HoldKallsymsOpen(path)). NotFound/PermissionDenied as the file gives.
   static StatusOr<Kallsyms> Read(const std::string& path = "/proc/kallsyms");
 
   // The symbol holding `address`: the last text symbol at or below it, unless that is the last

@@ -105,3 +105,92 @@ TEST(KallsymsCacheTest, ReadsOnceAndAgainWhenStaleOrMissing) {
 
 }  // namespace
 }  // namespace tpe
+
+namespace tpe {
+namespace {
+
+// A temporary file with `text`, removed at the end of the test.
+class TempText {
+ public:
+  explicit TempText(const std::string& text) {
+    char path[] = "/tmp/tpe_kallsyms_hidden_XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    path_ = path;
+    std::ofstream(path_) << text;
+  }
+  ~TempText() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What a process without CAP_SYSLOG reads at kernel.kptr_restrict=1 (or 0 with
+// perf_event_paranoid >= 2): every address 0. Older kernels list the per-CPU data symbols (type
+// A, at 0 whatever the privilege) first; the first text symbol decides.
+TEST(KallsymsHiddenTest, ZeroAddressesAreHidden) {
+  TempText hidden(
+      "0000000000000000 A fixed_percpu_data\n0000000000000000 A __per_cpu_start\n"
+      "0000000000000000 T _stext\n0000000000000000 t xfs_end\t[xfs]\n");
+  auto h = KallsymsHidden(hidden.path());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(*h);
+  TempText shown(
+      "0000000000000000 A fixed_percpu_data\n0000000000001000 A cpu_debug_store\n"
+      "ffffffff81000000 T _stext\n");
+  h = KallsymsHidden(shown.path());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_FALSE(*h);
+  TempText no_text("0000000000000000 A fixed_percpu_data\n");
+  h = KallsymsHidden(no_text.path());
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(h.status().message().find("lists no kernel text symbol"), std::string::npos) << h.status().message();
+  EXPECT_EQ(KallsymsHidden("/nonexistent/kallsyms").status().code(), StatusCode::kNotFound);
+}
+
+// The first text symbol past the first read (64 KiB), its line split between two reads.
+TEST(KallsymsHiddenTest, FirstTextSymbolPastTheFirstRead) {
+  std::string text;
+  for (int i = 0; text.size() < 65536 - 10; ++i) text += "0000000000000000 A percpu_" + std::to_string(i) + "\n";
+  text.resize(65536 - 10);  // cut a data line short...
+  text += "\n";             // ...and end it: the text symbol's line straddles the 64 KiB mark
+  TempText hidden(text + "0000000000000000 T _stext\n");
+  auto h = KallsymsHidden(hidden.path());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(*h);
+  TempText shown(text + "ffffffff81000000 T _stext\n");
+  h = KallsymsHidden(shown.path());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_FALSE(*h);
+}
+
+// Once held, the file opened then is the one read, from its start, every time (the kernel
+// decided at that open what the reader may see): a file put in its place later is not read.
+TEST(KallsymsHiddenTest, HeldFileIsReadFromItsStartEachTime) {
+  TempText held("ffffffff81000000 T _stext\nffffffff81001000 T do_one\nffffffff81002000 T end\n");
+  ASSERT_TRUE(HoldKallsymsOpen(held.path()).ok());
+  ASSERT_TRUE(HoldKallsymsOpen(held.path()).ok());  // once per path
+  TempText zeroed("0000000000000000 T _stext\n");
+  ASSERT_EQ(rename(zeroed.path().c_str(), held.path().c_str()), 0);  // replaces it under its path
+  for (int i = 0; i < 2; ++i) {
+    auto h = KallsymsHidden(held.path());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_FALSE(*h) << "read " << i;
+    auto t = Kallsyms::Read(held.path());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(t->size(), 3u) << "read " << i;
+    EXPECT_FALSE(t->hidden());
+  }
+  // Another path to it is not held: the file now there is read.
+  const std::string other = "/tmp/./" + held.path().substr(held.path().rfind('/') + 1);
+  auto h = KallsymsHidden(other);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(*h);
+  EXPECT_EQ(HoldKallsymsOpen("/nonexistent/kallsyms").code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace tpe

@@ -6,9 +6,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "common/file_util.h"
 #include "kernel/kernel_util.h"
+#include "perf/perf_event.h"
 #include "testing/test_util.h"
 
 namespace tpe {
@@ -192,6 +199,112 @@ TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
         << (*plan)->engine_reasons[0];
   }
   testing::ResetLoadOptions();
+}
+
+// tracepoint_exporter_kallsyms_hidden says what the plan found: 1, 0, or no series when unknown.
+TEST(KernelFeaturesTest, KallsymsHiddenSelfMetric) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  constexpr char kConfig[] =
+      R"({"metrics": [{"name": "getppid_total", "type": "counter", "event": "syscalls:sys_enter_getppid"}]})";
+  for (std::optional<bool> hidden : {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+    KernelFeatures f = testing::Probed();
+    f.kallsyms_hidden = hidden;
+    auto snap = testing::RunPipeline(
+        kConfig, [] {}, f);
+    const SeriesSnapshot* s = FindSeries(snap, "tracepoint_exporter_kallsyms_hidden");
+    if (!hidden) {
+      EXPECT_EQ(s, nullptr);
+      continue;
+    }
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->value, *hidden ? 1 : 0);
+  }
+  EXPECT_EQ(testing::Probed().kallsyms_hidden, std::optional<bool>(false)) << "root sees kallsyms' addresses";
+}
+
+// kernel.perf_event_max_stack set to `value` for the object's life, restored on every path.
+// Writing it fails with EBUSY while any callchain perf event or BPF stack map exists on the host
+// (perf_event_max_stack_handler), so both the change and the restore are retried for a while.
+class ScopedMaxStack {
+ public:
+  static constexpr char kPath[] = "/proc/sys/kernel/perf_event_max_stack";
+  explicit ScopedMaxStack(int value) : old_(ReadPerfEventMaxStack()) {
+    for (int i = 0; i < 500 && old_ > 0; ++i) {
+      last_ = WriteStringToFile(kPath, std::to_string(value));
+      if (last_.ok() || last_.code() != StatusCode::kUnavailable) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    set_ = last_.ok() && old_ > 0;
+  }
+  ~ScopedMaxStack() { Restore(); }
+  ScopedMaxStack(const ScopedMaxStack&) = delete;
+  ScopedMaxStack& operator=(const ScopedMaxStack&) = delete;
+  bool set() const { return set_; }
+  const Status& status() const { return last_; }
+  void Restore() {
+    if (!set_) return;
+    Status st;
+    for (int i = 0; i < 1000; ++i) {  // 10 s
+      st = WriteStringToFile(kPath, std::to_string(old_));
+      if (st.ok()) {
+        set_ = false;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "could not restore " << kPath << " to " << old_ << ": " << st.ToString();
+  }
+
+ private:
+  int old_;
+  Status last_ = Internal("kernel.perf_event_max_stack unreadable");
+  bool set_ = false;
+};
+
+// Profiles on both engines with kernel.perf_event_max_stack (16) below settings.profile_max_frames
+// (127): they open (perf_event_open refused 127 frames with EOVERFLOW before the perf engine
+// clamped too) and count every call. The sysctl is lowered only while the plan is made and run.
+TEST(KernelFeaturesTest, ProfilesRunUnderALoweredPerfEventMaxStack) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  constexpr int kCalls = 500;
+  const int original = ReadPerfEventMaxStack();
+  Child child("tpe_maxstack", kCalls);
+  const std::string config = R"({"profiles": [
+      {"name": "on_perf", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+       "filter": "common_pid == )" +
+                             std::to_string(child.pid()) +
+                             R"("},
+      {"name": "on_bpf", "event": "syscalls:sys_enter_getppid", "engine": "bpf",
+       "filter": "common_pid == )" +
+                             std::to_string(child.pid()) + R"("}]})";
+  std::vector<MetricSnapshot> snap;
+  std::vector<uint32_t> frames;
+  {
+    ScopedMaxStack lowered(16);
+    if (!lowered.set()) {
+      child.RunToExit();
+      const std::string why =
+          "cannot set kernel.perf_event_max_stack (other callchain users on the host?): " + lowered.status().ToString();
+      if (testing::KernelRequired()) FAIL() << "TPE_REQUIRE_KERNEL=1: " << why;
+      GTEST_SKIP() << why;
+    }
+    KernelFeatures f = testing::Probed();
+    RefreshRuntimeFacts(&f);
+    EXPECT_EQ(f.perf.max_stack, 16);
+    snap = testing::RunPipelineWith(
+        config,
+        [&](Pipeline& p) {
+          for (const auto& e : p.plan().events) {
+            if (e->callchain != 0) frames.push_back(e->max_stack);
+          }
+          child.RunToExit();
+        },
+        f);
+  }  // restored: the pipeline is gone, so no callchain event of ours holds the sysctl
+  EXPECT_EQ(ReadPerfEventMaxStack(), original) << "restored";
+  EXPECT_EQ(frames, std::vector<uint32_t>{16});  // the perf profile's event; bpf's stacks come from its map
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_profile_samples_total", {{"profile", "on_perf"}}), kCalls);
+  EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_profile_samples_total", {{"profile", "on_bpf"}}), kCalls);
 }
 
 }  // namespace
