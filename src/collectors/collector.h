@@ -48,6 +48,9 @@ using TaskExited = std::function<bool(uint32_t tid)>;
 
 class StackProfile;   // collectors/profile.h
 class ProcessImages;  // process/process_images.h
+namespace unwind {
+class CfiCache;  // unwind/cfi_cache.h
+}  // namespace unwind
 
 class Collector {
  public:
@@ -98,9 +101,10 @@ class Collector {
   virtual bool is_profile() const { return false; }
   // A profile's stacks (non-null exactly when is_profile()); lives as long as the collector.
   virtual const StackProfile* stack_profile() const { return nullptr; }
-  // Where a profile fed samples normalizes their user frames (not owned; outlives the
-  // collector): set by the reader before it dispatches a sample. Others ignore it.
-  virtual void set_process_images(ProcessImages* /*images*/) {}
+  // Where a profile fed samples normalizes their user frames and finds the unwind tables of the
+  // code they run in (not owned; outlive the collector): set by the reader before it dispatches
+  // a sample. Others ignore them.
+  virtual void set_user_stacks(ProcessImages* /*images*/, unwind::CfiCache* /*tables*/) {}
   virtual uint64_t unmatched(LatencyUnmatched::Reason /*r*/) const { return 0; }
   virtual size_t inflight() const { return 0; }
   // Engine-specific self-metric values (the bpf engine's program runs, misses, map memory).

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/clock.h"
+#include "unwind/cfi_cache.h"
 
 namespace tpe {
 namespace {
@@ -102,7 +103,15 @@ bool ProfileCollector::BuildKey(const Sample& s, CommTable* comms) {
   }
   other_frames_.Add(chain_.other);
   user_frames_.clear();
-  if (images_ != nullptr) {
+  if (!s.regs_user.empty() && images_ != nullptr) {
+    // A "dwarf" profile: unwound from the sample's registers and stack copy, as it is read.
+    regs_.resize(s.regs_user.size() / sizeof(uint64_t));
+    std::memcpy(regs_.data(), s.regs_user.data(), regs_.size() * sizeof(uint64_t));
+    unwind::ProcessCodeLookup lookup(images_, tables_, s.pid, s.time_ns);
+    const unwind::UnwindEnd end =
+        unwind::Unwind(unwind::FromSampleRegs(regs_), s.stack_user, max_unwind_frames_, &lookup, &user_frames_);
+    unwind_ends_[static_cast<size_t>(end)].Add(1);
+  } else if (images_ != nullptr) {
     images_->Normalize(s.pid, chain_.user, s.time_ns, &user_frames_);
   } else {
     user_frames_.resize(chain_.user.size());
@@ -244,6 +253,13 @@ std::vector<EngineStat> ProfileCollector::EngineStats() const {
        static_cast<double>(other_frames_.Get())},
       {"tracepoint_exporter_profile_sample_seconds_total", {{"profile", name_}}, sample_ns_.Get() * 1e-9},
   };
+  for (int e = 0; e < unwind::kUnwindEnds; ++e) {
+    const uint64_t n = unwind_ends_[static_cast<size_t>(e)].Get();
+    if (n == 0) continue;
+    out.push_back({"tracepoint_exporter_profile_unwind_ends_total",
+                   {{"profile", name_}, {"reason", unwind::UnwindEndName(static_cast<unwind::UnwindEnd>(e))}},
+                   static_cast<double>(n)});
+  }
   if (off_cpu_) {
     out.push_back({"tracepoint_exporter_profile_off_cpu_short_blocks_total",
                    {{"profile", name_}},

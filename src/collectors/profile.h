@@ -2,8 +2,10 @@
 // "A profile is a metric whose series key includes stacks").
 //
 // OnSample splits the sample's PERF_SAMPLE_CALLCHAIN (decode/callchain.h) and keys the series
-// by the labels' key, the task's pid, the kernel's instruction pointers and the user frames
-// normalized to (file, offset) with the mappings the process had at the sample's time
+// by the labels' key, the task's pid, the kernel's instruction pointers and the user frames —
+// the callchain's user part, or, for a "dwarf" profile, the frames unwound from the sample's
+// user registers and stack copy (unwind/unwinder.h) — normalized to (file, offset) with the
+// mappings the process had at the sample's time
 // (process/process_images.h: the sample is dispatched in time order with the process's exec,
 // fork and mmap records), so a stack keeps naming the code it was taken in after its process
 // exec'd, exited or its pid was reused. Names come only when a scrape renders the stacks
@@ -17,6 +19,7 @@
 // Thread-safety: OnSample from the reader thread only; Stacks and Snapshot from any thread.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -29,6 +32,7 @@
 #include "decode/callchain.h"
 #include "decode/field_extractor.h"
 #include "process/process_images.h"
+#include "unwind/unwinder.h"
 
 namespace tpe {
 
@@ -132,9 +136,16 @@ class ProfileCollector : public Collector, public StackProfile {
   bool is_profile() const override { return true; }
 
   const StackProfile* stack_profile() const override { return this; }
-  // Where user frames are normalized (Collector::set_process_images). Without one, user frames
-  // are all kNoFile.
-  void set_process_images(ProcessImages* images) override { images_ = images; }
+  // Where user frames are normalized, and the unwind tables a sample with user registers and a
+  // stack copy (a "dwarf" profile's) is unwound with (Collector::set_user_stacks). Without
+  // images, user frames are all kNoFile.
+  void set_user_stacks(ProcessImages* images, unwind::CfiCache* tables) override {
+    images_ = images;
+    tables_ = tables;
+  }
+  // User frames unwound at most (a "dwarf" profile; the kernel stops a callchain at its own
+  // max_stack).
+  void set_max_unwind_frames(size_t frames) { max_unwind_frames_ = frames; }
 
   // StackProfile.
   std::vector<StackCount> Stacks() const override;
@@ -167,6 +178,11 @@ class ProfileCollector : public Collector, public StackProfile {
   RelaxedCounter sample_ns_;  // time in OnSample (CLOCK_MONOTONIC around one call in 16, times 16), ns
   uint64_t timed_calls_ = 0;
   ProcessImages* images_ = nullptr;
+  unwind::CfiCache* tables_ = nullptr;
+  size_t max_unwind_frames_ = 127;
+  // How each "dwarf" unwind ended, by unwind::UnwindEnd.
+  std::array<RelaxedCounter, unwind::kUnwindEnds> unwind_ends_;
+  std::vector<uint64_t> regs_;          // reused scratch: the sample's user registers
   std::string key_;                     // reused scratch
   std::vector<uint64_t> ips_;           // reused scratch: the callchain copied out of the ring
   Callchain chain_;                     // reused scratch

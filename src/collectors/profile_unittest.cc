@@ -61,7 +61,7 @@ TEST(ProfileCollectorTest, CountsEachStackExactlyPerProcess) {
   Images im;
   im.Exec(10, "/usr/bin/app");
   im.Exec(11, "/usr/bin/app");
-  p.set_process_images(&im.images);
+  p.set_user_stacks(&im.images, nullptr);
   CommTable comms(NoProc);
   comms.OnComm(10, "tpe_stacks");
   const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180, 0x4011c0});
@@ -94,7 +94,7 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
   Images im;
   im.Exec(10, "/usr/bin/app");
   im.Exec(11, "/usr/bin/app");
-  p.set_process_images(&im.images);
+  p.set_user_stacks(&im.images, nullptr);
   CommTable comms(NoProc);
   const auto a = Chain({0xffffffff810a1c4b}, {0x401136, 0x401180});
   const auto b = Chain({0xffffffff810a1c4b}, {0x401136, 0x4011a0});
@@ -122,7 +122,7 @@ TEST(ProfileCollectorTest, FullTableDropsAndCountsBadChainsAreDecodeErrors) {
   ProfileCollector p("s", "h", LabelSet(), 2);
   Images im;
   im.Exec(1, "/usr/bin/app");
-  p.set_process_images(&im.images);
+  p.set_user_stacks(&im.images, nullptr);
   CommTable comms(NoProc);
   for (uint64_t i = 0; i < 5; ++i) Feed(&p, &comms, 1, Chain({}, {0x401000 + i}), 2);
   EXPECT_EQ(p.Stacks().size(), 2u);
@@ -154,7 +154,7 @@ TEST(ProfileCollectorTest, KernelOnlyAndEmptyChainsAreStacksToo) {
 TEST(ProfileCollectorTest, FramesAreNamedWithTheMappingsOfTheirTime) {
   ProfileCollector p("s", "h", LabelSet(), 10);
   Images im;
-  p.set_process_images(&im.images);
+  p.set_user_stacks(&im.images, nullptr);
   CommTable comms(NoProc);
   const auto chain = Chain({}, {0x401136, 0x401180});
   im.Exec(10, "/usr/bin/before", 1);
@@ -178,7 +178,7 @@ TEST(ProfileCollectorTest, FramesAreNamedWithTheMappingsOfTheirTime) {
 TEST(ProfileCollectorTest, ClockSamplesOfTasksOutsideOurPidNamespaceAreKept) {
   ProfileCollector p("cpu", "h", LabelSet(), 10, std::nullopt, 1, ClockWeight{});
   Images im;
-  p.set_process_images(&im.images);
+  p.set_user_stacks(&im.images, nullptr);
   CommTable comms(NoProc);
   Sample s;
   s.pid = s.tid = 0;

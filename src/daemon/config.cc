@@ -825,8 +825,8 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   if (profile) {
     TPE_RETURN_IF_ERROR(
         c.OnlyKeys(j, jp,
-                   {"name", "help", "type", "event", "filter", "stack", "labels", "value", "engine", "args", "pid",
-                    "maxactive", "frequency_hz", "period", "include_idle", "min_block_seconds"}));
+                   {"name", "help", "type", "event", "filter", "stack", "unwind", "labels", "value", "engine", "args",
+                    "pid", "maxactive", "frequency_hz", "period", "include_idle", "min_block_seconds"}));
     std::string kind = "profile";
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", false, &kind));
     if (kind == "off_cpu") {
@@ -841,6 +841,22 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     if (m->stack.empty()) m->stack = "both";
     if (m->stack != "kernel" && m->stack != "user" && m->stack != "both") {
       return c.Error(jp + ".stack", Quote(m->stack) + " is not one of kernel, user, both");
+    }
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "unwind", false, &m->unwind));
+    m->unwind_given = !m->unwind.empty();
+    if (m->stack == "kernel") {
+      if (m->unwind_given) {
+        return c.Error(jp + ".unwind",
+                       "is for user stacks; this profile takes the kernel's stack only "
+                       "(\"stack\": \"kernel\"), which the kernel walks itself");
+      }
+    } else if (!m->unwind_given) {
+      m->unwind = "dwarf";
+    } else if (m->unwind != "dwarf" && m->unwind != "frame_pointer") {
+      return c.Error(jp + ".unwind", Quote(m->unwind) +
+                                         " is not one of dwarf (the default: the code's unwind tables, whole on "
+                                         "binaries built without frame pointers), frame_pointer (the kernel's "
+                                         "frame-pointer walk: cheaper)");
     }
   } else if (m->type == "counter") {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
@@ -1046,6 +1062,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
       {"stack", m.stack},
+      {"unwind", m.unwind},
       {"frequency_hz", m.frequency_hz},
       {"period", m.period_ns},
       {"include_idle", m.include_idle},
@@ -1055,6 +1072,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
        {{"max_series_per_metric", s.max_series_per_metric},
         {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},
         {"profile_max_frames", m.type == "profile" ? s.profile_max_frames : 0},
+        {"profile_stack_bytes", m.type == "profile" && m.unwind == "dwarf" ? s.profile_stack_bytes : 0},
         {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
         {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };
@@ -1093,11 +1111,11 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
   auto settings = root.find("settings");
   if (settings != root.end()) {
     if (!settings->is_object()) return c.Error("settings", "must be an object");
-    TPE_RETURN_IF_ERROR(
-        c.OnlyKeys(*settings, "settings",
-                   {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds",
-                    "bpf_cost_window_seconds", "bpf_cost_period_seconds", "bpf_preallocate_max_bytes",
-                    "max_pid_perf_events", "probe_refresh_seconds", "max_stacks_per_profile", "profile_max_frames"}));
+    TPE_RETURN_IF_ERROR(c.OnlyKeys(
+        *settings, "settings",
+        {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds", "bpf_cost_window_seconds",
+         "bpf_cost_period_seconds", "bpf_preallocate_max_bytes", "max_pid_perf_events", "probe_refresh_seconds",
+         "max_stacks_per_profile", "profile_max_frames", "profile_stack_bytes"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -1137,6 +1155,12 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
                                    &cfg.settings.max_stacks_per_profile));
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "profile_max_frames", 1, kMaxProfileFrames,
                                    &cfg.settings.profile_max_frames));
+    TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "profile_stack_bytes", kMinProfileStackBytes,
+                                   kMaxProfileStackBytes, &cfg.settings.profile_stack_bytes));
+    if (cfg.settings.profile_stack_bytes % 8 != 0) {
+      return c.Error("settings.profile_stack_bytes", std::to_string(cfg.settings.profile_stack_bytes) +
+                                                         " is not a multiple of 8 (bytes; e.g. 8192, perf's default)");
+    }
     double& refresh = cfg.settings.probe_refresh_seconds;
     TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "probe_refresh_seconds", false, &refresh));
     if (!(refresh == 0 || (refresh >= 1 && refresh <= kMaxCostPeriodSeconds))) {

@@ -136,6 +136,13 @@ struct MetricConfig {
   // profile (a "profiles" entry, type "profile"): which stacks a sample carries: "kernel",
   // "user" or "both".
   std::string stack;
+  // profile with a user stack: how it is unwound: "dwarf" (the default: from the unwind tables
+  // of the code, with the sample's registers and a copy of its stack, settings.
+  // profile_stack_bytes) or "frame_pointer" (the kernel's frame-pointer walk: cheaper, but whole
+  // only through code built with frame pointers). "" for a kernel-only profile.
+  // `unwind_given`: the config said which (else the default was taken).
+  std::string unwind;
+  bool unwind_given = false;
   // A CPU profile (a profile whose "event" is a software clock, IsClockEvent): "frequency_hz",
   // samples per second on each CPU (kDefaultProfileFrequencyHz when neither is given,
   // 1..kMaxProfileFrequencyHz), or "period", every this many ns of the clock
@@ -191,7 +198,15 @@ struct Settings {
   // Frames of each stack at most (attr.sample_max_stack), kernel and user parts together.
   // 1..kMaxProfileFrames (the kernel's default kernel.perf_event_max_stack).
   uint64_t profile_max_frames = 127;
+  // Bytes of user stack each sample of a "dwarf" profile copies for unwinding
+  // (attr.sample_stack_user: perf record's default 8 KiB); a deeper stack is unwound as far as
+  // the copy reaches. kMinProfileStackBytes..kMaxProfileStackBytes, a multiple of 8.
+  uint64_t profile_stack_bytes = 8192;
 };
+inline constexpr uint64_t kMinProfileStackBytes = 512;
+// perf_event_open refuses sample_stack_user above USHRT_MAX, or not a multiple of 8
+// (perf_copy_attr, kernel/events/core.c).
+inline constexpr uint64_t kMaxProfileStackBytes = 65528;
 inline constexpr uint64_t kMaxProfileFrames = 127;
 // A CPU profile's sampling: 19 Hz by default, the prime continuous profilers use so that samples
 // do not fall in step with timers; the kernel's hrtimer-based clock events run at most every

@@ -65,11 +65,12 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
             "cfg.json: settings.ring_buffer_pages: 3 is not a power of two (1, 2, 4, ..., 4096)");
   EXPECT_EQ(Err(R"({"settings": {"ring_buffer_pages": -1}, "metrics": [{}]})"),
             "cfg.json: settings.ring_buffer_pages: must be a whole number from 1 to 4096, not -1");
-  EXPECT_EQ(Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
-            "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
-            "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_pid_perf_events, max_series_per_metric, "
-            "max_stacks_per_profile, probe_refresh_seconds, profile_max_frames, ring_buffer_pages, "
-            "series_idle_timeout_seconds)");
+  EXPECT_EQ(
+      Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
+      "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
+      "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_pid_perf_events, max_series_per_metric, "
+      "max_stacks_per_profile, probe_refresh_seconds, profile_max_frames, profile_stack_bytes, ring_buffer_pages, "
+      "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
             "cfg.json: metrics[0]: missing required key \"type\"");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "type": "summary", "event": "s:e"}]})"),
@@ -790,9 +791,19 @@ TEST(ConfigTest, Profiles) {
 TEST(ConfigTest, ProfileErrors) {
   EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "all"}]})"),
             "cfg.json: profiles[0].stack: \"all\" is not one of kernel, user, both");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "unwind": "lbr"}]})"),
+            "cfg.json: profiles[0].unwind: \"lbr\" is not one of dwarf (the default: the code's unwind tables, whole "
+            "on binaries built without frame pointers), frame_pointer (the kernel's frame-pointer walk: cheaper)");
+  EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "stack": "kernel", "unwind": "dwarf"}]})"),
+            "cfg.json: profiles[0].unwind: is for user stacks; this profile takes the kernel's stack only "
+            "(\"stack\": \"kernel\"), which the kernel walks itself");
+  EXPECT_EQ(Err(R"({"settings": {"profile_stack_bytes": 100}, "profiles": [{"name": "p", "event": "s:e"}]})"),
+            "cfg.json: settings.profile_stack_bytes: 100 is out of range 512..65528");
+  EXPECT_EQ(Err(R"({"settings": {"profile_stack_bytes": 4100}, "profiles": [{"name": "p", "event": "s:e"}]})"),
+            "cfg.json: settings.profile_stack_bytes: 4100 is not a multiple of 8 (bytes; e.g. 8192, perf's default)");
   EXPECT_EQ(Err(R"({"profiles": [{"name": "p", "event": "s:e", "kind": "counter"}]})"),
             "cfg.json: profiles[0]: unknown key \"kind\" (valid keys: args, engine, event, filter, frequency_hz, help, "
-            "include_idle, labels, maxactive, min_block_seconds, name, period, pid, stack, type, value)");
+            "include_idle, labels, maxactive, min_block_seconds, name, period, pid, stack, type, unwind, value)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "p_total", "type": "counter", "event": "s:e"}],
                     "profiles": [{"name": "p_total", "event": "s:e"}]})"),
             "cfg.json: profiles[0].name: duplicate metric name \"p_total\"");

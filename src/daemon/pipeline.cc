@@ -93,7 +93,7 @@ Status Pipeline::OpenCpu(int cpu, bool reopen) {
 Status Pipeline::Open(std::unique_ptr<Plan> plan) {
   std::lock_guard<std::mutex> lock(mu_);
   plan_ = std::move(plan);
-  reader_ = std::make_unique<Reader>(plan_.get(), &rings_, &process_images_);
+  reader_ = std::make_unique<Reader>(plan_.get(), &rings_, &process_images_, &cfi_tables_);
   TPE_ASSIGN_OR_RETURN(std::vector<int> cpus, OnlineCpus());
   // Every CPU that can ever come online gets its state now (cpus_ never grows later, so
   // scrapes can walk it while the reader thread reopens CPUs).

@@ -52,6 +52,7 @@
 #include "process/process_images.h"
 #include "profile/renderer.h"
 #include "tracefs/tracefs.h"
+#include "unwind/cfi_cache.h"
 
 namespace tpe {
 
@@ -188,6 +189,7 @@ class Pipeline {
   // their frames lie in (kept across reloads: a profile kept by a reload keeps naming its stacks).
   MappedFiles mapped_files_;
   ProcessImages process_images_{&mapped_files_};
+  unwind::CfiCache cfi_tables_{&mapped_files_};  // "dwarf" profiles' unwind tables
   mutable ProfileRenderer renderer_{&process_images_, &mapped_files_};
   mutable std::mutex render_mu_;                           // guards renders_
   mutable std::map<std::string, RenderFrames> renders_;    // by profile: its last render

@@ -24,9 +24,10 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
   o.cgroup = ep->cgroup;
   o.callchain_kernel = (ep->callchain & EventPlan::kCallchainKernel) != 0;
   o.callchain_user = (ep->callchain & EventPlan::kCallchainUser) != 0;
+  o.stack_user_bytes = ep->stack_user_bytes;
   // User frames are named through the process's mappings: learnt from PERF_RECORD_MMAP2 as they
-  // are made, so a process that exits before the request still resolves (Reader → ProcessMaps).
-  o.track_mmap = o.callchain_user || ep->mmap_tracker;
+  // are made, in time order with the samples (Reader → ProcessImages).
+  o.track_mmap = o.callchain_user || ep->stack_user_bytes > 0 || ep->mmap_tracker;
   o.dummy = ep->mmap_tracker;
   if (ep->max_stack != 0) o.max_stack = ep->max_stack;
   o.software_clock = ep->software_clock;

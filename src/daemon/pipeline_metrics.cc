@@ -489,15 +489,24 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                              "under a frame naming the reason. An off-CPU profile counts ns blocked instead, its "
                              "unit.",
                              MetricKind::kCounter);
+  auto unwind_ends = Family("tracepoint_exporter_profile_unwind_ends_total",
+                            "How a \"dwarf\" profile's user stacks ended when unwound from the unwind tables, by "
+                            "reason: outermost (whole: the outermost frame reached), max_frames, no_mapping (a pc "
+                            "in no mapping known for the process), no_frame_pointer (code without a table whose "
+                            "frame pointer led nowhere), stack_copy (deeper than settings.profile_stack_bytes), "
+                            "bad_rule (a rule that cannot be evaluated), no_progress (a corrupt stack), "
+                            "no_registers (a kernel thread).",
+                            MetricKind::kCounter);
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
     const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
-      for (MetricSnapshot* f : {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory,
-                                &profile_samples, &profile_stacks, &profile_other, &profile_lost,
-                                &profile_sample_seconds, &off_short, &off_dropped, &off_unpaired, &off_tasks}) {
+      for (MetricSnapshot* f :
+           {&runs, &misses, &busy, &string_faults, &seconds, &cpu, &no_memory, &map_memory, &profile_samples,
+            &profile_stacks, &profile_other, &profile_lost, &profile_sample_seconds, &off_short, &off_dropped,
+            &off_unpaired, &off_tasks, &unwind_ends}) {
         if (f->name != st.family) continue;
         // Before Linux 6.7 the kernel does not count a tracepoint program's misses: no series
         // rather than a false 0 (tracepoint_exporter_kernel_feature{feature="bpf_tracepoint_misses"}).
@@ -513,6 +522,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
     out->push_back(std::move(profile_other));
     if (!profile_lost.series.empty()) out->push_back(std::move(profile_lost));
     if (!profile_sample_seconds.series.empty()) out->push_back(std::move(profile_sample_seconds));
+    if (!unwind_ends.series.empty()) out->push_back(std::move(unwind_ends));
     if (!off_short.series.empty()) {
       out->push_back(std::move(off_short));
       out->push_back(std::move(off_dropped));

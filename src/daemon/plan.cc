@@ -268,10 +268,10 @@ namespace {
 StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
                               bool sampled, int pid, const std::string& json_path, const Tracefs& tracefs,
                               const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
-                              uint16_t max_stack = 0) {
+                              uint16_t max_stack = 0, uint32_t stack_user_bytes = 0) {
   for (auto& e : plan->events) {
     if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid &&
-        e->callchain == callchain) {
+        e->callchain == callchain && e->stack_user_bytes == stack_user_bytes) {
       return e.get();
     }
   }
@@ -279,10 +279,11 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
                        LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
   NameAsConfigured(*plan, ep.get());
   ep->pid = pid;
-  if (callchain != 0) {
+  if (callchain != 0 || stack_user_bytes != 0) {
     ep->callchain = callchain;
     ep->max_stack = max_stack;
-    ep->display += " stacks";
+    ep->stack_user_bytes = stack_user_bytes;
+    ep->display += stack_user_bytes != 0 ? " stacks (dwarf)" : " stacks";
   }
   if (pid > 0) {
     ep->display += " pid " + std::to_string(pid);
@@ -298,16 +299,16 @@ StatusOr<std::vector<EventPlan*>> GetEvents(Plan* plan, const Config& cfg, const
                                             const std::string& filter, bool sampled, int pid,
                                             const std::string& json_path, const Tracefs& tracefs,
                                             const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
-                                            uint16_t max_stack = 0) {
+                                            uint16_t max_stack = 0, uint32_t stack_user_bytes = 0) {
   std::vector<EventPlan*> out;
   TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums,
-                                                check_filters, callchain, max_stack));
+                                                check_filters, callchain, max_stack, stack_user_bytes));
   out.push_back(ep);
   auto it = plan->probe_replaced.find(event);
   if (it == plan->probe_replaced.end()) return out;
   for (const std::string& old : it->second) {
     TPE_ASSIGN_OR_RETURN(EventPlan * oep, GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums,
-                                                   check_filters, callchain, max_stack));
+                                                   check_filters, callchain, max_stack, stack_user_bytes));
     out.push_back(oep);
   }
   return out;
@@ -601,10 +602,12 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
 
 // A CPU profile's software clock event (EventPlan::software_clock), shared by the profiles that
 // sample it alike: no tracefs, no format. Named "perf:<clock>", shown as "<clock> stacks".
-EventPlan* GetClockEvent(Plan* plan, const MetricConfig& m, uint8_t callchain, uint16_t max_stack) {
+EventPlan* GetClockEvent(Plan* plan, const MetricConfig& m, uint8_t callchain, uint16_t max_stack,
+                         uint32_t stack_user_bytes) {
   std::unique_ptr<EventPlan> ep = plan_internal::MakeClockEvent(m);
   ep->callchain = callchain;
   ep->max_stack = max_stack;
+  ep->stack_user_bytes = stack_user_bytes;
   for (auto& e : plan->events) {
     ep->cgroup = e->cgroup;  // a "cgroup" label (BuildLabels, after this) adds it to a shared event
     if (e->SamePerfEvents(*ep)) return e.get();
@@ -617,22 +620,32 @@ EventPlan* GetClockEvent(Plan* plan, const MetricConfig& m, uint8_t callchain, u
 // A profile (a "profiles" entry): its own sampled event with callchains, a ProfileCollector.
 Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
                    const KernelEnums& enums, bool check_filters) {
-  const uint8_t callchain = m.stack == "kernel" ? EventPlan::kCallchainKernel
-                            : m.stack == "user" ? EventPlan::kCallchainUser
-                                                : EventPlan::kCallchainKernel | EventPlan::kCallchainUser;
+  // "dwarf": the user stack unwound here from the sample's registers and stack copy; the
+  // kernel's callchain then only carries the kernel part (if any).
+  const bool dwarf = m.unwind == "dwarf";
+  const uint8_t callchain = (m.stack != "user" ? EventPlan::kCallchainKernel : 0) |
+                            (m.stack != "kernel" && !dwarf ? EventPlan::kCallchainUser : 0);
+  const uint32_t stack_user_bytes = dwarf ? static_cast<uint32_t>(cfg.settings.profile_stack_bytes) : 0;
   TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
   const auto max_stack = static_cast<uint16_t>(frames);  // at most kMaxProfileFrames
+  const bool user_stacks = m.stack != "kernel";
+  // A profile's collector: user frames unwound at most `frames` deep.
+  auto prepared = [&](std::unique_ptr<ProfileCollector> c) {
+    c->set_max_unwind_frames(frames);
+    return c;
+  };
   if (IsClockEvent(m.event)) {
-    EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack);
+    EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack, stack_user_bytes);
     TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::nullopt, 1, ClockWeight{m.include_idle});
-    AddSampledCollector(plan, {ep}, std::move(c), m.canonical);
-    if ((callchain & EventPlan::kCallchainUser) != 0) plan->needs_ordering = true;
+    AddSampledCollector(plan, {ep}, prepared(std::move(c)), m.canonical);
+    if (user_stacks) plan->needs_ordering = true;
     return Status::Ok();
   }
-  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path,
-                                                              tracefs, enums, check_filters, callchain, max_stack));
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
+                       GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path, tracefs, enums, check_filters,
+                                 callchain, max_stack, stack_user_bytes));
   EventPlan* ep = eps[0];
   if (m.off_cpu) {
     // The switch-out and the switch-in of a task come from different CPUs: time order across them.
@@ -655,7 +668,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::move(pairing));
-    AddSampledCollector(plan, eps, std::move(c), m.canonical);
+    AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
     return Status::Ok();
   }
   std::optional<FieldExtractor> value;
@@ -665,10 +678,10 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
   auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
-  AddSampledCollector(plan, eps, std::move(c), m.canonical);
+  AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
   // User frames are named through the mappings learnt from PERF_RECORD_MMAP2 and the exec and
   // fork records: those must reach ProcessImages in time order across the CPUs.
-  if ((callchain & EventPlan::kCallchainUser) != 0) plan->needs_ordering = true;
+  if (user_stacks) plan->needs_ordering = true;
   return Status::Ok();
 }
 
@@ -761,6 +774,12 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     }
     if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
   }
+  // A "dwarf" profile's samples carry a copy of the user stack (8 KiB by default): the rings hold
+  // at least 2 MiB per CPU (256 such samples) so that a burst waits there for the reader.
+  constexpr uint32_t kDwarfRingPages = 512;
+  const bool dwarf =
+      std::any_of(plan->events.begin(), plan->events.end(), [](const auto& ep) { return ep->stack_user_bytes > 0; });
+  if (dwarf && plan->settings.ring_buffer_pages < kDwarfRingPages) plan->settings.ring_buffer_pages = kDwarfRingPages;
   return plan;
 }
 

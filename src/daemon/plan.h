@@ -69,6 +69,11 @@ struct EventPlan {
   static constexpr uint8_t kCallchainKernel = 1, kCallchainUser = 2;
   uint8_t callchain = 0;
   uint16_t max_stack = 0;
+  // A profile whose user stacks are unwound in user space ("unwind": "dwarf"): each sample
+  // carries the user registers and this many bytes of the user stack (TracepointEventOptions::
+  // stack_user_bytes), and the kernel's callchain only its kernel part. 0: none. Part of the perf
+  // events' identity.
+  uint32_t stack_user_bytes = 0;
   // Not a tracepoint: the per-CPU PERF_COUNT_SW_DUMMY event (TracepointEventOptions::dummy) whose
   // PERF_RECORD_MMAP2 records teach ProcessImages the mappings of every process, for the bpf
   // engine's profiles with user stacks (their programs send no samples to learn them from).
@@ -126,13 +131,14 @@ struct EventPlan {
   // Re-reads `ids` from fds and task_fds (after either changed).
   void CollectIds();
   // True when `other` would open the same perf events: same (event, filter, sampled, cgroup, pid,
-  // callchain, max_stack, mmap_tracker, software clock and its sampling, bpf_profile).
+  // callchain, max_stack, stack_user_bytes, mmap_tracker, software clock and its sampling,
+  // bpf_profile).
   bool SamePerfEvents(const EventPlan& other) const {
     return event == other.event && filter == other.filter && sampled == other.sampled && cgroup == other.cgroup &&
            pid == other.pid && callchain == other.callchain && max_stack == other.max_stack &&
-           mmap_tracker == other.mmap_tracker && software_clock == other.software_clock &&
-           frequency_hz == other.frequency_hz && period_ns == other.period_ns && include_idle == other.include_idle &&
-           bpf_profile == other.bpf_profile;
+           stack_user_bytes == other.stack_user_bytes && mmap_tracker == other.mmap_tracker &&
+           software_clock == other.software_clock && frequency_hz == other.frequency_hz &&
+           period_ns == other.period_ns && include_idle == other.include_idle && bpf_profile == other.bpf_profile;
   }
 };
 

@@ -121,10 +121,26 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
     // cost per hit (no sample, no ring traffic): the user's choice.
     if (!forced) {
-      *why =
-          "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
-          "collisions; \"engine\": \"bpf\" takes them there)";
+      *why = m.stack != "kernel" && m.unwind == "dwarf"
+                 ? "a profile with \"unwind\": \"dwarf\" (the default): user stacks are unwound from the code's "
+                   "unwind tables with each sample's registers and stack copy, on the perf engine"
+                 : "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
+                   "collisions; \"engine\": \"bpf\" takes them there)";
       return false;
+    }
+    // User stacks on the bpf engine come from the kernel's frame-pointer walk
+    // (bpf_get_stackid(BPF_F_USER_STACK)); "dwarf" unwinding is the perf engine's.
+    if (m.stack != "kernel" && m.unwind == "dwarf") {
+      const std::string fp =
+          "user stacks on the bpf engine are walked by frame pointers (bpf_get_stackid), which stop at the first "
+          "function built without them (most of a distribution's binaries)";
+      if (m.unwind_given) {
+        return InvalidArgument(where + ": \"bpf\" for " + m.name + ": \"unwind\": \"dwarf\" runs on the perf engine; " +
+                               fp + "; use \"auto\" or \"perf\" for dwarf, or \"unwind\": \"frame_pointer\"");
+      }
+      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: " + fp +
+                               "; \"engine\": \"auto\" unwinds them with the code's unwind tables (dwarf) on the "
+                               "perf engine; \"unwind\": \"frame_pointer\" silences this");
     }
     if (!m.value.field.empty()) {
       return InvalidArgument(where + ": \"bpf\" for " + m.name +

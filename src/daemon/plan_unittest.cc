@@ -188,7 +188,24 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   auto auto_plan = BuildPlan(autocfg, kTracefs, KernelEnums(), false, bpf_ok);
   ASSERT_TRUE(auto_plan.ok()) << auto_plan.status().ToString();
   EXPECT_EQ((*auto_plan)->engines[0], "perf");
-  EXPECT_NE((*auto_plan)->engine_reasons[0].find("hash collisions"), std::string::npos);
+  EXPECT_NE((*auto_plan)->engine_reasons[0].find("\"unwind\": \"dwarf\" (the default)"), std::string::npos)
+      << (*auto_plan)->engine_reasons[0];
+  Config fpcfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "unwind": "frame_pointer"})");
+  auto fp_plan = BuildPlan(fpcfg, kTracefs, KernelEnums(), false, bpf_ok);
+  ASSERT_TRUE(fp_plan.ok()) << fp_plan.status().ToString();
+  EXPECT_EQ((*fp_plan)->engines[0], "perf");
+  EXPECT_NE((*fp_plan)->engine_reasons[0].find("hash collisions"), std::string::npos);
+
+  // "dwarf" is the perf engine's: on "bpf" it is refused when asked for, and the default
+  // becomes frame pointers with a warning.
+  Config bpf_dwarf = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf", "unwind": "dwarf"})");
+  auto d_plan = BuildPlan(bpf_dwarf, kTracefs, KernelEnums(), false, bpf_ok);
+  ASSERT_FALSE(d_plan.ok());
+  EXPECT_EQ(d_plan.status().message(),
+            "cfg.json: profiles[0].engine: \"bpf\" for p: \"unwind\": \"dwarf\" runs on the perf engine; user stacks "
+            "on the bpf engine are walked by frame pointers (bpf_get_stackid), which stop at the first function "
+            "built without them (most of a distribution's binaries); use \"auto\" or \"perf\" for dwarf, or "
+            "\"unwind\": \"frame_pointer\"");
 
   Config bpfcfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf"})");
   auto bpf_plan = BuildPlan(bpfcfg, kTracefs, KernelEnums(), false, bpf_ok, {bpfcfg.metrics[0].canonical});
@@ -201,6 +218,13 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   EXPECT_TRUE(p.events[0]->mmap_tracker);
   EXPECT_TRUE(p.events[0]->sampled);
   EXPECT_TRUE(p.needs_ordering);
+  EXPECT_EQ(std::count_if(p.warnings.begin(), p.warnings.end(),
+                          [](const std::string& w) {
+                            return w.find(
+                                       "p on the bpf engine: user stacks on the bpf engine are walked by frame "
+                                       "pointers") != std::string::npos;
+                          }),
+            1);
 
   Config kernel_only = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "engine": "bpf", "stack": "kernel"})");
   auto k_plan = BuildPlan(kernel_only, kTracefs, KernelEnums(), false, bpf_ok, {kernel_only.metrics[0].canonical});
@@ -248,7 +272,10 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   EXPECT_EQ(e.frequency_hz, 19u);
   EXPECT_FALSE(e.include_idle);
   EXPECT_TRUE(e.sampled);
-  EXPECT_EQ(e.callchain, EventPlan::kCallchainKernel | EventPlan::kCallchainUser);
+  // User stacks unwound here ("unwind": "dwarf", the default): the kernel's callchain carries
+  // the kernel part, the sample the registers and 8 KiB of the user stack.
+  EXPECT_EQ(e.callchain, EventPlan::kCallchainKernel);
+  EXPECT_EQ(e.stack_user_bytes, 8192u);
   EXPECT_EQ(e.consumers.size(), 2u);
   EXPECT_EQ(p.events[1]->frequency_hz, 99u);
   EXPECT_TRUE(p.events[1]->include_idle);

@@ -8,10 +8,12 @@
 
 #include "common/clock.h"
 #include "decode/sample.h"
+#include "perf/perf_event.h"
 #include "perf/records.h"
 
 namespace tpe {
-Reader::Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images) : rings_(rings), images_(images) {
+Reader::Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images, unwind::CfiCache* tables)
+    : rings_(rings), images_(images), tables_(tables) {
   SetPlan(plan);
 }
 
@@ -30,7 +32,7 @@ void Reader::SetPlan(Plan* plan) {
   }
   std::sort(by_id_.begin(), by_id_.end());
   for (auto& c : plan_->collectors) {
-    if (c != nullptr) c->set_process_images(images_);
+    if (c != nullptr) c->set_user_stacks(images_, tables_);
   }
   // 100 ms while a metric (not a profile: renders catch up with a mark) counts ring samples.
   idle_ns_ = kIdleNs;
@@ -119,9 +121,13 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       }
       EventPlan* ep = FindEvent(id);
       Sample s;
-      const SampleLayout layout =
-          ep == nullptr ? SampleLayout{}
-                        : SampleLayout{.cgroup = ep->cgroup, .callchain = ep->callchain != 0, .period = ep->clock()};
+      const SampleLayout layout = ep == nullptr
+                                      ? SampleLayout{}
+                                      : SampleLayout{.cgroup = ep->cgroup,
+                                                     .callchain = ep->callchain != 0,
+                                                     .period = ep->clock(),
+                                                     .regs_user = ep->stack_user_bytes > 0 ? kSampleRegsUserCount : 0,
+                                                     .stack_user = ep->stack_user_bytes > 0};
       if (!ParseSample(p.bytes, &s, layout)) {
         sample_errors_.Add(1);
         return;

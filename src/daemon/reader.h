@@ -42,6 +42,7 @@
 #include "daemon/plan.h"
 #include "perf/ring_buffer.h"
 #include "process/process_images.h"
+#include "unwind/cfi_cache.h"
 
 namespace tpe {
 
@@ -83,8 +84,10 @@ struct CpuRing {
 class Reader {
  public:
   // `images` (optional, outlives the reader): where PERF_RECORD_MMAP2 and the exec, fork and
-  // exit records go, and where the plan's profiles normalize their samples' user frames.
-  Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images = nullptr);
+  // exit records go, and where the plan's profiles normalize their samples' user frames;
+  // `tables` (optional, outlives the reader): the unwind tables their "dwarf" stacks are
+  // unwound with.
+  Reader(Plan* plan, std::deque<CpuRing>* rings, ProcessImages* images = nullptr, unwind::CfiCache* tables = nullptr);
 
   // Switches dispatch to `plan` (a reload) and re-reads its events' ids (also after a CPU's
   // events were reopened); hands the plan's collectors the process images. Records still held from before go to the
@@ -129,6 +132,7 @@ class Reader {
   size_t last_hit_ = 0;
   CommTable comms_;
   ProcessImages* images_;
+  unwind::CfiCache* tables_;
   // Marks by time; next_mark_ns_ is the first one's (max: none), read on every dispatch.
   void RunMarks(uint64_t before_ns);
   std::mutex marks_mu_;

@@ -2,6 +2,8 @@
 
 #include <linux/perf_event.h>
 
+#include <algorithm>
+
 namespace tpe {
 
 bool ParseSample(Bytes record, Sample* out, SampleLayout layout) {
@@ -23,6 +25,23 @@ bool ParseSample(Bytes record, Sample* out, SampleLayout layout) {
   }
   if (!r.Read(&raw_size)) return false;
   if (!r.ReadSpan(raw_size, &out->raw)) return false;
+  out->regs_user = {};
+  out->stack_user = {};
+  if (layout.regs_user > 0) {
+    uint64_t abi = 0;
+    if (!r.Read(&abi)) return false;
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE && !r.ReadSpan(uint64_t{layout.regs_user} * 8, &out->regs_user)) return false;
+  }
+  if (layout.stack_user) {
+    uint64_t size = 0;
+    if (!r.Read(&size) || size > record.size()) return false;
+    if (size > 0) {
+      Bytes data;
+      uint64_t dyn_size = 0;
+      if (!r.ReadSpan(size, &data) || !r.Read(&dyn_size)) return false;
+      out->stack_user = data.subspan(0, std::min(dyn_size, size));
+    }
+  }
   out->cgroup_id = 0;
   return !layout.cgroup || r.Read(&out->cgroup_id);
 }

@@ -16,6 +16,12 @@
 // A CPU profile's software clock event also sets PERF_SAMPLE_PERIOD, between TIME and
 // CALLCHAIN: { ...; u64 time; u64 period; u64 nr; ... } (the ns of the clock the sample
 // stands for), and its raw payload is empty (size 4, zeros).
+// A profile unwound in user space (perf/perf_event.h stack_user_bytes) also sets
+// PERF_SAMPLE_REGS_USER and PERF_SAMPLE_STACK_USER, which follow RAW (before CGROUP):
+//   { ...; u8 raw[size]; u64 abi; u64 regs[17] (only when abi != PERF_SAMPLE_REGS_ABI_NONE);
+//     u64 size; u8 data[size]; u64 dyn_size (only when size != 0); u64 cgroup; }
+// (`dyn_size`: the bytes of `data` the kernel could copy; a kernel thread has abi NONE and a
+// stack size of 0).
 // The reader knows which event a sample is from by its
 // first field (PERF_SAMPLE_IDENTIFIER, perf/records.h SampleId) and so which layout to parse.
 //
@@ -38,6 +44,8 @@ struct Sample {
   uint64_t cgroup_id = 0;  // PERF_SAMPLE_CGROUP: the task's cgroup v2 id (0 when not sampled)
   Bytes callchain;         // PERF_SAMPLE_CALLCHAIN: ips[nr] as 8 * nr bytes (empty when not sampled)
   uint64_t period = 0;     // PERF_SAMPLE_PERIOD: the events (a clock's ns) it stands for (0 when not sampled)
+  Bytes regs_user;         // PERF_SAMPLE_REGS_USER: the regs[] as 8 * n bytes (empty: none, or abi NONE)
+  Bytes stack_user;        // PERF_SAMPLE_STACK_USER: the dyn_size bytes copied from the user rsp up
 };
 
 // Which optional fields the event's sample_type adds to kSampleType (perf/perf_event.h).
@@ -45,6 +53,10 @@ struct SampleLayout {
   bool cgroup = false;     // PERF_SAMPLE_CGROUP
   bool callchain = false;  // PERF_SAMPLE_CALLCHAIN
   bool period = false;     // PERF_SAMPLE_PERIOD
+  // PERF_SAMPLE_REGS_USER (this many registers: the popcount of sample_regs_user; 0: not
+  // sampled) and PERF_SAMPLE_STACK_USER.
+  uint32_t regs_user = 0;
+  bool stack_user = false;
 };
 
 // Decodes `record` (header included) laid out as `layout` says. False if it is truncated or its

@@ -130,6 +130,11 @@ perf_event_attr MakeTracepointAttr(const TracepointEventOptions& opts) {
       attr.exclude_callchain_user = !opts.callchain_user;
       attr.sample_max_stack = opts.max_stack;
     }
+    if (opts.stack_user_bytes > 0) {
+      attr.sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+      attr.sample_regs_user = kSampleRegsUser;
+      attr.sample_stack_user = opts.stack_user_bytes;
+    }
     attr.sample_id_all = 1;
     if (opts.wakeup_watermark_bytes > 0) {
       attr.watermark = 1;

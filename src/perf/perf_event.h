@@ -27,6 +27,11 @@ inline constexpr uint64_t kSampleType = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TID
 // appends { u64 cgroup; } after the raw data. The sample_id_all trailer of other records does
 // not include it, so records of both kinds can share a ring.
 inline constexpr uint64_t kSampleTypeCgroup = kSampleType | PERF_SAMPLE_CGROUP;
+// The user registers a sample for unwinding carries (attr.sample_regs_user), by their bit in
+// arch/x86/include/uapi/asm/perf_regs.h enum perf_event_x86_regs: AX, BX, CX, DX, SI, DI, BP,
+// SP, IP (bits 0-8) and R8-R15 (bits 16-23); the sample's regs[] follow in ascending bit order.
+inline constexpr uint64_t kSampleRegsUser = 0x1ffull | (0xffull << 16);
+inline constexpr uint32_t kSampleRegsUserCount = 17;
 
 struct TracepointEventOptions {
   uint64_t tracepoint_id = 0;  // events/<sys>/<event>/id
@@ -61,6 +66,12 @@ struct TracepointEventOptions {
   bool callchain_kernel = false;
   bool callchain_user = false;
   uint16_t max_stack = 127;
+  // Sampled, > 0: each sample also carries the task's user registers kSampleRegsUser
+  // (PERF_SAMPLE_REGS_USER) and the `stack_user_bytes` bytes of its user stack above its rsp
+  // (PERF_SAMPLE_STACK_USER), for unwinding from the code's tables in user space (perf record
+  // --call-graph dwarf). A multiple of 8, below 65536 (perf_copy_attr refuses others). Source:
+  // perf_event_open(2).
+  uint32_t stack_user_bytes = 0;
   // Not a tracepoint: a software clock event, PERF_COUNT_SW_CPU_CLOCK or PERF_COUNT_SW_TASK_CLOCK
   // (kSoftwareClockNone: none), sampled with PERF_SAMPLE_PERIOD added to the sample_type (it sits
   // between TIME and CALLCHAIN: each sample says how many ns of the clock it stands for; RAW

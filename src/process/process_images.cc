@@ -360,6 +360,45 @@ void ProcessImages::RememberFailure(uint32_t pid, uint64_t tried_ns) {
   failed_[pid] = tried_ns;
 }
 
+UserFrame ProcessImages::CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous) {
+  *anonymous = false;
+  if (pid == 0) return UserFrame{};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [pit, fresh] = procs_.try_emplace(pid);
+  if (fresh) {
+    bytes_ += kProcessBytes;
+    if (auto f = failed_.find(pid); f != failed_.end()) pit->second.proc_tried_ns = f->second;
+  }
+  Process& p = pit->second;
+  Image* img = CurrentOf(&p);
+  if (img == nullptr || !img->complete || img->evicted) {
+    ReadProc(pid, &p, now_ns);
+    img = CurrentOf(&p);
+  }
+  std::vector<UserFrame> one;
+  const uint64_t ips[] = {address};
+  Frames(pid, &p, img, !p.exited, ips, now_ns, &one);
+  img = CurrentOf(&p);
+  if (img != nullptr && !img->sampled) {
+    img->sampled = true;
+    Refile(pid, img);
+  }
+  if (p.images.empty()) {
+    RememberFailure(pid, p.proc_tried_ns);
+    bytes_ -= kProcessBytes;
+    procs_.erase(pid);
+    return UserFrame{};
+  }
+  if (!one.empty() && one[0].file != kNoFile) {
+    // Anonymous memory keeps the address (Frames): tell the unwinder it is JIT code.
+    auto it = std::upper_bound(img->mappings.begin(), img->mappings.end(), address,
+                               [](uint64_t a, const Mapping& x) { return a < x.start; });
+    if (it != img->mappings.begin() && address < std::prev(it)->end) *anonymous = std::prev(it)->path == 0;
+  }
+  EnforceBound();
+  return one.empty() ? UserFrame{} : one[0];
+}
+
 void ProcessImages::NormalizeAt(uint32_t pid, uint64_t image_ns, std::span<const uint64_t> ips, uint64_t now_ns,
                                 std::vector<UserFrame>* out) {
   if (ips.empty()) return;

@@ -88,6 +88,12 @@ class ProcessImages {
   void NormalizeAt(uint32_t pid, uint64_t image_ns, std::span<const uint64_t> ips, uint64_t now_ns,
                    std::vector<UserFrame>* out);
 
+  // The code at `address` (looked up as given: no return-address adjustment) in `pid`'s current
+  // image, for an unwinder at sample time: its file and the address's file offset (anonymous
+  // memory: the address, and `*anonymous` true), or kNoFile. Reads /proc as Normalize does and
+  // marks the image used by a sample.
+  UserFrame CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous);
+
   // What is known of `pid`'s current image (tests, and the renderer's liveness checks).
   struct ImageInfo {
     uint64_t start_ns = 0;

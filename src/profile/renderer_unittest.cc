@@ -26,7 +26,7 @@ TEST(RenderTest, CollectorStacksToNamedFoldedStacks) {
   MappedFiles files;
   ProcessImages images(&files);
   ProfileCollector p("stacks", "h", LabelSet(), 10);
-  p.set_process_images(&images);
+  p.set_user_stacks(&images, nullptr);
   CommTable comms(NoProc);
   const uint64_t leaf = reinterpret_cast<uint64_t>(&tpe_render_test_leaf);
   const uint64_t caller = reinterpret_cast<uint64_t>(&tpe_render_test_caller) + 4;  // a return address inside it

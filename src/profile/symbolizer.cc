@@ -1,10 +1,8 @@
 #include "profile/symbolizer.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
+
+#include "process/mapped_file_open.h"
 
 namespace tpe {
 namespace {
@@ -26,65 +24,20 @@ Symbolizer::Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms>
       caches_(caches),
       proc_root_(std::move(proc_root)) {}
 
-StatusOr<UntrustedFile> Symbolizer::OpenCandidate(const MappedFile& f, int how, std::string* display,
-                                                  FileRefusal* refusal) {
-  const std::string base = proc_root_ + "/" + std::to_string(f.pid);
-  UntrustedFileOptions o;
-  o.max_bytes = elf::ElfLimits().max_file_bytes;
-  o.symlinks = UntrustedFileOptions::Symlinks::kRefuseAny;
-  if (how == 0) {
-    // A magic link to the very file the process maps (followed: it is no user's symlink).
-    char range[64];
-    std::snprintf(range, sizeof(range), "/map_files/%lx-%lx", static_cast<unsigned long>(f.map_start),
-                  static_cast<unsigned long>(f.map_end));
-    *display = base + range;
-    o.symlinks = UntrustedFileOptions::Symlinks::kFollow;
-    return OpenUntrusted(*display, o, refusal);
-  }
-  if (how == 1) {
-    // The path in the process's own mount namespace, no symlink in it followed.
-    *display = base + "/root" + f.path;
-    ScopedFd root(::open((base + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid()) return ErrnoStatus(errno, "open " + base + "/root");
-    return OpenUntrustedInRoot(root.get(), f.path, o, *display, refusal);
-  }
-  *display = f.path;  // the process is gone: the path here, if it is still that file
-  return OpenUntrusted(f.path, o, refusal);
-}
-
 std::shared_ptr<const elf::ElfFile> Symbolizer::OpenElf(FileId id, const MappedFile& f) {
-  if (f.kind != MappedFile::Kind::kFile || f.path.empty() || f.path[0] != '/') return nullptr;
+  if (f.kind != MappedFile::Kind::kFile) return nullptr;
   const std::string key = std::to_string(id);
   if (caches_.elf != nullptr) {
     if (auto cached = caches_.elf->Find(key)) return cached;
   }
-  // Through the process that mapped it (a container's /usr/bin/app is not the host's; a file
-  // deleted or replaced since is still reachable through map_files while it is mapped), else by
-  // its path here. Only the very file the frames were taken in: its inode, and its size and
-  // mtime when they were seen then, on the opened file.
-  for (int how = f.pid == 0 ? 2 : 0; how < 3; ++how) {
-    std::string display;
-    FileRefusal refusal = FileRefusal::kNone;
-    auto file = OpenCandidate(f, how, &display, &refusal);
-    if (!file.ok()) {
-      if (refusal != FileRefusal::kNone && caches_.elf_refusals != nullptr) {
-        caches_.elf_refusals->Add(refusal, file.status());
-      }
-      continue;
-    }
-    const struct stat& st = file->st;
-    const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-    if (st.st_ino != f.inode ||
-        (f.stat_known && (static_cast<uint64_t>(st.st_size) != f.size || mtime_ns != f.mtime_ns))) {
-      continue;
-    }
-    auto opened = elf::ElfFile::OpenFd(file->fd.get(), display);
-    if (!opened.ok()) continue;
-    auto elf = std::make_shared<const elf::ElfFile>(std::move(opened).value());
-    if (caches_.elf != nullptr) caches_.elf->Put(key, elf);
-    return elf;
-  }
-  return nullptr;
+  std::string display;
+  auto file = OpenMappedFile(f, proc_root_, elf::ElfLimits().max_file_bytes, caches_.elf_refusals, &display);
+  if (!file.ok()) return nullptr;
+  auto opened = elf::ElfFile::OpenFd(file->fd.get(), display);
+  if (!opened.ok()) return nullptr;
+  auto elf = std::make_shared<const elf::ElfFile>(std::move(opened).value());
+  if (caches_.elf != nullptr) caches_.elf->Put(key, elf);
+  return elf;
 }
 
 void Symbolizer::UseBuilder(PprofBuilder* builder) {

@@ -10,13 +10,10 @@
 // keep their address (perf maps name addresses). A frame that cannot be named keeps its mapping
 // and offset; one in no known mapping is "[unknown]". All counted (Stats).
 //
-// A file is opened only if it is still the one the frames were taken in: the inode, size and
-// modification time stat(2) saw when a sample first used it (MappedFile) must match the opened
-// file's fstat — through the process that mapped it (/proc/PID/map_files/START-END, then PATH in
-// /proc/PID/root with no symlink followed) or by its path in the daemon's root (a process that
-// exited; no symlink followed): a file overwritten or replaced since is not read, and its frames
-// keep file and offset (Stats::file_changed). Files are opened as untrusted
-// (common/untrusted_file.h: regular files only, never a FIFO or device, bounded), read within
+// A file is opened only if it is still the one the frames were taken in (process/
+// mapped_file_open.h: through the process that mapped it, or by path; untrusted, bounded; the
+// inode, size and mtime of when a sample first used it): a file overwritten or replaced since is
+// not read, and its frames keep file and offset (Stats::file_changed). ELF files are read within
 // elf::ElfLimits; perf maps through PerfMapCache (owner, namespace, size checks). Refusals are
 // counted in the caller's FileRefusalCounts.
 //
@@ -85,8 +82,6 @@ class Symbolizer {
  private:
   // The file's ELF when it still is the one sampled (read or cached), else null.
   std::shared_ptr<const elf::ElfFile> OpenElf(FileId id, const MappedFile& f);
-  // Opens `f` one way: `how` 0 through map_files, 1 in the process's root, 2 by path here.
-  StatusOr<UntrustedFile> OpenCandidate(const MappedFile& f, int how, std::string* display, FileRefusal* refusal);
   // The builder's mapping id for `id` (and what was found of the file), made once per builder.
   struct MappingIds {
     std::optional<MappedFile> file;

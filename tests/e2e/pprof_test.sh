@@ -45,9 +45,10 @@ export HOME=${HOME:-/root} GOFLAGS=-mod=mod GOTOOLCHAIN=local
 export PPROF_TMPDIR=$WORK/pprof-tmp
 
 # raw_syscalls:sys_enter with id 110 (x86-64's getppid): its stacks have a kernel part too.
-# Rings that hold a whole trigger run (no sample lost while the reader is slow on a busy machine).
+# Rings that hold a whole trigger run (no sample lost while the reader is slow on a busy machine):
+# 8000 samples with their callchains and 1 KiB of user stack each (unwound here, "dwarf").
 cat >"$WORK/config.json" <<JSON
-{ "settings": {"ring_buffer_pages": 1024},
+{ "settings": {"ring_buffer_pages": 4096, "profile_stack_bytes": 1024},
   "profiles": [
   {"name": "getppid_stacks", "help": "Stacks calling getppid()", "event": "raw_syscalls:sys_enter",
    "filter": "id == 110",

@@ -96,7 +96,7 @@ TEST_P(ProfileStacksTest, TwoPathsExactlyNamedLeafToMain) {
   // PERF_RECORD_MMAP2 as well).
   MappedFiles files;
   ProcessImages images(&files);
-  profile.set_process_images(&images);
+  profile.set_user_stacks(&images, nullptr);
   Sample(kernel_stacks, &t, &profile);
   auto kallsyms = Kallsyms::Read();
   ASSERT_TRUE(kallsyms.ok()) << kallsyms.status().ToString();

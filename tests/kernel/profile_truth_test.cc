@@ -36,8 +36,9 @@ namespace {
 using testing::Gunzip;
 using testing::Trigger;
 
-// Rings that hold a whole run, so no sample is lost while the reader is slow.
-const std::string kRings = R"({"settings": {"ring_buffer_pages": 1024}, )";
+// Rings that hold a whole run (4000 samples with 1 KiB of user stack each: the user stacks are
+// unwound here, "unwind": "dwarf"), so no sample is lost while the reader is slow.
+const std::string kRings = R"({"settings": {"ring_buffer_pages": 4096, "profile_stack_bytes": 1024}, )";
 
 // pprof samples by their user path, "main;...;tpe_leaf" (root first; the frames from main to
 // tpe_leaf), for the samples whose comm label is `comm` ("" for any). A stack without main or

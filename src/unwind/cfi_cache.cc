@@ -1,0 +1,77 @@
+#include "unwind/cfi_cache.h"
+
+#include "process/mapped_file_open.h"
+
+namespace tpe::unwind {
+
+CfiCache::CfiCache(const MappedFiles* files, Options options) : files_(files), options_(std::move(options)) {}
+
+std::shared_ptr<const CfiTable> CfiCache::Get(FileId file, uint64_t now_ns) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(file);
+  if (it != entries_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    if (it->second.table != nullptr || now_ns < it->second.failed_at_ns + options_.retry_ns) return it->second.table;
+  }
+  lock.unlock();
+  // Read outside the lock: a file is a few ms at most (its CFI sections).
+  std::shared_ptr<const CfiTable> table;
+  auto mapped = files_ != nullptr ? files_->Get(file) : std::nullopt;
+  if (mapped && mapped->kind == MappedFile::Kind::kFile) {
+    std::string display;
+    CfiTable::Limits limits;
+    auto opened = OpenMappedFile(*mapped, options_.proc_root, uint64_t{4} << 30, &refusals_, &display);
+    if (opened.ok()) {
+      auto read = CfiTable::Read(opened->fd.get(), display, limits);
+      if (read.ok()) table = std::move(read).value();
+    }
+  }
+  lock.lock();
+  ++stats_.reads;
+  if (table == nullptr) ++stats_.unreadable;
+  it = entries_.find(file);
+  if (it == entries_.end()) {
+    lru_.push_front(file);
+    it = entries_.emplace(file, Entry{nullptr, 0, lru_.begin()}).first;
+  } else if (it->second.table != nullptr) {
+    stats_.bytes -= it->second.table->memory_bytes();
+  }
+  it->second.table = table;
+  it->second.failed_at_ns = table == nullptr ? now_ns : 0;
+  if (table != nullptr) stats_.bytes += table->memory_bytes();
+  EvictLocked();
+  return table;
+}
+
+void CfiCache::EvictLocked() {
+  while ((stats_.bytes > options_.max_bytes || entries_.size() > options_.max_files) && lru_.size() > 1) {
+    const FileId victim = lru_.back();
+    lru_.pop_back();
+    auto it = entries_.find(victim);
+    if (it == entries_.end()) continue;
+    if (it->second.table != nullptr) stats_.bytes -= it->second.table->memory_bytes();
+    entries_.erase(it);
+    ++stats_.evictions;
+  }
+}
+
+CfiCache::Stats CfiCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.files = entries_.size();
+  return s;
+}
+
+CodeAt ProcessCodeLookup::At(uint64_t address) {
+  CodeAt code;
+  const UserFrame f = images_->CodeAt(pid_, address, now_ns_, &code.anonymous);
+  code.file = f.file;
+  code.offset = f.offset;
+  if (code.file == kNoFile || code.anonymous || tables_ == nullptr) return code;
+  auto table = tables_->Get(code.file, now_ns_);
+  code.cfi = table.get();
+  if (table != nullptr) held_.push_back(std::move(table));
+  return code;
+}
+
+}  // namespace tpe::unwind

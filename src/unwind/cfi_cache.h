@@ -1,0 +1,89 @@
+// The unwind tables of the files samples run in, read once per file (FileId: a file's identity
+// including its content as first seen), never per sample, and bounded in bytes; and the
+// CodeLookup that joins them with the process images of a sample's time.
+//
+// A file is opened as untrusted through process/mapped_file_open.h (the process's map_files or
+// root, or its path). A file that cannot be read now (its process and file are gone; refused)
+// is remembered as tableless for 10 s, so its frames fall back to the frame pointer without a
+// retry at every sample.
+//
+// Thread-safety: CfiCache's methods from any thread (one mutex); the tables it hands out are for
+// one thread at a time (CfiTable) — the reader's. ProcessCodeLookup: one thread.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "common/untrusted_file.h"
+#include "process/mapped_files.h"
+#include "process/process_images.h"
+#include "unwind/cfi_table.h"
+#include "unwind/unwinder.h"
+
+namespace tpe::unwind {
+
+class CfiCache {
+ public:
+  struct Options {
+    std::string proc_root = "/proc";
+    uint64_t max_bytes = uint64_t{256} << 20;  // tables' CfiTable::memory_bytes
+    size_t max_files = 1024;
+    uint64_t retry_ns = 10'000'000'000;  // a file that could not be read is tried again after
+  };
+  struct Stats {
+    uint64_t reads = 0;       // files read
+    uint64_t unreadable = 0;  // files that could not be read (gone, refused, not ELF, no CFI)
+    uint64_t evictions = 0;
+    uint64_t bytes = 0;
+    size_t files = 0;
+  };
+  // `files` (not owned; outlives this): what FileIds name.
+  CfiCache(const MappedFiles* files, Options options);
+  explicit CfiCache(const MappedFiles* files) : CfiCache(files, Options{}) {}
+
+  // The table of `file`, read now if needed; null when it has none or cannot be read.
+  // `now_ns`: CLOCK_MONOTONIC.
+  std::shared_ptr<const CfiTable> Get(FileId file, uint64_t now_ns);
+
+  Stats stats() const;
+  const FileRefusalCounts& refusals() const { return refusals_; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const CfiTable> table;  // null: none (until failed_at_ns + retry_ns)
+    uint64_t failed_at_ns = 0;
+    std::list<FileId>::iterator lru;
+  };
+  void EvictLocked();
+
+  const MappedFiles* files_;
+  const Options options_;
+  mutable std::mutex mu_;
+  std::unordered_map<FileId, Entry> entries_;
+  std::list<FileId> lru_;  // front: most recent
+  Stats stats_;
+  FileRefusalCounts refusals_{"unwind"};
+};
+
+// The code at an address of process `pid` at the sample's time: its current process image
+// (ProcessImages::CodeAt) and the file's table (CfiCache::Get).
+class ProcessCodeLookup : public CodeLookup {
+ public:
+  ProcessCodeLookup(ProcessImages* images, CfiCache* tables, uint32_t pid, uint64_t now_ns)
+      : images_(images), tables_(tables), pid_(pid), now_ns_(now_ns) {}
+  CodeAt At(uint64_t address) override;
+
+ private:
+  ProcessImages* images_;
+  CfiCache* tables_;
+  uint32_t pid_;
+  uint64_t now_ns_;
+  // The tables used by this walk, held while it runs (the cache may let them go meanwhile).
+  std::vector<std::shared_ptr<const CfiTable>> held_;
+};
+
+}  // namespace tpe::unwind

@@ -1,0 +1,75 @@
+// One file's call frame information, read with elfutils' libdw: .eh_frame (with .eh_frame_hdr's
+// search table), which every x86-64 binary carries whether stripped or not, and .debug_frame
+// where the file has it (unstripped binaries built -fno-asynchronous-unwind-tables).
+//
+// Sources: the System V x86-64 psABI ("Stack Unwind Algorithm", ".eh_frame"), the LSB's
+// .eh_frame_hdr, DWARF 5 section 6.4; libdw.h (dwarf_getcfi_elf, dwarf_cfi_addrframe).
+//
+// The file is read once, through a file descriptor the caller opened as untrusted
+// (process/mapped_file_open.h): its program headers (PT_LOAD, for file offset -> link-time
+// address) and the CFI sections, bounded by Limits; the descriptor is not kept (libelf is told
+// ELF_C_FDDONE once the sections are read).
+//
+// Thread-safety: not thread-safe (libdw caches the FDEs and CIEs it decodes in the table); one
+// thread at a time (the reader's).
+#pragma once
+
+#include <elfutils/libdw.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "elf/address.h"
+
+struct Elf;
+
+namespace tpe::unwind {
+
+// A row of the table: libdw's Dwarf_Frame, malloc'd (dwarf_cfi_addrframe).
+struct FreeFrame {
+  void operator()(Dwarf_Frame* f) const;
+};
+using FramePtr = std::unique_ptr<Dwarf_Frame, FreeFrame>;
+
+class CfiTable {
+ public:
+  struct Limits {
+    uint64_t max_section_bytes = uint64_t{128} << 20;  // .eh_frame or .debug_frame larger: refused
+    uint32_t max_segments = 64;                        // PT_LOAD headers read
+  };
+
+  // Reads the file open as `fd` (`display` names it in errors). Errors: InvalidArgument for a
+  // file that is not x86-64 ELF64 or whose CFI section is out of bounds; NotFound when it has no
+  // CFI at all (then frames in it are unwound by frame pointer).
+  static StatusOr<std::unique_ptr<CfiTable>> Read(int fd, const std::string& display, const Limits& limits);
+  static StatusOr<std::unique_ptr<CfiTable>> Read(int fd, const std::string& display) {
+    return Read(fd, display, Limits{});
+  }
+  ~CfiTable();
+  CfiTable(const CfiTable&) = delete;
+  CfiTable& operator=(const CfiTable&) = delete;
+
+  // The row for the code at file offset `offset` (in a PT_LOAD segment), or null when no FDE
+  // covers it (or it lies in no segment). `*signal`: the frame is a signal trampoline's (its
+  // caller's return address is an exact pc).
+  FramePtr RowAt(uint64_t offset, bool* signal) const;
+
+  // Approximate bytes held (the sections read and libdw's decoded entries are not counted).
+  size_t memory_bytes() const { return bytes_; }
+  const std::string& display() const { return display_; }
+
+ private:
+  CfiTable() = default;
+  std::string display_;
+  Elf* elf_ = nullptr;
+  Dwarf* dwarf_ = nullptr;            // for .debug_frame (null without it)
+  Dwarf_CFI* eh_frame_ = nullptr;     // dwarf_getcfi_elf: ours to end
+  Dwarf_CFI* debug_frame_ = nullptr;  // dwarf_getcfi: the Dwarf's
+  std::vector<elf::LoadSegment> segments_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tpe::unwind
