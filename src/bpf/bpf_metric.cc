@@ -268,6 +268,7 @@ Status BpfMetric::Build(bool create) {
     return Status::Ok();
   };
   MapFds placeholder{0, 0, 0, 0};
+  placeholder.refused = placeholder.lost = 0;
   TPE_RETURN_IF_ERROR(emit(placeholder));
   if (!create) return Status::Ok();
 
@@ -325,6 +326,14 @@ Status BpfMetric::Build(bool create) {
   if (spec_.kind != Kind::kCounter && spec_.kind != Kind::kProfile && !keyless_) {
     TPE_ASSIGN_OR_RETURN(zero_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_zero", 4, value_bytes, 1));
     fds.zero = zero_.get();
+  }
+  if (gauge(BpfMetricSpec::Gauge::kUpDown)) {  // changes refused a series (programs.h GaugeShape)
+    const uint32_t entries = static_cast<uint32_t>(spec_.max_series), refused_bytes = 8 * kUpDownSlots;
+    TPE_ASSIGN_OR_RETURN(refused_, CreateMap(BPF_MAP_TYPE_HASH, "tpe_refused", key_size_, refused_bytes, entries,
+                                             hash_flags(key_size_, refused_bytes, entries, false)));
+    TPE_ASSIGN_OR_RETURN(lost_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_lost", 4, 8, 1));
+    fds.refused = refused_.get();
+    fds.lost = lost_.get();
   }
   if (extreme_gauge()) {  // the open window's number, 1 at first (a new value is window 0)
     TPE_ASSIGN_OR_RETURN(epoch_map_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_epoch", 4, 8, 1));
@@ -561,7 +570,7 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
 
 uint64_t BpfMetric::map_memory_bytes() const {
   uint64_t n = 0;
-  for (const ScopedFd* fd : {&values_, &zero_, &starts_, &stacks_, &epoch_map_}) {
+  for (const ScopedFd* fd : {&values_, &zero_, &starts_, &stacks_, &epoch_map_, &refused_, &lost_}) {
     if (fd->valid()) n += MapMemoryBytes(fd->get());
   }
   for (const Program& p : programs_) {
@@ -694,6 +703,20 @@ void BpfMetric::UpDownSeries(const std::map<std::string, std::vector<uint64_t>>&
     ss.labels = Render(key);
     ss.value = UpDownValue(v);
     s->series.push_back(std::move(ss));
+  }
+}
+
+void BpfMetric::SweepRefused(const std::function<bool(const std::string&)>& dead) {
+  KernelMap map(refused_.get());
+  MapShape shape;
+  shape.key_size = key_size_;
+  shape.slots = kUpDownSlots;
+  shape.max_entries = static_cast<uint32_t>(spec_.max_series);
+  bool batch = GetLoadOptions().map_batch_ops;
+  // Not exact: a change a program adds between the read and the delete is lost with the entry
+  // (its label set's series refused again within those microseconds).
+  for (const MapEntry& e : ReadMap(&map, shape, &batch)) {
+    if (UpDownValue(e.value) == 0 || (dead && dead(LabelKey(e.key)))) map.Delete(e.key.data());
   }
 }
 
@@ -885,6 +908,7 @@ void BpfMetric::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exite
   }
   MapSeries::Removed removed;
   if (series_) removed = series_->Sweep(now_ns, idle_ns, dead);
+  if (refused_.valid()) SweepRefused(dead);
   const uint64_t idle = removed.idle, gone = removed.exited;
   // Latency starts older than the timeout: taken out and counted (start_sweep.h); the end
   // program refuses them too, and whichever takes one counts it.

@@ -8,7 +8,10 @@
 //    count fell to 0 shows 0 until it has been 0 for idle_ns.
 //  * up/down: the up and down programs add their raw values (or 1) to slots 0 and 1 of the label
 //    set's per-CPU value; the gauge is up × scale - down × scale, each sum read as its field's
-//    signedness says. A series goes idle only at 0.
+//    signedness says. A series goes idle only at 0. A change refused a series (the map full) is
+//    kept aside in the refused map, and the series the label set later gets starts at it
+//    (programs.h GaugeShape): a down whose up was refused never takes a series below 0. The
+//    sweep deletes refused entries of exited tasks and those back at 0.
 //  * max/min/last: each CPU keeps the extreme (last: latest, with its time) raw value of a window
 //    in record window & 1 of its value (programs.h GaugeShape). A scrape raises the window number
 //    in the epoch map, waits for an RCU grace period (loader.h WaitForProgramRuns: every program
@@ -50,6 +53,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -285,6 +289,10 @@ class BpfMetric : public Collector {
   std::vector<uint64_t> thresholds_;
   uint32_t cell_off_ = 0;  // native: where a key's cell begins (its labels rounded up to 8 bytes)
   ScopedFd values_, zero_, starts_, stacks_, epoch_map_;
+  ScopedFd refused_, lost_;  // up/down gauges: changes refused a series (programs.h GaugeShape)
+  // Up/down: deletes the refused map's entries of exited tasks (`dead`, null: no label names a
+  // task) and those back at 0 (sweep thread).
+  void SweepRefused(const std::function<bool(const std::string&)>& dead);
   std::vector<Program> programs_;
   std::vector<TracepointAttachment> attach_fds_;
   bool clock_attached_ = false;

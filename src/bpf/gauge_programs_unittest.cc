@@ -14,7 +14,36 @@ namespace tpe::bpf {
 namespace {
 
 using testing::SourceLabel;
-constexpr int kEpochFd = 15;
+constexpr int kEpochFd = 15, kRefusedFd = 16, kLostFd = 17;
+
+// The maps of an up/down gauge: AddMaps' with `max_series` series, and its refused map (up to
+// `max_refused` keys of 8 bytes) and lost flag.
+MapFds UpDownFds() {
+  MapFds fds = Fds();
+  fds.refused = kRefusedFd;
+  fds.lost = kLostFd;
+  return fds;
+}
+void AddUpDownMaps(Interpreter* in, uint32_t max_series, uint32_t max_refused) {
+  AddMaps(in, 8, 8 * kUpDownSlots, max_series);
+  FakeMap refused;
+  refused.type = BPF_MAP_TYPE_HASH;
+  refused.key_size = 8;
+  refused.value_size = 8 * kUpDownSlots;
+  refused.max_entries = max_refused;
+  in->AddMap(kRefusedFd, refused);
+  FakeMap lost;
+  lost.type = BPF_MAP_TYPE_ARRAY;
+  lost.key_size = 4;
+  lost.value_size = 8;
+  lost.max_entries = 1;
+  in->AddMap(kLostFd, lost);
+}
+uint64_t LostFlag(Interpreter* in) {
+  uint64_t v = 0;
+  std::memcpy(&v, in->map(kLostFd)->entries.at(std::string(4, '\0')).data(), 8);
+  return v;
+}
 
 // The value slots of each label set (the cpu label: its key's first 4 bytes).
 std::map<uint32_t, std::vector<uint64_t>> ByCpu(Interpreter* in) {
@@ -41,11 +70,11 @@ TEST(GaugeProgramTest, UpAndDownAddToTheirSlotsNegativeValuesIncluded) {
   up.key = down.key = CpuKey();
   up.value = down.value = *IntegerField(*fmt.FindField("prev_state"));  // 8 bytes, signed
   down.slot = 1;
-  auto up_prog = EmitGauge(up, Fds());
-  auto down_prog = EmitGauge(down, Fds());
+  auto up_prog = EmitGauge(up, UpDownFds());
+  auto down_prog = EmitGauge(down, UpDownFds());
   ASSERT_TRUE(up_prog.ok() && down_prog.ok()) << up_prog.status().ToString() << down_prog.status().ToString();
   Interpreter in;
-  AddMaps(&in, 8, 8 * kUpDownSlots, 100);
+  AddUpDownMaps(&in, 100, 100);
   auto run = [&](const std::vector<bpf_insn>& p, int64_t v, uint32_t cpu) {
     RunProg(&in, p, Switch("p", 1, 2, v, "n", 3), FakeTask{1, 2, cpu, "t", 0, 0});
   };
@@ -64,11 +93,11 @@ TEST(GaugeProgramTest, UpAndDownAddToTheirSlotsNegativeValuesIncluded) {
   up.value.reset();
   down.value.reset();
   Interpreter ones;
-  AddMaps(&ones, 8, 8 * kUpDownSlots, 100);
+  AddUpDownMaps(&ones, 100, 100);
   for (int i = 0; i < 3; ++i) {
-    RunProg(&ones, *EmitGauge(up, Fds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
+    RunProg(&ones, *EmitGauge(up, UpDownFds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
   }
-  RunProg(&ones, *EmitGauge(down, Fds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
+  RunProg(&ones, *EmitGauge(down, UpDownFds()), Switch("p", 1, 2, 99, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
   EXPECT_EQ(ByCpu(&ones)[0], (std::vector<uint64_t>{3, 1}));
 }
 
@@ -172,6 +201,88 @@ TEST(GaugeProgramTest, InflightEndOnlyTakesItsStartOut) {
   EXPECT_EQ(StatOf(&in, kNoStart), 1u);
   EXPECT_EQ(in.map(kStartsFd)->entries.size(), 1u);
   EXPECT_TRUE(in.map(kValuesFd)->entries.empty()) << "nothing observed";
+}
+
+// One series (max_series 1): cpu 0 holds it; the ups of cpus 1 (twice) and 2 are refused and
+// kept aside. The series of cpu 0 goes (a sweep); cpu 1's down creates cpu 1's series, which
+// starts at the kept-aside ups: 2 - 1, not -1. Cpu 2's down finds no room: kept aside too (+1 -
+// 1). Nothing is lost.
+TEST(GaugeProgramTest, ADownWhoseUpWasRefusedJoinsItsKeptAsideUp) {
+  GaugeShape up, down;
+  up.key = down.key = CpuKey();
+  down.slot = 1;
+  auto up_prog = EmitGauge(up, UpDownFds());
+  auto down_prog = EmitGauge(down, UpDownFds());
+  ASSERT_TRUE(up_prog.ok() && down_prog.ok()) << up_prog.status().ToString() << down_prog.status().ToString();
+  Interpreter in;
+  AddUpDownMaps(&in, 1, 10);
+  auto run = [&](const std::vector<bpf_insn>& p, uint32_t cpu) {
+    RunProg(&in, p, Switch("p", 1, 2, 0, "n", 3), FakeTask{1, 2, cpu, "t", 0, 0});
+  };
+  for (uint32_t cpu : {0, 1, 1, 2}) run(*up_prog, cpu);
+  EXPECT_EQ(StatOf(&in, kDropped), 3u);
+  EXPECT_EQ(ByCpu(&in), (std::map<uint32_t, std::vector<uint64_t>>{{0, {1, 0}}}));
+  EXPECT_EQ(in.map(kRefusedFd)->entries.size(), 2u);
+  in.map(kValuesFd)->entries.clear();  // the sweep took cpu 0's series out
+  run(*down_prog, 1);
+  EXPECT_EQ(ByCpu(&in), (std::map<uint32_t, std::vector<uint64_t>>{{1, {2, 1}}}));
+  EXPECT_EQ(in.map(kRefusedFd)->entries.size(), 1u) << "cpu 1's entry taken into its series";
+  run(*down_prog, 2);  // no room: kept aside with its up
+  EXPECT_EQ(StatOf(&in, kDropped), 4u);
+  ASSERT_EQ(in.map(kRefusedFd)->entries.size(), 1u);
+  EXPECT_EQ(U64s(in.map(kRefusedFd)->entries.begin()->second), (std::vector<uint64_t>{1, 1}));
+  EXPECT_EQ(LostFlag(&in), 0u);
+}
+
+// The refused map full (1 key): cpu 2's refused up is lost, which sets the lost flag; from then on
+// a down of a key with neither a series nor a kept-aside change is refused (cpu 2's: its up may be
+// the lost one), while cpu 1's down joins its kept-aside up. An up is never refused that way.
+TEST(GaugeProgramTest, OnceAChangeIsLostDownsWithoutASeriesAreRefused) {
+  GaugeShape up, down;
+  up.key = down.key = CpuKey();
+  down.slot = 1;
+  auto up_prog = EmitGauge(up, UpDownFds());
+  auto down_prog = EmitGauge(down, UpDownFds());
+  ASSERT_TRUE(up_prog.ok() && down_prog.ok());
+  Interpreter in;
+  AddUpDownMaps(&in, 1, 1);
+  auto run = [&](const std::vector<bpf_insn>& p, uint32_t cpu) {
+    RunProg(&in, p, Switch("p", 1, 2, 0, "n", 3), FakeTask{1, 2, cpu, "t", 0, 0});
+  };
+  for (uint32_t cpu : {0, 1, 2}) run(*up_prog, cpu);
+  EXPECT_EQ(StatOf(&in, kDropped), 2u);
+  EXPECT_EQ(LostFlag(&in), 1u);
+  in.map(kValuesFd)->entries.clear();
+  run(*down_prog, 2);
+  EXPECT_TRUE(in.map(kValuesFd)->entries.empty()) << "cpu 2's down made a series";
+  EXPECT_EQ(StatOf(&in, kDropped), 3u);
+  run(*down_prog, 1);
+  EXPECT_EQ(ByCpu(&in), (std::map<uint32_t, std::vector<uint64_t>>{{1, {1, 1}}}));
+  EXPECT_TRUE(in.map(kRefusedFd)->entries.empty());
+  in.map(kValuesFd)->entries.clear();
+  run(*up_prog, 3);
+  EXPECT_EQ(ByCpu(&in), (std::map<uint32_t, std::vector<uint64_t>>{{3, {1, 0}}}));
+}
+
+// Another CPU creates the series between this run's lookup and its insert (EEXIST): the run adds
+// to that series, and leaves the refused entry to its creator.
+TEST(GaugeProgramTest, ASeriesCreatedMeanwhileIsAddedTo) {
+  GaugeShape up;
+  up.key = CpuKey();
+  auto prog = EmitGauge(up, UpDownFds());
+  ASSERT_TRUE(prog.ok());
+  Interpreter in;
+  AddUpDownMaps(&in, 10, 10);
+  int updates = 0;
+  in.set_before_helper([&](int helper) {
+    if (helper != BPF_FUNC_map_update_elem || updates++ != 0) return;
+    std::string key(8, '\0'), value(16, '\0');
+    value[0] = 5;  // another CPU's up of 5
+    in.map(kValuesFd)->entries[key] = value;
+  });
+  RunProg(&in, *prog, Switch("p", 1, 2, 0, "n", 3), FakeTask{1, 2, 0, "t", 0, 0});
+  EXPECT_EQ(ByCpu(&in), (std::map<uint32_t, std::vector<uint64_t>>{{0, {6, 0}}}));
+  EXPECT_EQ(StatOf(&in, kDropped), 0u);
 }
 
 TEST(GaugeProgramTest, RefusesAnExtremeWithoutAValue) {

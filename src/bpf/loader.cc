@@ -506,24 +506,65 @@ int PossibleCpus() {
   return n;
 }
 
-Status WaitForProgramRuns(GraceWait how) {
-  if (how == GraceWait::kMembarrierFirst && syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0) {
-    return Status::Ok();
-  }
-  const int membarrier_errno = how == GraceWait::kMembarrierFirst ? errno : 0;
-  static std::mutex mu;
-  static int inner = -1, outer = -1;  // kept for the process's life
-  std::lock_guard<std::mutex> lock(mu);
+namespace {
+
+const GraceWaitCalls* grace_calls = nullptr;  // SetGraceWaitCallsForTesting; not owned
+
+int OnlineCpusNow() {
+  if (grace_calls != nullptr) return grace_calls->online_cpus();
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));  // -1 if unknown
+}
+
+int MembarrierGlobal() {
+  if (grace_calls != nullptr) return grace_calls->membarrier();
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0 ? 0 : errno;
+}
+
+// The update of a 1-entry ARRAY_OF_MAPS (made at the first call, kept for the process's life).
+int MapInMapUpdate() {
+  if (grace_calls != nullptr) return grace_calls->map_in_map();
+  static std::mutex map_mu;
+  static int inner = -1, outer = -1;
+  std::lock_guard<std::mutex> lock(map_mu);
   if (outer < 0) {
     if (inner < 0) inner = bpf_map_create(BPF_MAP_TYPE_ARRAY, "tpe_sync_inner", 4, 8, 1, nullptr);
+    if (inner < 0) return errno;
     LIBBPF_OPTS(bpf_map_create_opts, opts, .inner_map_fd = static_cast<__u32>(inner));
-    if (inner >= 0) outer = bpf_map_create(BPF_MAP_TYPE_ARRAY_OF_MAPS, "tpe_sync", 4, 4, 1, &opts);
+    outer = bpf_map_create(BPF_MAP_TYPE_ARRAY_OF_MAPS, "tpe_sync", 4, 4, 1, &opts);
+    if (outer < 0) return errno;
   }
   const uint32_t key = 0;
-  if (outer >= 0 && bpf_map_update_elem(outer, &key, &inner, BPF_ANY) == 0) return Status::Ok();
-  return Unavailable(std::string("no way to wait for an RCU grace period: membarrier(MEMBARRIER_CMD_GLOBAL): ") +
-                     (membarrier_errno != 0 ? strerror(membarrier_errno) : "not tried") +
-                     "; a map-in-map update: " + strerror(errno));
+  return bpf_map_update_elem(outer, &key, &inner, BPF_ANY) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+void SetGraceWaitCallsForTesting(const GraceWaitCalls* calls) { grace_calls = calls; }
+
+Status WaitForProgramRuns(GraceWait how) {
+  std::string membarrier = "not tried";
+  if (how == GraceWait::kMembarrierFirst) {
+    // synchronize_rcu() only if num_online_cpus() > 1 when the kernel looks (loader.h): 2 or more
+    // before the call and after it, then it looked at 2 or more (a CPU does not go offline and
+    // come back within the call, which returns at once when it does not wait).
+    const int before = OnlineCpusNow();
+    if (before >= 2) {
+      const int err = MembarrierGlobal();
+      if (err == 0) {
+        const int after = OnlineCpusNow();
+        if (after >= 2) return Status::Ok();
+        membarrier = "waits for nothing with " + std::to_string(after) + " CPU online";
+      } else {
+        membarrier = strerror(err);
+      }
+    } else {
+      membarrier = "waits for nothing with " + std::to_string(before) + " CPU online";
+    }
+  }
+  const int err = MapInMapUpdate();
+  if (err == 0) return Status::Ok();
+  return Unavailable("no way to wait for an RCU grace period: membarrier(MEMBARRIER_CMD_GLOBAL): " + membarrier +
+                     "; a map-in-map update: " + strerror(err));
 }
 
 }  // namespace tpe::bpf

@@ -163,14 +163,37 @@ StatusOr<ScopedFd> LoadTracepointProgram(const std::string& name, const std::vec
 
 // Returns once every BPF program run that began before the call has returned: an RCU grace
 // period (tracing programs run under rcu_read_lock: kernel/trace/bpf_trace.c trace_call_bpf),
-// typically a few ms. kMembarrierFirst: membarrier(MEMBARRIER_CMD_GLOBAL), which is
-// synchronize_rcu() (kernel/sched/membarrier.c; membarrier(2)) but refused (EINVAL) with
-// nohz_full CPUs, then the fallback: an update of a 1-entry BPF_MAP_TYPE_ARRAY_OF_MAPS, which
-// waits for a grace period before it returns (kernel/bpf/syscall.c maybe_wait_bpf_programs).
-// kMapInMap: the fallback alone. Errors: Unavailable when neither works (no CAP_BPF).
+// typically a few ms. Two ways:
+//  * membarrier(MEMBARRIER_CMD_GLOBAL) (membarrier(2)), which is synchronize_rcu() only while 2
+//    or more CPUs are online, and refused (EINVAL) with nohz_full CPUs (kernel/sched/membarrier.c,
+//    sys_membarrier: "if (tick_nohz_full_enabled()) return -EINVAL; if (num_online_cpus() > 1)
+//    synchronize_rcu(); return 0;"). With one CPU online it returns at once, yet on a preemptible
+//    kernel a program run preempted on that CPU (under rcu_read_lock, migrate_disable) has not
+//    returned: it would write after we read.
+//  * an update of a 1-entry BPF_MAP_TYPE_ARRAY_OF_MAPS, which calls synchronize_rcu() whatever
+//    the CPUs (kernel/bpf/syscall.c maybe_wait_bpf_programs, Linux 4.20: kernel commit
+//    1ae80cf31938 "bpf: wait for running BPF programs when updating map-in-map").
+// kMembarrierFirst: membarrier while sysconf(_SC_NPROCESSORS_ONLN) (glibc reads
+// /sys/devices/system/cpu/online at each call) says 2 or more CPUs are online before the call
+// and still after it (a CPU taken offline meanwhile: the kernel may have counted one), else the
+// map-in-map update; membarrier refused: the map-in-map update. kMapInMap: the map-in-map update
+// alone. Membarrier stays the first choice where it waits: it needs no map, and kernels before
+// 4.20 (RHEL 8's 4.18 may lack the backport) do not wait in the map update. Errors: Unavailable
+// when neither way works (no CAP_BPF; one CPU online and the map-in-map refused).
 // Thread-safe (the map-in-map is made once, under a mutex, and kept).
 enum class GraceWait { kMembarrierFirst, kMapInMap };
 Status WaitForProgramRuns(GraceWait how = GraceWait::kMembarrierFirst);
+
+// The seam of WaitForProgramRuns for unit tests (a one-CPU host, a kernel refusing membarrier):
+// while set, it asks `online_cpus()` instead of sysconf, and calls `membarrier()` and
+// `map_in_map()` (each returns 0 or an errno) instead of the syscalls. nullptr: the real ones.
+// Process-wide; set only while no other thread waits (tests).
+struct GraceWaitCalls {
+  std::function<int()> online_cpus;
+  std::function<int()> membarrier;
+  std::function<int()> map_in_map;
+};
+void SetGraceWaitCallsForTesting(const GraceWaitCalls* calls);
 
 // A program attached to a tracepoint: the disabled perf event that holds it there. Destroying
 // (or resetting) it closes the event, which detaches the program. This process's attachments are

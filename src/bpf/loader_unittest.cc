@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <string>
+#include <vector>
 
 #include "bpf/assembler.h"
 
@@ -254,6 +257,76 @@ TEST(LoadOptionsTest, ProbeReadFallbackRewritesUserReadsOfKprobePrograms) {
   EXPECT_TRUE(str);
   EXPECT_TRUE(plain);
   EXPECT_EQ(type, BPF_PROG_TYPE_KPROBE);
+}
+
+// WaitForProgramRuns by the CPUs online (a grace period needs the kernel's synchronize_rcu(),
+// which membarrier(MEMBARRIER_CMD_GLOBAL) skips with one CPU online: loader.h).
+class GraceCalls {
+ public:
+  GraceCalls(std::vector<int> online, int membarrier_errno = 0, int map_in_map_errno = 0) : online_(std::move(online)) {
+    calls_.online_cpus = [this] {
+      const int n = online_.at(std::min(asked_, online_.size() - 1));
+      ++asked_;
+      return n;
+    };
+    calls_.membarrier = [this, membarrier_errno] {
+      log_ += "membarrier ";
+      return membarrier_errno;
+    };
+    calls_.map_in_map = [this, map_in_map_errno] {
+      log_ += "map-in-map ";
+      return map_in_map_errno;
+    };
+    SetGraceWaitCallsForTesting(&calls_);
+  }
+  ~GraceCalls() { SetGraceWaitCallsForTesting(nullptr); }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::vector<int> online_;  // what each question gets (the last one after)
+  size_t asked_ = 0;
+  std::string log_;
+  GraceWaitCalls calls_;
+};
+
+TEST(WaitForProgramRunsTest, OneCpuOnlineWaitsByTheMapInMapUpdate) {
+  GraceCalls one({1});
+  EXPECT_TRUE(WaitForProgramRuns().ok());
+  EXPECT_EQ(one.log(), "map-in-map ");
+}
+
+TEST(WaitForProgramRunsTest, TwoCpusOnlineWaitByMembarrier) {
+  GraceCalls two({2});
+  EXPECT_TRUE(WaitForProgramRuns().ok());
+  EXPECT_EQ(two.log(), "membarrier ");
+}
+
+TEST(WaitForProgramRunsTest, ACpuGoneOfflineDuringMembarrierWaitsAgainByTheMapInMap) {
+  GraceCalls going({2, 1});
+  EXPECT_TRUE(WaitForProgramRuns().ok());
+  EXPECT_EQ(going.log(), "membarrier map-in-map ");
+}
+
+TEST(WaitForProgramRunsTest, UnknownCpusWaitByTheMapInMapUpdate) {
+  GraceCalls unknown({-1});
+  EXPECT_TRUE(WaitForProgramRuns().ok());
+  EXPECT_EQ(unknown.log(), "map-in-map ");
+}
+
+TEST(WaitForProgramRunsTest, MembarrierRefusedFallsBackAndNeitherIsUnavailable) {
+  {
+    GraceCalls nohz_full({4}, EINVAL);
+    EXPECT_TRUE(WaitForProgramRuns().ok());
+    EXPECT_EQ(nohz_full.log(), "membarrier map-in-map ");
+  }
+  GraceCalls neither({1}, 0, EPERM);
+  Status st = WaitForProgramRuns();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("waits for nothing with 1 CPU online"), std::string::npos) << st.message();
+  EXPECT_EQ(neither.log(), "map-in-map ");
+  GraceCalls map_only({4});
+  EXPECT_TRUE(WaitForProgramRuns(GraceWait::kMapInMap).ok());
+  EXPECT_EQ(map_only.log(), "map-in-map ");
 }
 
 }  // namespace

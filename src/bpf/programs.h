@@ -159,6 +159,11 @@ struct MapFds {
   int stacks = -1;        // profiles: the BPF_MAP_TYPE_STACK_TRACE map of stacks
   int epoch = -1;         // max/min/last gauges: a 1-entry array of the open scrape window's number (u64)
   int image_stamps = -1;  // profiles with user stacks: bpf/image_stamps.h's map (tgid -> image start)
+
+  // Up/down gauges (GaugeShape): the hash of changes refused a series, and a 1-entry array (u64)
+  // not 0 once a refused change was lost.
+  int refused = -1;
+  int lost = -1;
 };
 
 // The stack part of a profile's key (CounterShape::stacks), after its labels: the process and
@@ -286,6 +291,20 @@ struct LatencyEndShape {
 //   kAdd (an up or down side): value[slot] += the field's raw value (two's complement: a
 //               negative signed value is added as such), or += 1; slot 0 is up, 1 is down
 //               (kUpDownSlots), and user space reads up × scale - down × scale.
+//               A change refused a series (the map full: kDropped, or kNoMemory) is kept aside
+//               in MapFds::refused, a hash (not per-CPU) of the same keys to {u64 up, u64 down}
+//               added to with atomic adds; the program that creates the key's series (either
+//               side) takes that entry out (the delete that returns 0 owns it) and adds it to
+//               its CPU's value: the series reads what all its label set's changes add up to,
+//               and a down whose up was refused cancels it instead of going below 0 (the same
+//               rule as collectors/gauge.h). A change the refused map has no room for is lost
+//               and sets MapFds::lost; from then on a down of a key with neither a series nor a
+//               refused entry is refused (kDropped) without being kept: it may be a lost up's.
+//               Not exact: a change refused on one CPU while another CPU creates the key's
+//               series (the map full, then not: a sweep made room meanwhile) is lost if added
+//               between that program's read and delete of the refused entry (a few
+//               instructions), or kept beside the live series (added when the key's series is
+//               next created) if it comes after the delete.
 //   kMax, kMin, kLast: two records {u64 raw, u64 time (kLast: bpf_ktime_get_ns), u64 window}
 //               (kExtremeSlots each: record w & 1 holds window w), each holding the extreme (or
 //               latest) raw value of its window: a record of an older window is replaced whole,

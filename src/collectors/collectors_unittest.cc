@@ -47,6 +47,24 @@ TEST(CommTableTest, ReusedTidIsNotForgotten) {
   EXPECT_EQ(t.Lookup(5), "new");
 }
 
+// A task that predates the daemon, never named by a record nor looked up, is known to have exited
+// once its PERF_RECORD_EXIT comes (its pid/tid series go), with its comm read at the exit.
+TEST(CommTableTest, ExitOfATaskNeverSeenBeforeIsRemembered) {
+  CommTable gone(NoProc);
+  gone.OnExit(7);
+  EXPECT_TRUE(gone.HasExited(7));
+  EXPECT_EQ(gone.Lookup(7), "[unknown]");
+  CommTable zombie([](uint32_t, char* out, size_t) {
+    std::memcpy(out, "sshd", 4);
+    return 4;
+  });
+  zombie.OnExit(9);
+  EXPECT_TRUE(zombie.HasExited(9));
+  EXPECT_EQ(zombie.Lookup(9), "sshd");
+  zombie.OnComm(9, "new");  // tid reused
+  EXPECT_FALSE(zombie.HasExited(9));
+}
+
 TEST(CommTableTest, FallbackReadsProcOnce) {
   int calls = 0;
   CommTable t([&](uint32_t, char* out, size_t) {

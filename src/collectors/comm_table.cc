@@ -41,7 +41,15 @@ void CommTable::OnFork(uint32_t parent_tid, uint32_t child_tid) {
 
 void CommTable::OnExit(uint32_t tid) {
   auto it = map_.find(tid);
-  if (it == map_.end()) return;
+  if (it == map_.end()) {
+    // A task no record named and no sample looked up (it predates the daemon): looked up now
+    // (while /proc may still have it, for samples that follow its exit), so that it is known to
+    // have exited (HasExited: the series of its pid/tid go). One gone from /proc already is
+    // marked exited by Lookup itself.
+    (void)Lookup(tid);
+    it = map_.find(tid);
+    if (it == map_.end() || it->second.exited) return;
+  }
   it->second.exited = true;
   exited_.push_back(tid);
   while (exited_.size() > kExitGrace) {

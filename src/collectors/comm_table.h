@@ -39,7 +39,9 @@ class CommTable {
   std::string_view Lookup(uint32_t tid);
 
   // True when `tid`'s PERF_RECORD_EXIT arrived (or it was gone from /proc when first looked
-  // up) and no task took the tid since; remembered for the last kExitGrace exits.
+  // up) and no task took the tid since; remembered for the last kExitGrace exits. A task that
+  // predates the daemon and was never looked up is looked up at its exit, so this holds for it
+  // too.
   bool HasExited(uint32_t tid) const {
     auto it = map_.find(tid);
     return it != map_.end() && it->second.exited;

@@ -25,12 +25,36 @@ bool GaugeCollector::NeedsComm() const {
   return comm;
 }
 
-void GaugeCollector::Add(std::string_view key, double delta) {
-  const bool standing = kind_ == Kind::kInflight || kind_ == Kind::kUpDown;
-  GaugeSeries* g = series_.FindOrInsert(key, [standing](GaugeSeries& s) { s.standing = standing; });
-  if (g == nullptr) {
-    series_dropped_.Add(1);
-    return;
+void GaugeCollector::Add(std::string_view key, double delta, bool down) {
+  GaugeSeries* g = series_.Find(key);
+  if (g == nullptr) {  // a new series, unless refused
+    auto kept = refused_.empty() ? refused_.end() : refused_.find(std::string(key));
+    // A down of a label set with neither a series nor kept-aside changes, once a refused change
+    // could not be kept: possibly that up's down, so refused rather than starting below 0.
+    if (down && lost_ && kept == refused_.end()) {
+      series_dropped_.Add(1);
+      return;
+    }
+    const bool standing = kind_ == Kind::kInflight || kind_ == Kind::kUpDown;
+    g = series_.FindOrInsert(key, [standing](GaugeSeries& s) { s.standing = standing; });
+    if (g == nullptr) {
+      series_dropped_.Add(1);
+      // Kept aside: the label set's later series starts at it (the down of this up cancels it).
+      if (kept == refused_.end()) {
+        if (refused_.size() >= max_series_) {
+          lost_ = true;
+          return;
+        }
+        kept = refused_.emplace(std::string(key), 0.0).first;
+      }
+      kept->second += delta;
+      if (kept->second == 0) refused_.erase(kept);
+      return;
+    }
+    if (kept != refused_.end()) {  // the new series starts at its label set's refused changes
+      delta += kept->second;
+      refused_.erase(kept);
+    }
   }
   g->value.store(g->value.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   g->updates.Add(1);
@@ -127,13 +151,13 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
         InflightTable::Start replaced;
         switch (inflight_.Put(key_, {s.time_ns, id}, &replaced)) {
           case InflightTable::PutResult::kInserted:
-            Add(label_keys_[id], 1);
+            Add(label_keys_[id], 1, false);
             break;
           case InflightTable::PutResult::kReplaced:
             unmatched_[LatencyUnmatched::kReplaced].Add(1);
-            Add(label_keys_[replaced.label_id], -1);
+            Add(label_keys_[replaced.label_id], -1, true);
             Release(replaced.label_id);
-            Add(label_keys_[id], 1);
+            Add(label_keys_[id], 1, false);
             break;
           case InflightTable::PutResult::kFull:
             unmatched_[LatencyUnmatched::kTableFull].Add(1);
@@ -146,7 +170,7 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
           unmatched_[LatencyUnmatched::kNoStart].Add(1);
           return;
         }
-        Add(label_keys_[start.label_id], -1);
+        Add(label_keys_[start.label_id], -1, true);
         Release(start.label_id);
       }
       inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
@@ -162,7 +186,7 @@ void GaugeCollector::OnSample(size_t event_index, const Sample& s, CommTable* co
         return;
       }
       if (kind_ == Kind::kUpDown) {
-        Add(labels_, event_index == 0 ? v : -v);
+        Add(labels_, event_index == 0 ? v : -v, event_index != 0);
       } else {
         Extreme(labels_, v);
       }
@@ -177,15 +201,17 @@ void GaugeCollector::OnRoundEnd() {
   if (last_time_ns_ < last_expiry_ns_ + 1'000'000'000ULL || last_time_ns_ < timeout_ns_) return;
   last_expiry_ns_ = last_time_ns_;
   const size_t n = inflight_.ExpireBefore(
-      last_time_ns_ - timeout_ns_, [this](const InflightTable::Start& st) { Add(label_keys_[st.label_id], -1); });
+      last_time_ns_ - timeout_ns_, [this](const InflightTable::Start& st) { Add(label_keys_[st.label_id], -1, true); });
   unmatched_[LatencyUnmatched::kExpired].Add(n);
   inflight_gauge_.store(inflight_.size(), std::memory_order_relaxed);
 }
 
 void GaugeCollector::Sweep(uint64_t now_ns, uint64_t idle_ns, const TaskExited& exited) {
-  // An inflight or up/down series at a value other than 0 never looks idle (GaugeSeries::Count).
+  // An inflight or up/down series at a value other than 0 never goes idle (GaugeSeries::MayIdle).
   const LabelSet& labels = sides_[0].labels;
   series_.Sweep(now_ns, idle_ns, [&](std::string_view key) { return labels.NamesExitedTask(key, exited); });
+  // Changes kept aside for a task that exited: no series of it will come.
+  std::erase_if(refused_, [&](const auto& r) { return labels.NamesExitedTask(r.first, exited); });
 }
 
 MetricSnapshot GaugeCollector::Snapshot() const {

@@ -17,7 +17,17 @@
 //
 // Series lifetime as for counters, except that an inflight or up/down series is idle only while
 // its value is 0 (its value stands until events change it); it goes when a pid/tid label's task
-// exits.
+// exits, whatever its value (once a scrape has exported its last value, as for counters).
+//
+// Changes refused by max_series (inflight, up/down): the change of a label set that gets no
+// series is counted in series_dropped() and kept aside, per label set; when the label set later
+// gets a series, the series starts at the changes kept aside. So a down whose up was refused
+// cancels that up instead of taking a series below 0: a series reads what all its label set's
+// changes add up to. At most max_series label sets are kept aside (those of a task that exited
+// are dropped by Sweep; a sum back at 0 at once); a change that finds no room is lost, and from
+// then on a down of a label set with neither a series nor kept-aside changes is refused too
+// (counted), since it may be the down of a lost up. (The bpf engine does the same in its
+// programs: bpf/programs.h GaugeShape.)
 //
 // Thread-safety: OnSample, OnRoundEnd and Sweep from the reader thread; Snapshot from any thread.
 #pragma once
@@ -49,15 +59,13 @@ struct GaugeSeries {
   };
   std::array<Record, 2> records;
   RelaxedCounter updates;
-  // What SeriesTable's idle sweep watches (writer thread): a gauge that stands at a value other
-  // than 0 looks changed at every sweep, so only series at 0 (or max/min/last ones no value
-  // reached) can go idle: removing those changes nothing on the page's meaning.
-  mutable uint64_t tick = 0;
   bool standing = false;  // inflight, up/down
-  uint64_t Count() const {
-    if (standing && value.load(std::memory_order_relaxed) != 0) return ++tick + updates.Get();
-    return updates.Get();
-  }
+  // What SeriesTable's sweep watches (writer thread): Count() changes with every update (idle
+  // and exported-final-value checks); a standing series at a value other than 0 never goes idle
+  // (MayIdle), so only series at 0 (or max/min/last ones no value reached) can: removing those
+  // changes nothing on the page's meaning.
+  uint64_t Count() const { return updates.Get(); }
+  bool MayIdle() const { return !standing || value.load(std::memory_order_relaxed) == 0; }
 };
 
 class GaugeCollector : public Collector {
@@ -104,7 +112,9 @@ class GaugeCollector : public Collector {
   Kind kind() const { return kind_; }
 
  private:
-  void Add(std::string_view key, double delta);
+  // kInflight, kUpDown: `delta` into the series of `key` (`down`: an end, or the down side);
+  // refused by max_series, kept aside (refused_) until the label set gets a series.
+  void Add(std::string_view key, double delta, bool down);
   void Extreme(std::string_view key, double v);
   uint32_t Intern(std::string_view label_key);
   void Release(uint32_t id);  // a start of label set `id` left the table
@@ -123,6 +133,10 @@ class GaugeCollector : public Collector {
   std::vector<uint32_t> label_refs_;  // starts in the table per label set id; 0: free
   std::vector<uint32_t> free_ids_;
   size_t max_series_;
+  // kInflight, kUpDown: label key -> the sum of its changes refused by max_series (never 0; at
+  // most max_series_ keys). Reader thread only.
+  std::unordered_map<std::string, double> refused_;
+  bool lost_ = false;  // a refused change found refused_ full (reader thread)
   std::array<RelaxedCounter, LatencyUnmatched::kReasonCount> unmatched_;
   std::atomic<size_t> inflight_gauge_{0};
   std::string key_, labels_;  // scratch

@@ -16,7 +16,9 @@
 //    tracepoint_exporter_series_dropped_total).
 // Removals are counted by reason (removed_idle(), removed_exited()).
 //
-// V must have `uint64_t Count() const` that changes whenever the series is updated.
+// V must have `uint64_t Count() const` that changes whenever the series is updated. It may have
+// `bool MayIdle() const`: while false, the series never goes idle (a gauge standing at a value
+// other than 0, collectors/gauge.h); its task's exit still removes it.
 //
 // Thread-safety: FindOrInsert and Sweep from one writer thread; ForEach from any thread.
 #pragma once
@@ -65,6 +67,12 @@ class SeriesTable {
     return FindOrInsert(key, [](V&) {});
   }
 
+  // The series for `key`, or null (nothing created). Writer thread.
+  V* Find(std::string_view key) {
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : &it->second->value;
+  }
+
   // See above. `now_ns`: a monotonic clock (the samples' CLOCK_MONOTONIC is fine).
   // `is_exited(key)`: whether the task a pid/tid label of `key` names has exited.
   template <typename IsExited>
@@ -76,6 +84,9 @@ class SeriesTable {
       if (c != e->last_count) {
         e->last_count = c;
         e->last_change_ns = now_ns;
+      }
+      if constexpr (requires(const V& v) { v.MayIdle(); }) {
+        if (!e->value.MayIdle()) e->last_change_ns = now_ns;
       }
       if (idle_ns != 0 && now_ns - e->last_change_ns >= idle_ns) {
         idle.push_back(e);

@@ -10,8 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include "bpf/loader.h"
@@ -241,8 +245,7 @@ TEST_P(KernelGaugeTest, MaxPerScrapeWindowThenReset) {
 // negative scale: the smallest value is the largest field) and last 5000 (of the 5000-byte
 // writes): no window loses its value to the scrape that closes it while writes go on (both
 // engines keep a window's value apart from the next window's: gauge.h, bpf_metric.h).
-TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
-  TPE_REQUIRE_KERNEL_OR_SKIP();
+void ExpectExtremesHoldWhileWritesRaceTheScrapes(bool bpf) {
   int stop[2];
   ASSERT_EQ(pipe2(stop, O_CLOEXEC), 0);
   const pid_t child = fork();
@@ -292,8 +295,207 @@ TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
       EXPECT_EQ(v, value) << name;
     }
     EXPECT_EQ(missing, 0) << name << " missing from " << missing << " of " << pages.size() << " pages";
-    ExpectEngine(end, name, IsBpf());
+    ExpectEngine(end, name, bpf);
   }
+}
+
+TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  ExpectExtremesHoldWhileWritesRaceTheScrapes(IsBpf());
+}
+
+// With one CPU online, membarrier(MEMBARRIER_CMD_GLOBAL) waits for nothing (loader.h
+// WaitForProgramRuns): the scrapes of max/min/last gauges then wait by the map-in-map update. This
+// takes every CPU but cpu0 offline for its run (and brings them back), so it runs only when
+// TPE_ALLOW_HOTPLUG=1 says the machine is the tester's alone.
+TEST(KernelGaugeOneCpuTest, ExtremesHoldWithOneCpuOnline) {
+  TPE_REQUIRE_BPF_OR_SKIP();
+  const char* allow = getenv("TPE_ALLOW_HOTPLUG");
+  if (allow == nullptr || std::string(allow) != "1") {
+    GTEST_SKIP() << "takes CPUs offline: set TPE_ALLOW_HOTPLUG=1 on a machine no one else uses";
+  }
+  const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_CONF));
+  auto set_online = [](int cpu, bool on) {
+    std::ofstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/online");
+    f << (on ? "1" : "0");
+    f.flush();
+    return static_cast<bool>(f);
+  };
+  struct Restore {
+    std::function<void()> f;
+    ~Restore() { f(); }
+  } restore{[&] {
+    for (int c = 1; c < cpus; ++c) set_online(c, true);
+  }};
+  for (int c = 1; c < cpus; ++c) {
+    if (access(("/sys/devices/system/cpu/cpu" + std::to_string(c) + "/online").c_str(), W_OK) == 0) {
+      ASSERT_TRUE(set_online(c, false)) << "cpu" << c;
+    }
+  }
+  ASSERT_EQ(sysconf(_SC_NPROCESSORS_ONLN), 1) << "CPUs that cannot go offline";
+  Status st = bpf::WaitForProgramRuns();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  testing::CurrentEngine() = "bpf";
+  ExpectExtremesHoldWhileWritesRaceTheScrapes(true);
+  testing::CurrentEngine() = "auto";
+}
+
+// A child that steps through up to 3 actions, one per byte the test writes to it, and exits at
+// the end of its pipe: getpgid(marker) (the up), getsid(marker) (the down), then exit. Syscalls
+// on a pid no task has (`marker`) fail, and the filters pick them out of every other task's.
+class Stepper {
+ public:
+  explicit Stepper(long marker) {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      // Only its own read end: the write ends of earlier Steppers' pipes, inherited here, would
+      // keep those from reading the end of their pipe.
+      if (dup2(p[0], 3) != 3 || close_range(4, ~0U, 0) != 0) _exit(3);
+      char c;
+      if (read(3, &c, 1) != 1) _exit(0);
+      syscall(SYS_getpgid, marker);
+      if (read(3, &c, 1) != 1) _exit(0);
+      syscall(SYS_getsid, marker);
+      if (read(3, &c, 1) != 1) _exit(0);
+      _exit(0);
+    }
+    close(p[0]);
+    go_ = p[1];
+  }
+  Stepper(const Stepper&) = delete;
+  Stepper& operator=(const Stepper&) = delete;
+  ~Stepper() { Exit(); }
+  pid_t pid() const { return pid_; }
+  void Step() { EXPECT_EQ(write(go_, "x", 1), 1); }
+  void Exit() {
+    if (go_ < 0) return;
+    close(go_);
+    go_ = -1;
+    int status = 0;
+    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+};
+
+std::string HeldConfig(long marker, int max_series) {
+  const std::string filter = "pid == " + std::to_string(marker);
+  return R"({"settings": {"max_series_per_metric": )" + std::to_string(max_series) + R"(},
+      "metrics": [{"name": "held", "type": "gauge",
+        "up": {"event": "syscalls:sys_enter_getpgid", "filter": ")" +
+         filter + R"("},
+        "down": {"event": "syscalls:sys_enter_getsid", "filter": ")" +
+         filter + R"("},
+        "labels": [{"name": "pid", "source": "pid"}]}]})";
+}
+
+// The series of `held` by pid.
+std::map<std::string, double> HeldByPid(const std::vector<MetricSnapshot>& snap) {
+  std::map<std::string, double> out;
+  if (const MetricSnapshot* m = FindMetric(snap, "held")) {
+    for (const auto& s : m->series) out[s.labels.at(0).second] = s.value;
+  }
+  return out;
+}
+
+double Dropped(const std::vector<MetricSnapshot>& snap) {
+  return testing::Value(snap, "tracepoint_exporter_series_dropped_total", {{"metric", "held"}});
+}
+
+// Tasks that exit while they hold 1 take their series with them (DESIGN.md: series have a
+// lifetime), as tasks back at 0 do.
+TEST_P(KernelGaugeTest, UpDownSeriesOfExitedTasksGoWhateverTheirValue) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  constexpr long kMarker = 1999999901;
+  std::vector<std::unique_ptr<Stepper>> kids;
+  for (int i = 0; i < 3; ++i) kids.push_back(std::make_unique<Stepper>(kMarker));
+  bool held = false, gone = false;
+  std::map<std::string, double> last;
+  const auto end = RunPipelineWith(HeldConfig(kMarker, 100), [&](Pipeline& pipeline) {
+    for (auto& k : kids) k->Step();  // up
+    kids[2]->Step();                 // the third goes back down
+    held = WaitFor(pipeline, [&](const auto& s) {
+      last = HeldByPid(s);
+      return last == std::map<std::string, double>{{std::to_string(kids[0]->pid()), 1},
+                                                   {std::to_string(kids[1]->pid()), 1},
+                                                   {std::to_string(kids[2]->pid()), 0}};
+    });
+    for (auto& k : kids) k->Exit();
+    gone = WaitFor(pipeline, [&](const auto& s) {
+      last = HeldByPid(s);
+      return last.empty();
+    });
+  });
+  EXPECT_TRUE(held) << "never read 1, 1, 0; last " << ::testing::PrintToString(last);
+  EXPECT_TRUE(gone) << "the exited tasks' series stayed: " << ::testing::PrintToString(last);
+  EXPECT_EQ(
+      testing::Value(end, "tracepoint_exporter_series_removed_total", {{"metric", "held"}, {"reason", "task_exited"}}),
+      3);
+  EXPECT_EQ(Dropped(end), 0);
+  ExpectEngine(end, "held", IsBpf());
+}
+
+// max_series_per_metric 20: 20 tasks hold the 20 series; the ups of 20 more are refused (counted).
+// 10 holders go down and exit (their series go), then the 20 refused tasks go down: 10 find room
+// and their series start at their refused up (0), 10 are refused again. No series ever reads
+// below 0, and each refusal is counted once: 20 ups and 10 downs.
+TEST_P(KernelGaugeTest, DownsOfRefusedUpsNeverReadBelowZero) {
+  TPE_REQUIRE_KERNEL_OR_SKIP();
+  constexpr long kMarker = 1999999902;
+  constexpr int kMax = 20;
+  std::vector<std::unique_ptr<Stepper>> holders, refused;
+  for (int i = 0; i < kMax; ++i) holders.push_back(std::make_unique<Stepper>(kMarker));
+  for (int i = 0; i < kMax; ++i) refused.push_back(std::make_unique<Stepper>(kMarker));
+  double lowest = 0;
+  std::map<std::string, double> last;
+  auto watch = [&](const std::vector<MetricSnapshot>& s) {
+    last = HeldByPid(s);
+    for (const auto& [pid, v] : last) lowest = std::min(lowest, v);
+  };
+  bool phase[4] = {};
+  const auto end = RunPipelineWith(HeldConfig(kMarker, kMax), [&](Pipeline& pipeline) {
+    for (auto& k : holders) k->Step();
+    phase[0] = WaitFor(pipeline, [&](const auto& s) {
+      watch(s);
+      return last.size() == kMax;
+    });
+    for (auto& k : refused) k->Step();
+    phase[1] = WaitFor(pipeline, [&](const auto& s) {
+      watch(s);
+      return Dropped(s) == kMax;
+    });
+    for (int i = 0; i < kMax / 2; ++i) {
+      holders[i]->Step();  // down
+      holders[i]->Exit();
+    }
+    phase[2] = WaitFor(pipeline, [&](const auto& s) {
+      watch(s);
+      return last.size() == kMax / 2;
+    });
+    for (auto& k : refused) k->Step();  // down
+    phase[3] = WaitFor(pipeline, [&](const auto& s) {
+      watch(s);
+      return Dropped(s) == kMax + kMax / 2 && last.size() == kMax;
+    });
+  });
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(phase[i]) << "phase " << i << "; last " << ::testing::PrintToString(last);
+  watch(end);
+  EXPECT_EQ(lowest, 0) << "a series read below 0";
+  int zeros = 0, ones = 0;
+  for (const auto& [pid, v] : last) {
+    zeros += v == 0;
+    ones += v == 1;
+  }
+  EXPECT_EQ(zeros, kMax / 2);  // refused tasks whose down found room
+  EXPECT_EQ(ones, kMax / 2);   // the holders still up
+  for (int i = kMax / 2; i < kMax; ++i) EXPECT_EQ(last[std::to_string(holders[i]->pid())], 1);
+  EXPECT_EQ(Dropped(end), kMax + kMax / 2);
+  ExpectEngine(end, "held", IsBpf());
 }
 
 // Both ways of waiting for the programs' runs (an RCU grace period) work on this kernel.
