@@ -306,14 +306,9 @@ TEST_P(KernelGaugeTest, ExtremesHoldWhileWritesRaceTheScrapes) {
 
 // With one CPU online, membarrier(MEMBARRIER_CMD_GLOBAL) waits for nothing (loader.h
 // WaitForProgramRuns): the scrapes of max/min/last gauges then wait by the map-in-map update. This
-// takes every CPU but cpu0 offline for its run (and brings them back), so it runs only when
-// TPE_ALLOW_HOTPLUG=1 says the machine is the tester's alone.
-TEST(KernelGaugeOneCpuTest, ExtremesHoldWithOneCpuOnline) {
+// takes every CPU but cpu0 offline for its run (and brings them back), as the hotplug tests do.
+TEST(KernelGaugeHotplugTest, ExtremesHoldWithOneCpuOnline) {
   TPE_REQUIRE_BPF_OR_SKIP();
-  const char* allow = getenv("TPE_ALLOW_HOTPLUG");
-  if (allow == nullptr || std::string(allow) != "1") {
-    GTEST_SKIP() << "takes CPUs offline: set TPE_ALLOW_HOTPLUG=1 on a machine no one else uses";
-  }
   const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_CONF));
   auto set_online = [](int cpu, bool on) {
     std::ofstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/online");

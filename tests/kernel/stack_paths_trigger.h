@@ -23,9 +23,12 @@ class Trigger {
   // alone when it is >= 0.
   // `early`: exec at once, not at Go() (the process predates what is started after it; Go()
   // then sends it a byte on stdin: `stack_paths forks` waits for it).
-  explicit Trigger(std::vector<std::string> args = {}, int cpu = -1, bool early = false) : early_(early) {
+  // `program`: another trigger taking "ARGS... hold" alike (e.g. tests/triggers/no_frame_pointers).
+  explicit Trigger(std::vector<std::string> args = {}, int cpu = -1, bool early = false,
+                   std::string program = TPE_STACK_PATHS)
+      : early_(early) {
     if (args.empty()) args = {std::to_string(kPathA), std::to_string(kPathB), "tpe_stacks"};
-    args.insert(args.begin(), TPE_STACK_PATHS);
+    args.insert(args.begin(), program);
     args.push_back("hold");
     if (pipe(go_) != 0 || pipe(out_) != 0 || pipe(in_) != 0) return;
     pid_ = fork();
@@ -45,7 +48,7 @@ class Trigger {
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      execv(TPE_STACK_PATHS, argv.data());
+      execv(program.c_str(), argv.data());
       _exit(4);
     }
     close(go_[0]);

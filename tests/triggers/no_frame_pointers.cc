@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
     r = tpe_nfp_a(0, std::atol(argv[2]));
   } else if (mode == "spin") {
     const double seconds = std::atof(argv[2]);
-    while (static_cast<double>(Ns(CLOCK_PROCESS_CPUTIME_ID)) * 1e-9 < seconds) r += tpe_nfp_a(1, 64);
+    while (static_cast<double>(Ns(CLOCK_PROCESS_CPUTIME_ID)) * 1e-9 < seconds)
+      r += tpe_nfp_a(1, 512);  // ~30 ms a clock read
   } else if (mode == "sleep") {
     r = tpe_nfp_a(2, std::atol(argv[2]));
   } else {
