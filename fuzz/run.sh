@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-60}"
 BUILD_DIR="${BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
-ALL_TARGETS="format_fuzzer filter_fuzzer config_fuzzer ring_cursor_fuzzer sample_decode_fuzzer elf_fuzzer perf_map_fuzzer"
+ALL_TARGETS="format_fuzzer filter_fuzzer config_fuzzer ring_cursor_fuzzer sample_decode_fuzzer elf_fuzzer perf_map_fuzzer cfi_fuzzer"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 
 if ! command -v clang++ >/dev/null; then

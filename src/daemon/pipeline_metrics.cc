@@ -324,11 +324,14 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                "Distinct files (path, device, inode, size, mtime) profiles' user frames lie in.", MetricKind::kGauge);
     Add(&files, {}, static_cast<double>(mapped_files_.size()));
     out.push_back(std::move(files));
-    auto refusals = Family("tracepoint_exporter_profile_file_refusals_total",
-                           "Files other users control that a render refused to read (source elf or perf_map), by "
-                           "reason: fifo, not_regular, symlink, too_large, owner. Each reason is logged once.",
-                           MetricKind::kCounter);
-    for (const FileRefusalCounts* counts : {&renderer_.elf_refusals(), &renderer_.perf_map_refusals()}) {
+    auto refusals =
+        Family("tracepoint_exporter_profile_file_refusals_total",
+               "Files other users control that were refused (source elf or perf_map: a render's reads; unwind: "
+               "the unwind tables of a \"dwarf\" profile's samples), by "
+               "reason: fifo, not_regular, symlink, too_large, owner. Each reason is logged once.",
+               MetricKind::kCounter);
+    for (const FileRefusalCounts* counts :
+         {&renderer_.elf_refusals(), &renderer_.perf_map_refusals(), &cfi_tables_.refusals()}) {
       for (size_t r = 1; r < kFileRefusalReasons; ++r) {
         const auto reason = static_cast<FileRefusal>(r);
         Add(&refusals, {{"source", counts->source()}, {"reason", FileRefusalName(reason)}},
@@ -336,6 +339,25 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       }
     }
     out.push_back(std::move(refusals));
+    const unwind::CfiCache::Stats cfi = cfi_tables_.stats();
+    if (cfi.reads > 0 || cfi.unreadable > 0) {
+      auto tables = Family("tracepoint_exporter_profile_unwind_tables",
+                           "The unwind tables (.eh_frame, .debug_frame) \"dwarf\" profiles hold, one per file: "
+                           "files, and their bytes (bound: 256 MiB).",
+                           MetricKind::kGauge);
+      Add(&tables, {{"unit", "files"}}, static_cast<double>(cfi.files));
+      Add(&tables, {{"unit", "bytes"}}, static_cast<double>(cfi.bytes));
+      out.push_back(std::move(tables));
+      auto reads = Family("tracepoint_exporter_profile_unwind_table_reads_total",
+                          "Files read for their unwind tables, by result: read, unreadable (gone, refused, not "
+                          "x86-64 ELF, or no call frame information: its frames are walked by frame pointer; tried "
+                          "again after 10 s), evicted (to stay within the bound).",
+                          MetricKind::kCounter);
+      Add(&reads, {{"result", "read"}}, static_cast<double>(cfi.reads));
+      Add(&reads, {{"result", "unreadable"}}, static_cast<double>(cfi.unreadable));
+      Add(&reads, {{"result", "evicted"}}, static_cast<double>(cfi.evictions));
+      out.push_back(std::move(reads));
+    }
     auto rendered = Family("tracepoint_exporter_profile_render_frames",
                            "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
                            "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "

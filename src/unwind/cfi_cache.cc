@@ -1,5 +1,6 @@
 #include "unwind/cfi_cache.h"
 
+#include "common/log.h"
 #include "process/mapped_file_open.h"
 
 namespace tpe::unwind {
@@ -16,6 +17,7 @@ std::shared_ptr<const CfiTable> CfiCache::Get(FileId file, uint64_t now_ns) {
   lock.unlock();
   // Read outside the lock: a file is a few ms at most (its CFI sections).
   std::shared_ptr<const CfiTable> table;
+  Status why = NotFound("not a file");
   auto mapped = files_ != nullptr ? files_->Get(file) : std::nullopt;
   if (mapped && mapped->kind == MappedFile::Kind::kFile) {
     std::string display;
@@ -23,18 +25,29 @@ std::shared_ptr<const CfiTable> CfiCache::Get(FileId file, uint64_t now_ns) {
     auto opened = OpenMappedFile(*mapped, options_.proc_root, uint64_t{4} << 30, &refusals_, &display);
     if (opened.ok()) {
       auto read = CfiTable::Read(opened->fd.get(), display, limits);
-      if (read.ok()) table = std::move(read).value();
+      if (read.ok()) {
+        table = std::move(read).value();
+      } else {
+        why = read.status();
+      }
+    } else {
+      why = opened.status();
     }
   }
   lock.lock();
-  ++stats_.reads;
-  if (table == nullptr) ++stats_.unreadable;
+  ++(table != nullptr ? stats_.reads : stats_.unreadable);
   it = entries_.find(file);
   if (it == entries_.end()) {
     lru_.push_front(file);
     it = entries_.emplace(file, Entry{nullptr, 0, lru_.begin()}).first;
   } else if (it->second.table != nullptr) {
     stats_.bytes -= it->second.table->memory_bytes();
+  }
+  // Once per file while it is cached: why its frames are walked by frame pointer.
+  if (table == nullptr && !it->second.logged && mapped && mapped->kind == MappedFile::Kind::kFile) {
+    it->second.logged = true;
+    TPE_LOG_INFO("unwind tables of {} not read ({}): its frames are walked by frame pointer", mapped->path,
+                 why.message());
   }
   it->second.table = table;
   it->second.failed_at_ns = table == nullptr ? now_ns : 0;

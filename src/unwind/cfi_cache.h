@@ -35,8 +35,8 @@ class CfiCache {
     uint64_t retry_ns = 10'000'000'000;  // a file that could not be read is tried again after
   };
   struct Stats {
-    uint64_t reads = 0;       // files read
-    uint64_t unreadable = 0;  // files that could not be read (gone, refused, not ELF, no CFI)
+    uint64_t reads = 0;       // files read, with a table
+    uint64_t unreadable = 0;  // attempts that found none (gone, changed, refused, not ELF, no CFI)
     uint64_t evictions = 0;
     uint64_t bytes = 0;
     size_t files = 0;
@@ -57,6 +57,7 @@ class CfiCache {
     std::shared_ptr<const CfiTable> table;  // null: none (until failed_at_ns + retry_ns)
     uint64_t failed_at_ns = 0;
     std::list<FileId>::iterator lru;
+    bool logged = false;  // its failure logged
   };
   void EvictLocked();
 
