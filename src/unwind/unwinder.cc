@@ -67,7 +67,10 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
       if (dwarf_frame_cfa(row.get(), &ops, &nops) != 0 || nops == 0) return UnwindEnd::kBadRule;
       auto cfa = Evaluate(std::span<const Dwarf_Op>(ops, nops), regs, std::nullopt, read);
       if (!cfa) return UnwindEnd::kBadRule;
+      // A caller is at a call: only the registers kept across calls (and the return address)
+      // mean anything there. A signal frame's caller was interrupted anywhere: all of them.
       for (int r = 0; r < kDwarfRegisters; ++r) {
+        if (!signal && r != kDwarfRip && ((kCalleeSaved >> r) & 1) == 0) continue;
         Dwarf_Op mem[3];
         ops = nullptr;
         nops = 0;
