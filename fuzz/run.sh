@@ -48,13 +48,17 @@ for t in $TARGETS; do
   dict=()
   if [[ -f fuzz/$t.dict ]]; then dict=(-dict="fuzz/$t.dict"); fi
   [[ $t == print_fmt_fuzzer ]] && dict=(-dict=fuzz/format_fuzzer.dict)
+  # cfi_fuzzer: whole malloc stacks, so that lsan.supp's libdw entry matches by function name
+  # (the fast unwinder stops inside libelf, which has no frame pointers).
+  asan="$ASAN_OPTIONS"
+  [[ $t == cfi_fuzzer ]] && asan="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
 
   # Replay saved findings strictly (TPE_FUZZ_STRICT=1: no known-bug tolerance in the targets).
   if compgen -G "fuzz/regressions/$t/*" >/dev/null; then
     echo "== fuzz: $t: replaying fuzz/regressions/$t/"
     for f in fuzz/regressions/"$t"/*; do
       [[ $f == *.txt || $f == *.md ]] && continue
-      if ! TPE_FUZZ_STRICT=1 "$bin" "$f" >"$dir/regression.log" 2>&1; then
+      if ! ASAN_OPTIONS="$asan" TPE_FUZZ_STRICT=1 "$bin" "$f" >"$dir/regression.log" 2>&1; then
         echo "fuzz: $t: regression input still fails: $f"
         grep -E "ERROR|check failed|threw|runtime error|SUMMARY" "$dir/regression.log" | head -5 || true
         echo "   replay: TPE_FUZZ_STRICT=1 $bin $f"
@@ -65,7 +69,7 @@ for t in $TARGETS; do
 
   echo "== fuzz: $t for ${SECONDS_EACH}s"
   set +e
-  "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  ASAN_OPTIONS="$asan" "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$dir/artifacts/" "${dict[@]}" "$dir/corpus" >"$dir/fuzz.log" 2>&1
   rc=$?
   set -e

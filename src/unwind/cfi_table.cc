@@ -3,9 +3,11 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace tpe::unwind {
 
@@ -44,12 +46,29 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
   // The CFI sections' sizes, checked before libdw reads them.
   size_t shstrndx = 0;
   bool has_debug_frame = false;
+  // Section names from .shstrtab read here, bounds-checked (libelf's elf_strptr and
+  // elf_rawdata leak what they allocate for some malformed files: found by fuzz/cfi_fuzzer with
+  // elfutils 0.188).
+  std::string names;
   if (elf_getshdrstrndx(t->elf_, &shstrndx) == 0) {
+    Elf_Scn* strscn = elf_getscn(t->elf_, shstrndx);
+    GElf_Shdr strsh;
+    if (strscn != nullptr && gelf_getshdr(strscn, &strsh) != nullptr && strsh.sh_type == SHT_STRTAB &&
+        strsh.sh_offset <= file_size && strsh.sh_size <= file_size - strsh.sh_offset &&
+        strsh.sh_size <= limits.max_section_bytes) {
+      names.resize(strsh.sh_size);
+      if (::pread(fd, names.data(), names.size(), static_cast<off_t>(strsh.sh_offset)) !=
+          static_cast<ssize_t>(names.size())) {
+        names.clear();
+      }
+    }
+  }
+  if (!names.empty()) {
     for (Elf_Scn* scn = elf_nextscn(t->elf_, nullptr); scn != nullptr; scn = elf_nextscn(t->elf_, scn)) {
       GElf_Shdr sh;
-      if (gelf_getshdr(scn, &sh) == nullptr) continue;
-      const char* name = elf_strptr(t->elf_, shstrndx, sh.sh_name);
-      if (name == nullptr) continue;
+      if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_name >= names.size()) continue;
+      if (names.find('\0', sh.sh_name) == std::string::npos) continue;
+      const char* name = names.c_str() + sh.sh_name;
       const bool eh = std::strcmp(name, ".eh_frame") == 0 || std::strcmp(name, ".eh_frame_hdr") == 0;
       const bool debug = std::strcmp(name, ".debug_frame") == 0;
       if (!eh && !debug) continue;
