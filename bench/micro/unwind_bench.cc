@@ -2,7 +2,7 @@
 // caches (the files' tables read, the process's mappings learnt), as the reader does per sample
 // of an "unwind": "dwarf" profile:
 //  - BM_UnwindC: this process stopped in a chain built without frame pointers
-//    (bench_unwind_a -> b -> c -> d -> the capture, 5 frames, then main and libc);
+//    (bench_unwind_a -> b -> c -> d -> tpe_capture_stack, 5 frames, then the benchmark's own);
 //  - BM_UnwindPython: a real sample of Debian's python3.11 (-O2, no frame pointers) in a Python
 //    recursion through C (map() at each level) spinning at its bottom, taken with
 //    PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER (8 KiB) from a task-clock event on it.
@@ -25,50 +25,14 @@
 
 #include "common/clock.h"
 #include "process/process_images.h"
+#include "testing/self_stack.h"
 #include "unwind/cfi_cache.h"
 #include "unwind/registers.h"
 #include "unwind/unwinder.h"
 
-namespace {
-
-struct Captured {
-  uint64_t rip, rsp, rbp, rbx, r12, r13, r14, r15;
-  std::vector<uint8_t> stack;
-};
-
-uint64_t StackTop() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("[stack]") != std::string::npos) return std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
-  }
-  return 0;
-}
-
-}  // namespace
+using Captured = tpe::testing::CapturedStack;
 
 extern "C" {
-__attribute__((noinline, optimize("omit-frame-pointer"))) void bench_unwind_capture(Captured* c) {
-  uint64_t regs[8];
-  asm volatile(
-      "lea 0(%%rip), %%rax\n\t"
-      "mov %%rax, 0(%0)\n\t"
-      "mov %%rsp, 8(%0)\n\t"
-      "mov %%rbp, 16(%0)\n\t"
-      "mov %%rbx, 24(%0)\n\t"
-      "mov %%r12, 32(%0)\n\t"
-      "mov %%r13, 40(%0)\n\t"
-      "mov %%r14, 48(%0)\n\t"
-      "mov %%r15, 56(%0)\n\t"
-      :
-      : "r"(regs)
-      : "rax", "memory");
-  c->rip = regs[0], c->rsp = regs[1], c->rbp = regs[2], c->rbx = regs[3];
-  c->r12 = regs[4], c->r13 = regs[5], c->r14 = regs[6], c->r15 = regs[7];
-  const uint64_t top = StackTop();
-  const size_t n = top > c->rsp ? std::min<uint64_t>(top - c->rsp, 8192) : 0;
-  c->stack.assign(reinterpret_cast<const uint8_t*>(c->rsp), reinterpret_cast<const uint8_t*>(c->rsp) + n);
-}
 #define BENCH_FRAME(name, next)                                                            \
   __attribute__((noinline, optimize("omit-frame-pointer"))) int name(Captured* c, int x) { \
     volatile int live[6] = {x, x + 1};                                                     \
@@ -76,7 +40,7 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) void bench_unwind_capt
     asm volatile("" ::: "memory");                                                         \
     return r + live[0] + live[1];                                                          \
   }
-BENCH_FRAME(bench_unwind_d, (bench_unwind_capture(c), x))
+BENCH_FRAME(bench_unwind_d, (tpe_capture_stack(c, 8192), x))
 BENCH_FRAME(bench_unwind_c, bench_unwind_d(c, x + 1))
 BENCH_FRAME(bench_unwind_b, bench_unwind_c(c, x + 1))
 BENCH_FRAME(bench_unwind_a, bench_unwind_b(c, x + 1))
@@ -110,16 +74,7 @@ void RunUnwinds(benchmark::State& state, uint32_t pid, const Registers& regs, st
 void BM_UnwindC(benchmark::State& state) {
   Captured c;
   bench_unwind_a(&c, 1);
-  Registers r;
-  r.Set(kDwarfRip, c.rip);
-  r.Set(kDwarfRsp, c.rsp);
-  r.Set(kDwarfRbp, c.rbp);
-  r.Set(kDwarfRbx, c.rbx);
-  r.Set(12, c.r12);
-  r.Set(13, c.r13);
-  r.Set(14, c.r14);
-  r.Set(15, c.r15);
-  RunUnwinds(state, static_cast<uint32_t>(getpid()), r, c.stack);
+  RunUnwinds(state, static_cast<uint32_t>(getpid()), c.Registers(), c.stack);
 }
 BENCHMARK(BM_UnwindC);
 

@@ -324,6 +324,13 @@ void ProcessImages::Normalize(uint32_t pid, std::span<const uint64_t> ips, uint6
     out->insert(out->end(), ips.size(), UserFrame{});
     return;
   }
+  Process& p = Learn(pid, now_ns);
+  Frames(pid, &p, CurrentOf(&p), !p.exited, ips, now_ns, out);
+  AfterSample(pid, &p);
+  EnforceBound();
+}
+
+ProcessImages::Process& ProcessImages::Learn(uint32_t pid, uint64_t now_ns) {
   auto [pit, fresh] = procs_.try_emplace(pid);
   if (fresh) {
     bytes_ += kProcessBytes;
@@ -331,24 +338,23 @@ void ProcessImages::Normalize(uint32_t pid, std::span<const uint64_t> ips, uint6
   }
   Process& p = pit->second;
   Image* img = CurrentOf(&p);
-  if (img == nullptr || !img->complete || img->evicted) {
-    ReadProc(pid, &p, now_ns);
-    img = CurrentOf(&p);
-  }
-  Frames(pid, &p, img, !p.exited, ips, now_ns, out);
-  img = CurrentOf(&p);
+  if (img == nullptr || !img->complete || img->evicted) ReadProc(pid, &p, now_ns);
+  return p;
+}
+
+bool ProcessImages::AfterSample(uint32_t pid, Process* p) {
+  Image* img = CurrentOf(p);
   if (img != nullptr && !img->sampled) {
     img->sampled = true;
     Refile(pid, img);
   }
-  if (p.images.empty()) {
-    // Nothing could be read (the process is gone, or not readable): not kept, but its last
-    // attempt is, so the next samples do not read /proc again within the second.
-    RememberFailure(pid, p.proc_tried_ns);
-    bytes_ -= kProcessBytes;
-    procs_.erase(pid);
-  }
-  EnforceBound();
+  if (!p->images.empty()) return true;
+  // Nothing could be read (the process is gone, or not readable): not kept, but its last
+  // attempt is, so the next samples do not read /proc again within the second.
+  RememberFailure(pid, p->proc_tried_ns);
+  bytes_ -= kProcessBytes;
+  procs_.erase(pid);
+  return false;
 }
 
 void ProcessImages::RememberFailure(uint32_t pid, uint64_t tried_ns) {
@@ -364,31 +370,14 @@ UserFrame ProcessImages::CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns,
   *anonymous = false;
   if (pid == 0) return UserFrame{};
   std::lock_guard<std::mutex> lock(mu_);
-  auto [pit, fresh] = procs_.try_emplace(pid);
-  if (fresh) {
-    bytes_ += kProcessBytes;
-    if (auto f = failed_.find(pid); f != failed_.end()) pit->second.proc_tried_ns = f->second;
-  }
-  Process& p = pit->second;
+  Process& p = Learn(pid, now_ns);
   Image* img = CurrentOf(&p);
-  if (img == nullptr || !img->complete || img->evicted) {
-    ReadProc(pid, &p, now_ns);
-    img = CurrentOf(&p);
-  }
-  std::vector<UserFrame> one;
+  std::vector<UserFrame>& one = scratch_;
+  one.clear();
   const uint64_t ips[] = {address};
   Frames(pid, &p, img, !p.exited, ips, now_ns, &one);
+  if (!AfterSample(pid, &p)) return UserFrame{};
   img = CurrentOf(&p);
-  if (img != nullptr && !img->sampled) {
-    img->sampled = true;
-    Refile(pid, img);
-  }
-  if (p.images.empty()) {
-    RememberFailure(pid, p.proc_tried_ns);
-    bytes_ -= kProcessBytes;
-    procs_.erase(pid);
-    return UserFrame{};
-  }
   if (!one.empty() && one[0].file != kNoFile) {
     // Anonymous memory keeps the address (Frames): tell the unwinder it is JIT code.
     auto it = std::upper_bound(img->mappings.begin(), img->mappings.end(), address,

@@ -148,12 +148,19 @@ class ProcessImages {
   static void Insert(std::vector<Mapping>* maps, Mapping m);
   // Keeps when /proc was last tried for a process nothing could be read of (at most 4096).
   void RememberFailure(uint32_t pid, uint64_t tried_ns);
+  // Under mu_: `pid`'s process (made if new), its current image read from /proc when it is not
+  // complete (paced: once a second).
+  Process& Learn(uint32_t pid, uint64_t now_ns);
+  // Under mu_, after a sample's frames were taken from `p`'s current image: marks it sampled (kept
+  // longer); a process nothing could be read of is forgotten (its attempt remembered): false.
+  bool AfterSample(uint32_t pid, Process* p);
 
   MappedFiles* files_;
   const Options options_;
   mutable std::mutex mu_;
   std::unordered_map<uint32_t, Process> procs_;
   std::unordered_map<uint32_t, uint64_t> failed_;  // pid -> last /proc attempt that read nothing
+  std::vector<UserFrame> scratch_;                 // CodeAt's one frame (no allocation per call)
   std::unordered_map<std::string, uint32_t> path_ids_;
   std::vector<const std::string*> paths_;                                // id -> path (keys of path_ids_); [0] unused
   std::set<std::tuple<int, uint64_t, uint32_t, uint64_t>> evict_order_;  // (tier, seq, pid, image id)

@@ -11,57 +11,16 @@
 
 #include "common/clock.h"
 #include "elf/elf_file.h"
+#include "testing/self_stack.h"
 #include "unwind/cfi_cache.h"
 
-namespace {
-
-// The registers and stack of a point in this process, as PERF_SAMPLE_REGS_USER and
-// PERF_SAMPLE_STACK_USER would carry them.
-struct Captured {
-  uint64_t rip, rsp, rbp, rbx, r12, r13, r14, r15;
-  std::vector<uint8_t> stack;
-};
-
-// Where the main thread's stack ends (the copy must not read past it).
-uint64_t StackTop() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("[stack]") == std::string::npos) continue;
-    return std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
-  }
-  return 0;
-}
-
-}  // namespace
-
 // A chain with live data in every frame, built without frame pointers (as Debian builds):
-// tpe_unwind_a -> tpe_unwind_b -> tpe_unwind_c -> the capture.
+// tpe_unwind_a -> tpe_unwind_b -> tpe_unwind_c -> the capture (tpe_capture_stack).
+using Captured = tpe::testing::CapturedStack;
 extern "C" {
-__attribute__((noinline, optimize("omit-frame-pointer"))) void tpe_unwind_capture(Captured* c) {
-  uint64_t regs[8];
-  asm volatile(
-      "lea 0(%%rip), %%rax\n\t"
-      "mov %%rax, 0(%0)\n\t"
-      "mov %%rsp, 8(%0)\n\t"
-      "mov %%rbp, 16(%0)\n\t"
-      "mov %%rbx, 24(%0)\n\t"
-      "mov %%r12, 32(%0)\n\t"
-      "mov %%r13, 40(%0)\n\t"
-      "mov %%r14, 48(%0)\n\t"
-      "mov %%r15, 56(%0)\n\t"
-      :
-      : "r"(regs)
-      : "rax", "memory");
-  c->rip = regs[0], c->rsp = regs[1], c->rbp = regs[2], c->rbx = regs[3];
-  c->r12 = regs[4], c->r13 = regs[5], c->r14 = regs[6], c->r15 = regs[7];
-  const uint64_t top = StackTop();
-  const size_t n = top > c->rsp ? std::min<uint64_t>(top - c->rsp, 32768) : 0;
-  c->stack.assign(reinterpret_cast<const uint8_t*>(c->rsp), reinterpret_cast<const uint8_t*>(c->rsp) + n);
-}
 __attribute__((noinline, optimize("omit-frame-pointer"))) int tpe_unwind_c(Captured* c, int x) {
   volatile int live[8] = {x, x + 1};
-  tpe_unwind_capture(c);
+  tpe_capture_stack(c, 32768);
   asm volatile("" ::: "memory");
   return live[0] + live[1];
 }
@@ -102,19 +61,6 @@ std::vector<std::string> Names(const std::vector<UserFrame>& frames, const Mappe
   return out;
 }
 
-Registers RegistersOf(const Captured& c) {
-  Registers r;
-  r.Set(kDwarfRip, c.rip);
-  r.Set(kDwarfRsp, c.rsp);
-  r.Set(kDwarfRbp, c.rbp);
-  r.Set(kDwarfRbx, c.rbx);
-  r.Set(12, c.r12);
-  r.Set(13, c.r13);
-  r.Set(14, c.r14);
-  r.Set(15, c.r15);
-  return r;
-}
-
 // This very process, unwound from its .eh_frame as a sample of it would be: the chain without
 // frame pointers, then this test's body, gtest, main and libc, to the outermost frame.
 TEST(UnwinderTest, UnwindsThisProcessWithoutFramePointers) {
@@ -126,12 +72,12 @@ TEST(UnwinderTest, UnwindsThisProcessWithoutFramePointers) {
   CfiCache tables(&files);
   ProcessCodeLookup lookup(&images, &tables, static_cast<uint32_t>(getpid()), MonotonicNs());
   std::vector<UserFrame> frames;
-  const UnwindEnd end = Unwind(RegistersOf(c), c.stack, 127, &lookup, &frames);
+  const UnwindEnd end = Unwind(c.Registers(), c.stack, 127, &lookup, &frames);
   const std::vector<std::string> names = Names(frames, files);
   std::ostringstream all;
   for (const auto& n : names) all << n << " ";
   ASSERT_GE(names.size(), 5u) << all.str();
-  EXPECT_EQ(names[0], "tpe_unwind_capture") << all.str();
+  EXPECT_EQ(names[0], "tpe_capture_stack") << all.str();
   EXPECT_EQ(names[1], "tpe_unwind_c") << all.str();
   EXPECT_EQ(names[2], "tpe_unwind_b") << all.str();
   EXPECT_EQ(names[3], "tpe_unwind_a") << all.str();
@@ -142,14 +88,14 @@ TEST(UnwinderTest, UnwindsThisProcessWithoutFramePointers) {
   // The same with a stack copy that ends inside the chain: what there is, then why it stopped.
   std::vector<UserFrame> cut;
   const std::span<const uint8_t> short_copy(c.stack.data(), 64);
-  const UnwindEnd cut_end = Unwind(RegistersOf(c), short_copy, 127, &lookup, &cut);
+  const UnwindEnd cut_end = Unwind(c.Registers(), short_copy, 127, &lookup, &cut);
   EXPECT_EQ(cut_end, UnwindEnd::kStackCopy);
   EXPECT_GE(cut.size(), 1u);
   EXPECT_LT(cut.size(), frames.size());
 
   // max_frames.
   std::vector<UserFrame> three;
-  EXPECT_EQ(Unwind(RegistersOf(c), c.stack, 3, &lookup, &three), UnwindEnd::kMaxFrames);
+  EXPECT_EQ(Unwind(c.Registers(), c.stack, 3, &lookup, &three), UnwindEnd::kMaxFrames);
   EXPECT_EQ(three.size(), 3u);
 }
 

@@ -20,12 +20,10 @@ bool KernelRequired() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-namespace {
 bool InGuest() {
   const char* v = std::getenv("TPE_IN_VM_GUEST");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
-}  // namespace
 
 int ScaledForGuest(int n) { return InGuest() ? std::max(1, n / 4) : n; }
 

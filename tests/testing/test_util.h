@@ -13,7 +13,9 @@ std::string DataDir();
 // instead of skipping (use TPE_REQUIRE_KERNEL_OR_SKIP).
 bool KernelAvailable(std::string* why);
 bool KernelRequired();
-// Whether the tests run in a kernel-matrix guest (tests/vm/guest.sh sets TPE_IN_VM_GUEST=1): qemu
+// Whether the tests run in a kernel-matrix guest (tests/vm/guest.sh sets TPE_IN_VM_GUEST=1).
+bool InGuest();
+// In a kernel-matrix guest (tests/vm/guest.sh sets TPE_IN_VM_GUEST=1), qemu
 // TCG runs about 20 times slower than this machine, so tests that need volume rather than a
 // particular count (random filter rounds, fork churn, bursts) scale it down by this much.
 // Returns `n` on a host and n / 4 (at least 1) in a guest.
