@@ -81,9 +81,17 @@ CodeAt ProcessCodeLookup::At(uint64_t address) {
   code.file = f.file;
   code.offset = f.offset;
   if (code.file == kNoFile || code.anonymous || tables_ == nullptr) return code;
+  // A walk's frames are mostly in a few files (an interpreter's, libc): asked of the cache once
+  // each per walk.
+  for (const auto& [file, table] : held_) {
+    if (file == code.file) {
+      code.cfi = table.get();
+      return code;
+    }
+  }
   auto table = tables_->Get(code.file, now_ns_);
   code.cfi = table.get();
-  if (table != nullptr) held_.push_back(std::move(table));
+  held_.emplace_back(code.file, std::move(table));
   return code;
 }
 

@@ -83,8 +83,9 @@ class ProcessCodeLookup : public CodeLookup {
   CfiCache* tables_;
   uint32_t pid_;
   uint64_t now_ns_;
-  // The tables used by this walk, held while it runs (the cache may let them go meanwhile).
-  std::vector<std::shared_ptr<const CfiTable>> held_;
+  // The tables used by this walk (null: the file has none), held while it runs (the cache may
+  // let them go meanwhile).
+  std::vector<std::pair<FileId, std::shared_ptr<const CfiTable>>> held_;
 };
 
 }  // namespace tpe::unwind
