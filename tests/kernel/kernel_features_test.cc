@@ -269,8 +269,10 @@ TEST(KernelFeaturesTest, ProfilesRunUnderALoweredPerfEventMaxStack) {
   constexpr int kCalls = 500;
   const int original = ReadPerfEventMaxStack();
   Child child("tpe_maxstack", kCalls);
+  // The kernel's callchain (frame pointers) is what the sysctl bounds: a "dwarf" profile takes
+  // only the kernel part from it.
   const std::string config = R"({"profiles": [
-      {"name": "on_perf", "event": "syscalls:sys_enter_getppid", "engine": "perf",
+      {"name": "on_perf", "event": "syscalls:sys_enter_getppid", "engine": "perf", "unwind": "frame_pointer",
        "filter": "common_pid == )" +
                              std::to_string(child.pid()) +
                              R"("},
