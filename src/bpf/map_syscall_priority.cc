@@ -36,10 +36,13 @@ void GetScheduler(int* policy, int* priority) {
   *priority = 0;
   if (g_has_seam.load(std::memory_order_acquire)) return;
   const int pol = ::sched_getscheduler(0);
-  sched_param p{};
-  if (pol < 0 || ::sched_getparam(0, &p) != 0) return;
+  if (pol < 0) return;
   *policy = pol;
-  *priority = p.sched_priority;
+  // SCHED_OTHER, SCHED_BATCH and SCHED_IDLE have priority 0 (sched(7)); their nice value stays
+  // across sched_setscheduler(2).
+  const int base = pol & ~SCHED_RESET_ON_FORK;
+  sched_param p{};
+  if ((base == SCHED_FIFO || base == SCHED_RR) && ::sched_getparam(0, &p) == 0) *priority = p.sched_priority;
 }
 
 }  // namespace
