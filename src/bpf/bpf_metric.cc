@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 
+#include "bpf/map_syscall_priority.h"
 #include "common/clock.h"
 
 namespace tpe::bpf {
@@ -339,6 +340,7 @@ Status BpfMetric::Build(bool create) {
     TPE_ASSIGN_OR_RETURN(epoch_map_, CreateMap(BPF_MAP_TYPE_ARRAY, "tpe_epoch", 4, 8, 1));
     const uint32_t index = 0;
     const uint64_t first = window_.load();
+    FifoMapSyscall fifo;
     if (bpf_map_update_elem(epoch_map_.get(), &index, &first, BPF_ANY) != 0) {
       return Internal(spec_.name + ": cannot write its epoch map: " + std::string(strerror(errno)));
     }
@@ -450,6 +452,7 @@ int128 RawSum(const uint64_t* w, bool is_signed) {
 // Slot `slot` of a per-CPU stats map, summed over CPUs (0 if unreadable).
 uint64_t ReadStat(int stats_fd, uint32_t slot) {
   std::vector<uint64_t> per_cpu(static_cast<size_t>(PossibleCpus()));
+  FifoMapSyscall fifo;
   if (bpf_map_lookup_elem(stats_fd, &slot, per_cpu.data()) != 0) return 0;
   uint64_t sum = 0;
   for (uint64_t v : per_cpu) sum += v;
@@ -781,6 +784,7 @@ void BpfMetric::ExtremeSeries(MetricSnapshot* s) const {
   const uint64_t closed = window_.load();
   const uint64_t open = closed + 1;
   const uint32_t index = 0;
+  FifoMapSyscall fifo;
   if (bpf_map_update_elem(epoch_map_.get(), &index, &open, BPF_ANY) != 0) {
     spdlog::warn("{}: cannot close its scrape window (epoch map update: {}): no series on this page", spec_.name,
                  strerror(errno));

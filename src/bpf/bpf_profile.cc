@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bpf/map_access.h"
+#include "bpf/map_syscall_priority.h"
 
 namespace tpe::bpf {
 
@@ -45,7 +46,10 @@ bool BpfProfile::Frames(int32_t id, std::vector<uint64_t>* out) const {
   if (it == frames_.end()) {
     std::vector<uint64_t> ips(metric_->spec().max_frames);
     const uint32_t key = static_cast<uint32_t>(id);
-    if (bpf_map_lookup_elem(metric_->stacks_fd(), &key, ips.data()) != 0) return false;
+    {
+      FifoMapSyscall fifo;
+      if (bpf_map_lookup_elem(metric_->stacks_fd(), &key, ips.data()) != 0) return false;
+    }
     // The kernel zero-fills the value past the stack's frames (stack_map_get_build_id_offset
     // aside, bpf_stackmap_copy: memset of the rest).
     while (!ips.empty() && ips.back() == 0) ips.pop_back();

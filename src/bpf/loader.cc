@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "bpf/assembler.h"
+#include "bpf/map_syscall_priority.h"
 
 namespace tpe::bpf {
 namespace {
@@ -217,6 +218,12 @@ BpfFeatures ProbeBpfFeatures() {
       std::getline(cl, cmdline);
       f.preemptible_syscalls = (" " + cmdline + " ").find(" preempt=full ") != std::string::npos;
     }
+  }
+  if (f.preemptible_syscalls) {
+    // Before any map of ours exists and before capabilities are dropped (RLIMIT_RTPRIO).
+    const Status st = EnableFifoMapSyscalls();
+    f.fifo_map_syscalls = st.ok();
+    if (!st.ok()) f.fifo_map_syscalls_note = st.message();
   }
   return f;
 }
@@ -534,6 +541,7 @@ int MapInMapUpdate() {
     if (outer < 0) return errno;
   }
   const uint32_t key = 0;
+  FifoMapSyscall fifo;
   return bpf_map_update_elem(outer, &key, &inner, BPF_ANY) == 0 ? 0 : errno;
 }
 

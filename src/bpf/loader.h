@@ -47,6 +47,11 @@ struct BpfFeatures {
   // preemptible there: a task that then hits a tracepoint on that CPU has its programs skipped
   // (trace_call_bpf), counted as misses only from Linux 6.7 (tracepoint_misses).
   bool preemptible_syscalls = false;
+  // Where preemptible_syscalls: the exporter's map syscalls run at SCHED_FIFO 99, so no task
+  // preempts one and no program is skipped for one (map_syscall_priority.h; ProbeBpfFeatures()
+  // enables it). fifo_map_syscalls_note: why not, when it could not be enabled.
+  bool fifo_map_syscalls = false;
+  std::string fifo_map_syscalls_note;
   bool probe_read_kernel_str = true;  // BPF_FUNC_probe_read_kernel(_str) (Linux 5.5)
   // bpf_prog_info.recursion_misses counts tracepoint programs (Linux 6.7, commit "bpf: Add
   // missed stats for tracepoint programs"; earlier kernels only count them for kprobe/trampoline
@@ -79,6 +84,9 @@ struct BpfFeatures {
 // on PREEMPT_RT whether a tracing program may use a map allocating at run time (the verifier
 // refuses it there before 6.1; on other kernels before 6.1 it loads with a WARN that taints the
 // kernel, so there the version decides). When memlock is charged, setrlimit(RLIMIT_MEMLOCK).
+// Where kernel code is preemptible: EnableFifoMapSyscalls() (map_syscall_priority.h: raises
+// RLIMIT_RTPRIO; from then on this process's map syscalls run at SCHED_FIFO 99), its result in
+// fifo_map_syscalls(_note).
 // Never fails; a probe that cannot decide (EPERM) leaves the version's answer.
 BpfFeatures ProbeBpfFeatures();
 // The same for a given uname -r, uname -v and /sys/kernel/realtime content (tests: a fleet

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "bpf/map_syscall_priority.h"
 #include "collectors/wide_sum.h"
 #include "common/file_util.h"
 
@@ -19,33 +20,40 @@ int Result(int r) { return r < 0 ? (errno != 0 ? -errno : r) : 0; }
 
 }  // namespace
 
+// No FifoMapSyscall: BPF_MAP_GET_NEXT_KEY holds no bpf_prog_active (map_syscall_priority.h).
 int KernelMap::GetNextKey(const void* key, void* next) {
   errno = 0;
   return Result(bpf_map_get_next_key(fd_, key, next));
 }
 int KernelMap::Lookup(const void* key, void* value) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(bpf_map_lookup_elem(fd_, key, value));
 }
 int KernelMap::Delete(const void* key) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(bpf_map_delete_elem(fd_, key));
 }
 int KernelMap::LookupAndDelete(const void* key, void* value) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(bpf_map_lookup_and_delete_elem(fd_, key, value));
 }
 int KernelMap::LookupBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(
       bpf_map_lookup_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count, /*opts=*/nullptr));
 }
 
 int KernelMap::Update(const void* key, const void* value, uint64_t flags) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(bpf_map_update_elem(fd_, key, value, flags));
 }
 int KernelMap::LookupAndDeleteBatch(const void* in_batch, void* out_batch, void* keys, void* values, uint32_t* count) {
+  FifoMapSyscall fifo;
   errno = 0;
   return Result(bpf_map_lookup_and_delete_batch(fd_, const_cast<void*>(in_batch), out_batch, keys, values, count,
                                                 /*opts=*/nullptr));

@@ -86,10 +86,11 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& f) {
       {"bpf_tracepoint_misses", "6.7", f.bpf.tracepoint_misses,
        "the kernel does not count skipped runs of tracepoint programs: tracepoint_exporter_bpf_program_misses_total "
        "is not exported (never a false 0); runs skipped while another BPF program runs on the CPU go uncounted"},
-      {"bpf_skipped_runs_counted", "6.7 (or kernel code not preemptible)",
-       f.bpf.tracepoint_misses || !f.bpf.preemptible_syscalls,
+      {"bpf_skipped_runs_counted", "6.7 (or kernel code not preemptible, or map syscalls at SCHED_FIFO)",
+       f.bpf.tracepoint_misses || !f.bpf.preemptible_syscalls || f.bpf.fifo_map_syscalls,
        "the kernel skips bpf programs on a CPU, uncounted, while one of the exporter's map syscalls (a scrape's "
-       "read, a sweep) is preempted there (bpf_prog_active under a preemptible migrate_disable): \"auto\" puts "
+       "read, a sweep) is preempted there (bpf_prog_active under a preemptible migrate_disable), and this process "
+       "cannot run them at SCHED_FIFO 99 (CAP_SYS_NICE or RLIMIT_RTPRIO 99, no RestrictRealtime=yes): \"auto\" puts "
        "metrics on the perf engine, which accounts every sample; \"engine\": \"bpf\" runs with that loss"},
       {"bpf_atomic_xchg", "5.12", f.bpf.atomic_xchg,
        "probe programs (uprobes, USDT, kprobes) take their record's guard with a plain load and store, which is "

@@ -265,6 +265,32 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
     EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
     EXPECT_TRUE((*p)->warnings.empty());
   }
+  // Issue 34 item 8: where this process runs its map syscalls at SCHED_FIFO 99, no task preempts
+  // one, so no program is skipped for one: bpf under "auto", saying so, and "bpf" without warning.
+  for (KernelFeatures f : {On("6.1.0-18-rt-amd64", true), On("5.10.0-32-rt-amd64", true), full}) {
+    f.bpf.fifo_map_syscalls = true;
+    auto p = plan("auto", f);
+    ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_NE((*p)->engine_reasons[0].find("the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one"),
+              std::string::npos)
+        << (*p)->engine_reasons[0];
+    EXPECT_TRUE((*p)->warnings.empty());
+    p = plan("bpf", f);
+    ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
+    EXPECT_TRUE((*p)->warnings.empty()) << (*p)->warnings[0];
+  }
+  // Where it cannot (no CAP_SYS_NICE, RestrictRealtime=yes): perf, and the reason says why not.
+  KernelFeatures refused = On("6.1.0-18-rt-amd64", true);
+  refused.bpf.fifo_map_syscalls_note =
+      "cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: Operation not permitted)";
+  auto p = plan("auto", refused);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->engines[0], "perf");
+  EXPECT_NE(
+      (*p)->engine_reasons[0].find("and the exporter cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: "),
+      std::string::npos)
+      << (*p)->engine_reasons[0];
   bpf::SetBpfFaultForTesting(nullptr);
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }

@@ -166,12 +166,18 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     return false;
   }
   // Programs skipped while a map syscall of ours is preempted on their CPU (PREEMPT_RT, full
-  // preemption), and counted nowhere before Linux 6.7: perf, which accounts every sample.
+  // preemption), and counted nowhere before Linux 6.7 — unless the map syscalls run at SCHED_FIFO
+  // 99, where no task preempts them (bpf/map_syscall_priority.h). Else perf, which accounts every
+  // sample.
   const bpf::BpfFeatures& kf = plan->features.bpf;
-  if (!kf.tracepoint_misses && kf.preemptible_syscalls) {
-    const std::string skips = "on " + kf.release +
-                              " (kernel code preemptible, before Linux 6.7) the kernel skips a bpf program, "
-                              "uncounted, while one of the exporter's map syscalls is preempted on its CPU";
+  const bool fifo_syscalls = kf.preemptible_syscalls && kf.fifo_map_syscalls;
+  if (!kf.tracepoint_misses && kf.preemptible_syscalls && !kf.fifo_map_syscalls) {
+    const std::string skips =
+        "on " + kf.release +
+        " (kernel code preemptible, before Linux 6.7) the kernel skips a bpf program, "
+        "uncounted, while one of the exporter's map syscalls is preempted on its CPU, and the exporter " +
+        (kf.fifo_map_syscalls_note.empty() ? std::string("does not run them at SCHED_FIFO")
+                                           : kf.fifo_map_syscalls_note);
     if (!forced) {
       *why = skips + "; the perf engine accounts every sample";
       return false;
@@ -573,8 +579,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   plan->counting_events.emplace_back();
   plan->counting_carried.push_back(0);
   plan->engines.push_back("bpf");
-  plan->engine_reasons.push_back(forced ? "\"engine\": \"bpf\" in the config"
-                                        : "in-kernel aggregation: exact at any event rate, no samples");
+  std::string reason =
+      forced ? "\"engine\": \"bpf\" in the config" : "in-kernel aggregation: exact at any event rate, no samples";
+  if (fifo_syscalls) {
+    reason += "; on " + kf.release +
+              " (kernel code preemptible) the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one "
+              "and the kernel skips no program for one";
+  }
+  plan->engine_reasons.push_back(std::move(reason));
   return true;
 }
 

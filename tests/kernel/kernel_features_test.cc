@@ -177,8 +177,9 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
 }
 
 // On this kernel as it is: "auto" runs a {comm} counter on bpf unless the kernel preempts map
-// syscalls and does not count the programs it skips meanwhile (PREEMPT_RT before 6.7: the 5.10-rt
-// and 6.1-rt guests), where it runs on perf and says why.
+// syscalls, does not count the programs it skips meanwhile (PREEMPT_RT before 6.7: the 5.10-rt
+// and 6.1-rt guests) and this process cannot run its map syscalls at SCHED_FIFO 99, where it runs
+// on perf and says why.
 TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
@@ -190,12 +191,20 @@ TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
   const KernelFeatures& f = testing::ProbedAsIs();
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, f);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const bool uncounted_skips = f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses;
-  std::printf("%s: preemptible map syscalls %d, misses counted %d: auto runs on %s\n", f.bpf.release.c_str(),
-              f.bpf.preemptible_syscalls, f.bpf.tracepoint_misses, (*plan)->engines[0].c_str());
+  const bool uncounted_skips = f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses && !f.bpf.fifo_map_syscalls;
+  std::printf("%s: preemptible map syscalls %d, misses counted %d, map syscalls at SCHED_FIFO %d: auto runs on %s\n",
+              f.bpf.release.c_str(), f.bpf.preemptible_syscalls, f.bpf.tracepoint_misses, f.bpf.fifo_map_syscalls,
+              (*plan)->engines[0].c_str());
   EXPECT_EQ((*plan)->engines[0], uncounted_skips ? "perf" : "bpf") << (*plan)->engine_reasons[0];
   if (uncounted_skips) {
     EXPECT_NE((*plan)->engine_reasons[0].find("skips a bpf program, uncounted"), std::string::npos)
+        << (*plan)->engine_reasons[0];
+  }
+  // Root on a preemptible kernel (the 5.10-rt and 6.1-rt guests): the map syscalls run at
+  // SCHED_FIFO 99 and auto says so.
+  if (f.bpf.preemptible_syscalls && getuid() == 0) {
+    EXPECT_TRUE(f.bpf.fifo_map_syscalls) << f.bpf.fifo_map_syscalls_note;
+    EXPECT_NE((*plan)->engine_reasons[0].find("map syscalls run at SCHED_FIFO 99"), std::string::npos)
         << (*plan)->engine_reasons[0];
   }
   testing::ResetLoadOptions();

@@ -51,16 +51,18 @@ inline const KernelFeatures& ProbedAsIs() {
 }
 
 // Whether the daemon's "auto" avoids the bpf engine on this kernel (it preempts map syscalls and
-// does not count the programs it skips meanwhile: PREEMPT_RT before 6.7). Tests that run a real
-// Daemon (which plans with ProbedAsIs) expect perf there.
+// does not count the programs it skips meanwhile: PREEMPT_RT before 6.7, where this process cannot
+// run its map syscalls at SCHED_FIFO). Tests that run a real Daemon (which plans with ProbedAsIs)
+// expect perf there.
 inline bool AutoAvoidsBpf() {
   const KernelFeatures& f = ProbedAsIs();
-  return f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses;
+  return f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses && !f.bpf.fifo_map_syscalls;
 }
 
 // What the kernel tests plan for: ProbedAsIs() except that bpf programs skipped during a
 // preempted map syscall count as counted (BpfFeatures::preemptible_syscalls false), so that on
-// PREEMPT_RT kernels before 6.7 — where the daemon's "auto" puts every metric on perf — the tests
+// PREEMPT_RT kernels before 6.7 — where the daemon's "auto" puts every metric on perf unless its
+// map syscalls run at SCHED_FIFO (ProbedAsIs() enables that as root: map_syscall_priority.h) — the tests
 // of auto's other choices and of the bpf engine under auto run the bpf engine too. The RT choice
 // itself: KernelFeaturesTest.AutoFollowsWhetherSkippedRunsAreCounted (kernel tier) and
 // KernelFeaturesPlanTest.PreemptibleMapSyscallsBeforeMissesCountMeanPerf (unit). A test that

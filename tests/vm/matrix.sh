@@ -150,6 +150,9 @@ TPE_KVER=$KVER
 TPE_KMODULES=$KDIR/root/lib/modules/$KVER
 TPE_GUEST=${TPE_VM_GUEST:-$SRC/tests/vm/guest.sh}
 EOF
+  # TPE_GUEST_* variables reach the guest script as they are (e.g. TPE_GUEST_E2E_N).
+  local v
+  for v in $(compgen -v TPE_GUEST_); do printf '%s=%q\n' "$v" "${!v}" >>"$OUT/params"; done
   timeout "$TIMEOUT" qemu-system-x86_64 -machine q35 -accel "$ACCEL" -cpu max -smp 2 -m 2048 \
     -nographic -no-reboot -monitor none -serial "file:$OUT/console.log" \
     -kernel "$KDIR/root/boot/vmlinuz-$KVER" -initrd "$KDIR/initrd" \
@@ -187,7 +190,7 @@ run_and_judge() {
       cat "$OUT/verdicts" 2>/dev/null
       # What failed, here in the output (CI keeps no guest logs): each gtest failure with the
       # lines after it, and the failed tests' names, at most 120 lines per log.
-      for log in "$OUT/kernel-tier.log" "$OUT/e2e.log"; do
+      for log in "$OUT/kernel-tier.log" "$OUT/e2e.log" "$OUT/e2e-auto.log"; do
         [[ -f $log ]] || continue
         echo "-- failures in $log:"
         grep -E -A8 ': Failure$|^\[  FAILED  \]|^FAIL|Error|error:' "$log" | head -120
