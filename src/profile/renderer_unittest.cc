@@ -208,6 +208,8 @@ TEST(RenderTest, StrippedBinaryNamedFromItsDebugFileWithInlinedFrames) {
       continue;
     }
     EXPECT_EQ(folded, "tpe_nfp_c;tpe_nfp_leaf;tpe_nfp_inlined 7\n");
+    // The next render finds what this one found: no second lookup.
+    EXPECT_EQ(FoldedStacks(renderer.Render({sc}, "samples", "count", 1, 0, 0).builder->profile()), folded);
     EXPECT_EQ(r.stats.frames, 2u);
     EXPECT_EQ(r.stats.inlined, 1u);
     EXPECT_EQ(r.stats.unsymbolized, 0u);

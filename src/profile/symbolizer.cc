@@ -39,7 +39,9 @@ uint32_t Symbolizer::PseudoMapping(const std::string& name) {
 void Symbolizer::FindDebug(FileId id, FileState* state, int fd) {
   if (caches_.debug == nullptr || state->elf == nullptr) return;
   const elf::ElfFile& elf = *state->elf;
-  const std::string key = std::to_string(id);
+  // A build id names the file's contents, whichever process or path maps it (and a debug file is
+  // accepted only with that build id); a file without one is its own.
+  const std::string key = elf.build_id().empty() ? "file:" + std::to_string(id) : "build_id:" + elf.build_id();
   if (auto cached = caches_.debug->Find(key)) {
     state->debug = std::move(cached);
     return;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "common/log.h"
 
@@ -95,7 +96,8 @@ void DebuginfodClient::Reject(const std::string& build_id, const std::string& wh
 }
 
 void DebuginfodClient::Run() {
-  ::mkdir(options_.cache_dir.c_str(), 0700);
+  std::error_code ignored;  // a cache that cannot be made fails each fetch, counted
+  std::filesystem::create_directories(options_.cache_dir, ignored);
   while (true) {
     std::string id;
     {
