@@ -1115,7 +1115,7 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
         *settings, "settings",
         {"ring_buffer_pages", "max_series_per_metric", "series_idle_timeout_seconds", "bpf_cost_window_seconds",
          "bpf_cost_period_seconds", "bpf_preallocate_max_bytes", "max_pid_perf_events", "probe_refresh_seconds",
-         "max_stacks_per_profile", "profile_max_frames", "profile_stack_bytes"}));
+         "max_stacks_per_profile", "profile_max_frames", "profile_stack_bytes", "debuginfod_urls"}));
     uint64_t pages = cfg.settings.ring_buffer_pages;
     TPE_RETURN_IF_ERROR(c.GetWhole(*settings, "settings", "ring_buffer_pages", 1, 4096, &pages));
     if ((pages & (pages - 1)) != 0) {
@@ -1160,6 +1160,23 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
     if (cfg.settings.profile_stack_bytes % 8 != 0) {
       return c.Error("settings.profile_stack_bytes", std::to_string(cfg.settings.profile_stack_bytes) +
                                                          " is not a multiple of 8 (bytes; e.g. 8192, perf's default)");
+    }
+    if (settings->contains("debuginfod_urls")) {
+      std::string urls;
+      TPE_RETURN_IF_ERROR(c.GetString(*settings, "settings", "debuginfod_urls", false, &urls));
+      size_t at = 0;
+      while (at < urls.size()) {
+        const size_t end = std::min(urls.find(' ', at), urls.size());
+        const std::string url = urls.substr(at, end - at);
+        if (!url.empty() && !(url.starts_with("http://") || url.starts_with("https://"))) {
+          return c.Error("settings.debuginfod_urls",
+                         "\"" + url +
+                             "\" is not an http:// or https:// URL (space-separated base URLs, as DEBUGINFOD_URLS; "
+                             "e.g. \"https://debuginfod.debian.net\"; \"\" for none)");
+        }
+        at = end + 1;
+      }
+      cfg.settings.debuginfod_urls = urls;
     }
     double& refresh = cfg.settings.probe_refresh_seconds;
     TPE_RETURN_IF_ERROR(c.GetNumber(*settings, "settings", "probe_refresh_seconds", false, &refresh));

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -202,6 +203,10 @@ struct Settings {
   // (attr.sample_stack_user: perf record's default 8 KiB); a deeper stack is unwound as far as
   // the copy reaches. kMinProfileStackBytes..kMaxProfileStackBytes, a multiple of 8.
   uint64_t profile_stack_bytes = 8192;
+  // Debuginfod servers that profiles' stripped binaries' debug files are fetched from (by build
+  // id; cached on disk), with the meaning of elfutils' DEBUGINFOD_URLS: space-separated http:// or
+  // https:// base URLs; "" none. Unset: the daemon's DEBUGINFOD_URLS environment variable.
+  std::optional<std::string> debuginfod_urls;
 };
 inline constexpr uint64_t kMinProfileStackBytes = 512;
 // perf_event_open refuses sample_stack_user above USHRT_MAX, or not a multiple of 8

@@ -68,7 +68,8 @@ TEST(ConfigTest, EveryErrorNamesFilePathAndWhatIsValid) {
   EXPECT_EQ(
       Err(R"({"settings": {"ring_pages": 4}, "metrics": [{}]})"),
       "cfg.json: settings: unknown key \"ring_pages\" (valid keys: bpf_cost_period_seconds, "
-      "bpf_cost_window_seconds, bpf_preallocate_max_bytes, max_pid_perf_events, max_series_per_metric, "
+      "bpf_cost_window_seconds, bpf_preallocate_max_bytes, debuginfod_urls, max_pid_perf_events, "
+      "max_series_per_metric, "
       "max_stacks_per_profile, probe_refresh_seconds, profile_max_frames, profile_stack_bytes, ring_buffer_pages, "
       "series_idle_timeout_seconds)");
   EXPECT_EQ(Err(R"({"metrics": [{"name": "a_total", "event": "s:e"}]})"),
@@ -786,6 +787,28 @@ TEST(ConfigTest, Profiles) {
   auto e = ParseConfig(R"({"profiles": [{"name": "p", "event": "s:e"}]})", "cfg.json");
   ASSERT_TRUE(d.ok() && e.ok());
   EXPECT_NE(d->metrics[0].canonical, e->metrics[0].canonical);
+}
+
+TEST(ConfigTest, DebuginfodUrls) {
+  auto unset = ParseConfig(R"({"profiles": [{"name": "p", "event": "s:e"}]})", "cfg.json");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->settings.debuginfod_urls.has_value()) << "DEBUGINFOD_URLS from the environment";
+  auto two = ParseConfig(
+      R"({"settings": {"debuginfod_urls": "https://debuginfod.debian.net http://127.0.0.1:8002"},
+          "profiles": [{"name": "p", "event": "s:e"}]})",
+      "cfg.json");
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(two->settings.debuginfod_urls, "https://debuginfod.debian.net http://127.0.0.1:8002");
+  auto none =
+      ParseConfig(R"({"settings": {"debuginfod_urls": ""}, "profiles": [{"name": "p", "event": "s:e"}]})", "cfg.json");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->settings.debuginfod_urls, "");
+  EXPECT_EQ(
+      Err(R"({"settings": {"debuginfod_urls": "debuginfod.debian.net"}, "profiles": [{"name": "p", "event": "s:e"}]})"),
+      "cfg.json: settings.debuginfod_urls: \"debuginfod.debian.net\" is not an http:// or https:// URL "
+      "(space-separated base URLs, as DEBUGINFOD_URLS; e.g. \"https://debuginfod.debian.net\"; \"\" for none)");
+  EXPECT_EQ(Err(R"({"settings": {"debuginfod_urls": 1}, "profiles": [{"name": "p", "event": "s:e"}]})"),
+            "cfg.json: settings.debuginfod_urls: must be a string, not number");
 }
 
 TEST(ConfigTest, ProfileErrors) {

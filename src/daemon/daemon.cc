@@ -1,5 +1,6 @@
 #include "daemon/daemon.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <set>
 #include <string>
@@ -73,12 +74,27 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
 }
 }  // namespace
 
+symbols::DebuginfodClient::Options DebuginfodOptions(const Settings& settings) {
+  // The environment as the daemon started (the debuginfod client sets these variables itself).
+  static const std::string env_urls = std::getenv("DEBUGINFOD_URLS") ? std::getenv("DEBUGINFOD_URLS") : "";
+  const std::string env_cache = std::getenv("DEBUGINFOD_CACHE_PATH") ? std::getenv("DEBUGINFOD_CACHE_PATH") : "";
+  const std::string systemd_cache = std::getenv("CACHE_DIRECTORY") ? std::getenv("CACHE_DIRECTORY") : "";
+  symbols::DebuginfodClient::Options o;
+  o.urls = settings.debuginfod_urls.value_or(env_urls);
+  // DEBUGINFOD_CACHE_PATH as elfutils' tools read it; else systemd's CacheDirectory=; else ours.
+  o.cache_dir = !env_cache.empty()       ? env_cache
+                : !systemd_cache.empty() ? systemd_cache.substr(0, systemd_cache.find(':')) + "/debuginfod"
+                                         : std::string(kDebuginfodCacheDir);
+  return o;
+}
+
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
                                                  const KernelEnums& enums, Config* loaded) {
   TPE_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path));
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, PlanConfig(config, tracefs, enums, nullptr));
   auto pipeline = std::make_unique<Pipeline>(&tracefs);
   TPE_RETURN_IF_ERROR(pipeline->Open(std::move(plan)));
+  pipeline->renderer().SetDebuginfod(DebuginfodOptions(config.settings));
   if (loaded != nullptr) *loaded = std::move(config);
   return pipeline;
 }
@@ -112,6 +128,9 @@ Status Daemon::Reload() {
     ++reload_failure_;
     last_reload_ok_ = false;
     return st;
+  }
+  if (DebuginfodOptions(config->settings).urls != DebuginfodOptions(config_.settings).urls) {
+    pipeline_->renderer().SetDebuginfod(DebuginfodOptions(config->settings));
   }
   config_ = std::move(*config);
   failed_refresh_.clear();

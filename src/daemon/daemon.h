@@ -20,6 +20,7 @@
 #include "daemon/config.h"
 #include "daemon/pipeline.h"
 #include "exporter/http_server.h"
+#include "symbols/debuginfod.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
 
@@ -31,6 +32,14 @@ namespace tpe {
 // `loaded`: when not null, the config that was loaded.
 StatusOr<std::unique_ptr<Pipeline>> OpenPipeline(const std::string& config_path, const Tracefs& tracefs,
                                                  const KernelEnums& enums, Config* loaded = nullptr);
+
+// Where fetched debug files are kept when neither DEBUGINFOD_CACHE_PATH nor systemd's
+// CACHE_DIRECTORY (CacheDirectory= in the unit) says.
+inline constexpr char kDebuginfodCacheDir[] = "/var/cache/tracepoint_exporter/debuginfod";
+// The debuginfod client `settings` ask for: settings.debuginfod_urls, else the daemon's
+// DEBUGINFOD_URLS (as it started); the cache in DEBUGINFOD_CACHE_PATH, else
+// $CACHE_DIRECTORY/debuginfod, else kDebuginfodCacheDir.
+symbols::DebuginfodClient::Options DebuginfodOptions(const Settings& settings);
 
 class Daemon {
  public:

@@ -358,6 +358,22 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       Add(&reads, {{"result", "evicted"}}, static_cast<double>(cfi.evictions));
       out.push_back(std::move(reads));
     }
+    auto debuginfo = Family("tracepoint_exporter_profile_debuginfo_total",
+                            "Lookups of stripped binaries' debug information by source (build_id_dir, debuglink, "
+                            "debugdata, debuginfod) and result: found, missing, build_id_mismatch (refused), "
+                            "crc_mismatch (refused), invalid (not ELF, corrupt), refused (untrusted file), pending "
+                            "(a debuginfod fetch still running: named by a later render), failed (debuginfod: "
+                            "timeout, connection, server error). One per binary and source while it is cached.",
+                            MetricKind::kCounter);
+    for (size_t s = 0; s < symbols::kDebugSources; ++s) {
+      for (size_t r = 0; r < symbols::kDebugResults; ++r) {
+        const auto source = static_cast<symbols::DebugSource>(s);
+        const auto result = static_cast<symbols::DebugResult>(r);
+        Add(&debuginfo, {{"source", symbols::DebugSourceName(source)}, {"result", symbols::DebugResultName(result)}},
+            static_cast<double>(renderer_.debug_counts().Get(source, result)));
+      }
+    }
+    out.push_back(std::move(debuginfo));
     auto rendered = Family("tracepoint_exporter_profile_render_frames",
                            "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
                            "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "

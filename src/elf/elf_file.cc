@@ -328,7 +328,7 @@ struct SymbolBudget {
 // (whose names carry them).
 Status ReadSymbols(Elf* e, const GElf_Shdr& sh, const std::string& section, const std::vector<LoadSegment>& segments,
                    const DynsymVersions* versions, StringTables* strings, const ElfLimits& limits,
-                   const std::string& path, SymbolBudget* budget, std::vector<Symbol>* out) {
+                   const std::string& path, SymbolBudget* budget, std::vector<Symbol>* out, bool skip_unmapped) {
   if (sh.sh_entsize != sizeof(Elf64_Sym)) {
     return InvalidArgument(path + ": " + section + " has sh_entsize " + std::to_string(sh.sh_entsize) + ", not " +
                            std::to_string(sizeof(Elf64_Sym)));
@@ -371,6 +371,7 @@ Status ReadSymbols(Elf* e, const GElf_Shdr& sh, const std::string& section, cons
     if (name_view.empty()) continue;
     const std::string name(name_view);
     auto offset = FileOffsetForAddress(segments, sym.st_value);
+    if (!offset.ok() && skip_unmapped) continue;
     if (!offset.ok()) return offset.status().WithContext(path + ": " + section + " function " + name);
     budget->name_bytes -= name.size();
     Symbol s{.name = name,
@@ -427,6 +428,17 @@ StatusOr<ElfFile> ElfFile::OpenFd(int fd, const std::string& path, const ElfLimi
   return ReadFd(fd, st, path, limits, nullptr);
 }
 
+StatusOr<ElfFile> ElfFile::OpenDebugFd(int fd, const std::string& path, const std::vector<LoadSegment>& segments,
+                                       const ElfLimits& limits) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes) {
+    return OverLimit(path, "the file", static_cast<uint64_t>(st.st_size), limits.max_file_bytes, "bytes");
+  }
+  return ReadFd(fd, st, path, limits, nullptr, &segments);
+}
+
 StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::function<void()>& after_begin,
                                        const ElfLimits& limits) {
   UntrustedFileOptions options;
@@ -437,7 +449,7 @@ StatusOr<ElfFile> ElfFile::OpenForTest(const std::string& path, const std::funct
 }
 
 StatusOr<ElfFile> ElfFile::ReadFd(int fd, const struct stat& st, const std::string& path, const ElfLimits& limits,
-                                  const std::function<void()>& after_begin) {
+                                  const std::function<void()>& after_begin, const std::vector<LoadSegment>* segments) {
   static const bool kLibelfReady = elf_version(EV_CURRENT) != EV_NONE;
   if (!kLibelfReady) return Internal("libelf: elf_version(EV_CURRENT) failed");
   TPE_RETURN_IF_ERROR(CheckElfHeader(fd, static_cast<uint64_t>(st.st_size), limits, path));
@@ -447,7 +459,7 @@ StatusOr<ElfFile> ElfFile::ReadFd(int fd, const struct stat& st, const std::stri
   ElfPtr e(elf_begin(fd, ELF_C_READ, nullptr));
   if (e == nullptr) return Corrupt(path, "not readable as ELF");
   if (after_begin) after_begin();
-  StatusOr<ElfFile> file = Read(e.get(), path, static_cast<uint64_t>(st.st_size), limits);
+  StatusOr<ElfFile> file = Read(e.get(), path, static_cast<uint64_t>(st.st_size), limits, segments);
   // A file rewritten or cut while it was read may have given inconsistent pieces, or a read
   // error that blames the file's contents: say what happened instead.
   struct stat now;
@@ -460,7 +472,8 @@ StatusOr<ElfFile> ElfFile::ReadFd(int fd, const struct stat& st, const std::stri
   return file;
 }
 
-StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits) {
+StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits,
+                                const std::vector<LoadSegment>* segments) {
   if (elf_kind(e) != ELF_K_ELF) return InvalidArgument(path + ": not an ELF file");
   GElf_Ehdr ehdr;
   if (gelf_getehdr(e, &ehdr) == nullptr) return Corrupt(path, "unreadable ELF header");
@@ -479,6 +492,8 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
   file.path_ = path;
   file.is_dynamic_ = ehdr.e_type == ET_DYN;
   TPE_ASSIGN_OR_RETURN(file.segments_, ReadSegments(e, file_size, path));
+  // A separate debug file's PT_LOAD headers keep no bytes: its addresses are the binary's.
+  if (segments != nullptr) file.segments_ = *segments;
 
   StringTables strings(e, file_size, limits.max_string_table_bytes, path);
   size_t shstrndx = 0;
@@ -528,6 +543,25 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr) return Corrupt(path, "cannot read .note.gnu.build-id");
       file.build_id_ = BuildIdOf(data);
+    } else if (section == ".gnu_debuglink" && sh.sh_type == SHT_PROGBITS) {
+      // The debug file's name (NUL-terminated, padded to 4 bytes), then its CRC-32 (gdb's
+      // "Debugging Information in Separate Files").
+      TPE_RETURN_IF_ERROR(CheckWholeSection(path, "section " + name, sh.sh_size, limits));
+      Elf_Data* data = elf_rawdata(scn, nullptr);
+      if (data == nullptr) return Corrupt(path, "cannot read .gnu_debuglink");
+      const std::string_view raw(static_cast<const char*>(data->d_buf), data->d_size);
+      const size_t nul = raw.find('\0');
+      const size_t crc_at = nul == std::string_view::npos ? raw.size() : (nul + 4) & ~size_t{3};
+      if (nul != std::string_view::npos && nul > 0 && crc_at + 4 <= raw.size()) {
+        file.debuglink_.name = std::string(raw.substr(0, nul));
+        uint32_t crc = 0;
+        std::memcpy(&crc, raw.data() + crc_at, 4);  // in the file's byte order: x86-64 is little-endian
+        file.debuglink_.crc = crc;
+      }
+    } else if (section == ".gnu_debugdata" && sh.sh_type == SHT_PROGBITS) {
+      file.debugdata_ = SectionExtent{sh.sh_offset, sh.sh_size};
+    } else if (section == ".debug_info" && sh.sh_type != SHT_NOBITS && sh.sh_size > 0) {
+      file.has_debug_info_ = true;
     } else if (section == ".note.stapsdt" && sh.sh_type == SHT_NOTE) {
       TPE_RETURN_IF_ERROR(CheckWholeSection(path, "section " + name, sh.sh_size, limits));
       Elf_Data* data = elf_rawdata(scn, nullptr);
@@ -542,8 +576,8 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
     const DynsymVersions* v = dynsym ? &versions : nullptr;
     const DynsymVersions none;  // a .gnu.version that belongs to another table: no versions
     if (dynsym && versions.versym != nullptr && versions.versym_sh.sh_link != elf_ndxscn(t.scn)) v = &none;
-    TPE_RETURN_IF_ERROR(
-        ReadSymbols(e, t.sh, t.name, file.segments_, v, &strings, limits, path, &budget, &file.symbols_));
+    TPE_RETURN_IF_ERROR(ReadSymbols(e, t.sh, t.name, file.segments_, v, &strings, limits, path, &budget, &file.symbols_,
+                                    segments != nullptr));
   }
   file.truncated_symbols_ = budget.truncated;
 
@@ -575,6 +609,7 @@ StatusOr<ElfFile> ElfFile::Read(Elf* e, const std::string& path, uint64_t file_s
            std::make_tuple(syms[b].address, !syms[b].default_version);
   });
 
+  if (segments != nullptr) notes = {};  // a debug file's probes are the binary's
   auto parsed = ParseStapsdtNotes(notes);
   if (!parsed.ok()) return parsed.status().WithContext(path);
   for (const StapsdtNote& note : *parsed) {

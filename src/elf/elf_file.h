@@ -108,6 +108,12 @@ class ElfFile {
   // OpenUntrustedInRoot opened and whose inode the caller checked; `path` names it in messages
   // and path(). Errors: Open's (InvalidArgument when `fd` is not a regular file).
   static StatusOr<ElfFile> OpenFd(int fd, const std::string& path, const ElfLimits& limits = {});
+  // A separate debug file of a binary (objcopy --only-keep-debug, a build-id directory's,
+  // debuginfod's, MiniDebugInfo's), open as `fd`: read as OpenFd, but its addresses are mapped to
+  // file offsets through `segments`, the binary's PT_LOAD segments (a debug file's own keep no
+  // bytes), functions at addresses no segment holds are left out, and its USDT notes are not read.
+  static StatusOr<ElfFile> OpenDebugFd(int fd, const std::string& path, const std::vector<LoadSegment>& segments,
+                                       const ElfLimits& limits = {});
   // Open, calling `after_begin` once libelf has opened the file and read its ELF header, before
   // anything else is read (tests truncate or rewrite the file there).
   static StatusOr<ElfFile> OpenForTest(const std::string& path, const std::function<void()>& after_begin,
@@ -151,6 +157,26 @@ class ElfFile {
   // for a SHA-1 id; "" when the file has none. Debuginfod and pprof servers find debug info by it.
   const std::string& build_id() const { return build_id_; }
 
+  // Whether the file has a .symtab (is not stripped of its local symbols).
+  bool has_symtab() const { return has_symtab_; }
+  // Whether the file holds DWARF (a .debug_info section with contents; a file stripped by
+  // `objcopy --only-keep-debug` of its code keeps it, the stripped binary does not).
+  bool has_debug_info() const { return has_debug_info_; }
+  // .gnu_debuglink: the separate debug file's base name and the CRC-32 of its contents (gdb's
+  // "Debugging Information in Separate Files"); name "" when the section is absent or malformed.
+  struct DebugLink {
+    std::string name;
+    uint32_t crc = 0;
+  };
+  const DebugLink& debuglink() const { return debuglink_; }
+  // .gnu_debugdata (MiniDebugInfo: an xz-compressed ELF holding a .symtab): where its bytes lie in
+  // the file; size 0 when absent.
+  struct SectionExtent {
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+  const SectionExtent& debugdata() const { return debugdata_; }
+
   // Every USDT probe site in .note.stapsdt, in note order (empty when the section is absent).
   // A probe appears once per site: a probe macro inlined in N places is N entries.
   const std::vector<UsdtProbe>& UsdtProbes() const { return probes_; }
@@ -170,15 +196,21 @@ class ElfFile {
  private:
   // Everything but opening: the checks and sections of the file libelf reads as `e`, which has
   // `file_size` bytes.
-  static StatusOr<ElfFile> Read(::Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits);
+  // `segments`: for a debug file (OpenDebugFd), the binary's; null otherwise.
+  static StatusOr<ElfFile> Read(::Elf* e, const std::string& path, uint64_t file_size, const ElfLimits& limits,
+                                const std::vector<LoadSegment>* segments = nullptr);
   static StatusOr<ElfFile> ReadFd(int fd, const struct stat& st, const std::string& path, const ElfLimits& limits,
-                                  const std::function<void()>& after_begin);
+                                  const std::function<void()>& after_begin,
+                                  const std::vector<LoadSegment>* segments = nullptr);
   uint64_t ComputeMemoryBytes() const;
 
   std::string path_;
   bool is_dynamic_ = false;
   bool has_symtab_ = false;  // a .symtab section exists (the file is not stripped)
   bool has_stapsdt_ = false;
+  bool has_debug_info_ = false;
+  DebugLink debuglink_;
+  SectionExtent debugdata_;
   std::vector<LoadSegment> segments_;
   std::vector<Symbol> symbols_;       // sorted by name, address, version; deduplicated
   std::vector<uint32_t> by_address_;  // indices into symbols_, by address, the preferred alias first

@@ -158,8 +158,13 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
   }
   // Each location's name made well-formed UTF-8 once (symbol names are bytes; the document must
   // parse).
-  std::map<uint64_t, std::pair<std::string, FrameKind>> keys;
-  for (auto& [id, n] : NameLocations(p)) keys.emplace(id, std::make_pair(SanitizeUtf8(n.name), n.kind));
+  // A location with inlined functions is a frame per function, the holder below them.
+  std::map<uint64_t, std::vector<std::pair<std::string, FrameKind>>> keys;
+  for (auto& [id, n] : NameLocations(p)) {
+    auto& k = keys[id];
+    k.emplace_back(SanitizeUtf8(n.name), n.kind);
+    for (const std::string& in : n.inlined) k.emplace_back(SanitizeUtf8(in), n.kind);
+  }
   std::vector<Node> nodes(1);
   nodes[0].name = "all";
   size_t stacks = 0;
@@ -171,14 +176,15 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
     nodes[0].value = SaturatingAdd(nodes[0].value, v);
     for (int i = s.location_id_size() - 1; i >= 0; --i) {  // root first
       auto it = keys.find(s.location_id(i));
-      const std::pair<std::string, FrameKind> key =
-          it != keys.end() ? it->second
-                           : std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown);
-      const auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
-      const size_t index = child->second;  // before nodes grows
-      if (added) nodes.push_back(Node{key.first, key.second, 0, {}});
-      at = index;
-      nodes[at].value = SaturatingAdd(nodes[at].value, v);
+      const std::vector<std::pair<std::string, FrameKind>> unknown = {
+          std::make_pair("location " + std::to_string(s.location_id(i)), FrameKind::kUnknown)};
+      for (const auto& key : it != keys.end() ? it->second : unknown) {
+        const auto [child, added] = nodes[at].children.try_emplace(key, nodes.size());
+        const size_t index = child->second;  // before nodes grows
+        if (added) nodes.push_back(Node{key.first, key.second, 0, {}});
+        at = index;
+        nodes[at].value = SaturatingAdd(nodes[at].value, v);
+      }
     }
   }
   const int64_t total = nodes[0].value;

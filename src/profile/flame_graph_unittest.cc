@@ -202,5 +202,27 @@ TEST(FlameGraphTest, AProfileWithoutSamplesSaysSo) {
   EXPECT_NE(svg.find("0 samples in 0 stacks"), std::string::npos);
 }
 
+// A Location with an inlined function is two frames: the inlined one drawn a row above the
+// function it was inlined into, as wide (folded stacks say the same).
+TEST(FlameGraphTest, InlinedFunctionsAreFramesAboveTheirCaller) {
+  PprofBuilder b("samples", "count");
+  ProfileFrame leaf(0x40, b.AddMapping(ProfileMapping{0, 0x1000, 0, "/bin/app", "", 0}), "tpe_holder");
+  leaf.file = "app.c";
+  leaf.line = 12;
+  leaf.inlined.push_back(ProfileFrame::Inlined{"tpe_inlined_fn", "app.c", 3});
+  ProfileFrame root(0x80, leaf.mapping_id, "main");
+  const std::vector<ProfileFrame> stack = {leaf, root};
+  b.AddSample(stack, {}, 5);
+  EXPECT_EQ(FoldedStacks(b.profile()), "main;tpe_holder;tpe_inlined_fn 5\n");
+  ASSERT_EQ(b.profile().location(0).line_size(), 2);
+  EXPECT_EQ(b.profile().location(0).line(0).line(), 3);
+  EXPECT_EQ(b.profile().location(0).line(1).line(), 12);
+  const std::string svg = FlameGraphSvg(b.profile(), FlameGraphOptions{"t"});
+  EXPECT_TRUE(WellFormed(svg));
+  const size_t holder = svg.find("<title>tpe_holder"), inlined = svg.find("<title>tpe_inlined_fn");
+  ASSERT_NE(holder, std::string::npos) << svg;
+  ASSERT_NE(inlined, std::string::npos) << svg;
+}
+
 }  // namespace
 }  // namespace tpe

@@ -74,17 +74,29 @@ uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
   loc->set_mapping_id(f.mapping_id);
   loc->set_address(f.address);
   if (!f.function.empty()) {
-    auto [fit, fnew] = functions_.emplace(f.function, 0);
-    if (fnew) {
-      auto* fn = profile_.add_function();
-      fit->second = static_cast<uint64_t>(profile_.function_size());
-      fn->set_id(fit->second);
-      fn->set_name(Str(f.function));
-      fn->set_system_name(Str(f.function));
+    for (const ProfileFrame::Inlined& in : f.inlined) {
+      auto* line = loc->add_line();
+      line->set_function_id(FunctionId(in.function, in.file));
+      line->set_line(in.line);
     }
-    loc->add_line()->set_function_id(fit->second);
+    auto* line = loc->add_line();
+    line->set_function_id(FunctionId(f.function, f.file));
+    line->set_line(f.line);
   }
   return *id;
+}
+
+uint64_t PprofBuilder::FunctionId(const std::string& name, const std::string& file) {
+  auto [it, inserted] = functions_.emplace(std::make_pair(name, file), 0);
+  if (inserted) {
+    auto* fn = profile_.add_function();
+    it->second = static_cast<uint64_t>(profile_.function_size());
+    fn->set_id(it->second);
+    fn->set_name(Str(name));
+    fn->set_system_name(Str(name));
+    fn->set_filename(Str(file));
+  }
+  return it->second;
 }
 
 void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
@@ -155,9 +167,14 @@ std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profil
   std::map<uint64_t, LocationName> out;
   for (const auto& loc : p.location()) {
     LocationName& n = out[loc.id()];
-    if (loc.line_size() > 0) {
-      auto fit = functions.find(loc.line(0).function_id());
-      if (fit != functions.end()) n.name = str(fit->second->name());
+    for (int i = loc.line_size() - 1; i >= 0; --i) {  // the holder, then what was inlined into it
+      auto fit = functions.find(loc.line(i).function_id());
+      const std::string name = fit != functions.end() ? str(fit->second->name()) : std::string();
+      if (i == loc.line_size() - 1) {
+        n.name = name;
+      } else if (!name.empty()) {
+        n.inlined.push_back(name);
+      }
     }
     auto mit = mappings.find(loc.mapping_id());
     if (mit != mappings.end()) {
@@ -181,8 +198,12 @@ std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profil
 }
 
 std::string FoldedStacks(const perftools::profiles::Profile& p) {
-  std::map<uint64_t, std::string> frame_names;  // location id -> folded name
-  for (const auto& [id, n] : NameLocations(p)) frame_names[id] = Sanitized(n.name);
+  std::map<uint64_t, std::string> frame_names;  // location id -> folded name(s), root first
+  for (const auto& [id, n] : NameLocations(p)) {
+    std::string& f = frame_names[id];
+    f = Sanitized(n.name);
+    for (const std::string& in : n.inlined) f += ";" + Sanitized(in);
+  }
   std::map<std::string, int64_t> folded;
   for (const auto& s : p.sample()) {
     std::string line;

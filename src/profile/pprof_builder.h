@@ -23,12 +23,24 @@ namespace tpe {
 
 // One frame of a stack, as the symbolizer left it.
 struct ProfileFrame {
+  ProfileFrame() = default;
+  ProfileFrame(uint64_t address, uint64_t mapping_id, std::string function = "", uint64_t location_id = 0)
+      : address(address), mapping_id(mapping_id), function(std::move(function)), location_id(location_id) {}
   uint64_t address = 0;      // instruction address: in the process (user) or kernel virtual; 0 for a
                              // frame that only names something (a lost stack's reason)
   uint64_t mapping_id = 0;   // PprofBuilder::AddMapping's id; 0 when no mapping holds it
   std::string function;      // symbol name; "" when unsymbolized (the address and mapping remain)
   uint64_t location_id = 0;  // nonzero: PprofBuilder::FindLocation's id for (mapping_id, address),
                              // which this frame is (`function` is then unused)
+  std::string file;          // `function`'s source file; "" when unknown
+  int64_t line = 0;          // the source line in `function`; 0 when unknown
+  // Functions inlined at `address`, innermost first, each with its own line (the innermost's at
+  // the address, the others' at the call they inlined): pprof Lines before `function`'s.
+  struct Inlined {
+    std::string function, file;
+    int64_t line = 0;
+  };
+  std::vector<Inlined> inlined;
 };
 
 // A mapping of an executable file (or the kernel) in the address space the frames come from.
@@ -66,7 +78,10 @@ class PprofBuilder {
 
   // Adds a sample: `leaf_first` frames (the innermost first, as pprof orders location_id),
   // string labels (key, value), and its value. Frames with the same (mapping, address) share one
-  // Location; functions with the same name share one Function.
+  // Location; functions with the same name and file share one Function. A frame with inlined
+  // functions is one Location with one Line per function, the innermost first (profile.proto:
+  // "line[0] is the innermost inlined function; the last line is the caller into which the
+  // preceding entries were inlined").
   void AddSample(std::span<const ProfileFrame> leaf_first, std::span<const std::pair<std::string, std::string>> labels,
                  int64_t value);
 
@@ -98,7 +113,8 @@ class PprofBuilder {
   std::unordered_map<std::pair<uint64_t, uint64_t>, KnownLocation, PairHash> locations_;
   // (mapping id, name) of an address-0 frame (a lost stack's reason) -> location id
   std::map<std::pair<uint64_t, std::string>, uint64_t> named_frames_;
-  std::unordered_map<std::string, uint64_t> functions_;  // name -> id
+  uint64_t FunctionId(const std::string& name, const std::string& file);
+  std::map<std::pair<std::string, std::string>, uint64_t> functions_;  // (name, file) -> id
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, std::string, std::string, uint64_t>, uint64_t> mappings_;
 };
 
@@ -111,15 +127,19 @@ enum class FrameKind { kUser, kKernel, kJit, kUnknown };
 // A Location as a reader shows it: its function's name; unsymbolized, "<file>+0x<offset>" when
 // its mapping is known, else "0x<address>".
 struct LocationName {
-  std::string name;
+  std::string name;  // the function holding the code (the Location's last Line)
   FrameKind kind = FrameKind::kUnknown;
+  // Functions inlined there (the Location's other Lines), outermost first: drawn above `name`,
+  // each above the one it was inlined into.
+  std::vector<std::string> inlined;
 };
 
 // Every Location of `profile` by id.
 std::map<uint64_t, LocationName> NameLocations(const perftools::profiles::Profile& profile);
 
 // Folded stacks ("root;caller;leaf <value>\n" per distinct stack, sorted) of a profile's first
-// value, as flamegraph.pl and speedscope read them. An unsymbolized frame is written as
+// value, as flamegraph.pl and speedscope read them; inlined functions are frames of their own. An unsymbolized frame is
+// written as
 // "<file>+0x<offset>" when its mapping is known, else "0x<address>"; ';' and spaces in names are
 // replaced by '_' so the format stays parseable.
 std::string FoldedStacks(const perftools::profiles::Profile& profile);

@@ -2,25 +2,139 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <unordered_map>
 
 #include "common/clock.h"
 
 namespace tpe {
 
+namespace {
+
+// Names the frames of a render's stacks: every distinct address once, batched per mapping.
+// Want* every stack first, then Resolve, then Append* each stack.
+class FrameNamer {
+ public:
+  FrameNamer(Symbolizer* symbolizer, PprofBuilder* builder) : sym_(symbolizer), builder_(builder) {}
+
+  void WantUser(std::span<const UserFrame> user) {
+    for (size_t i = 0; i < user.size(); ++i) {
+      auto [it, inserted] = user_index_.try_emplace(Key(user[i]), 0);
+      if (!inserted) continue;
+      auto& batch = user_batches_[user[i].file];
+      it->second = batch.size();
+      // A return address is named by the call before it; a frame first met as the leaf by its own.
+      batch.push_back(Symbolizer::UserAddress{user[i].offset, i != 0});
+    }
+  }
+  void WantKernel(std::span<const uint64_t> ips) {
+    for (size_t i = 0; i < ips.size(); ++i) {
+      if (kernel_index_.try_emplace(ips[i], kernel_batch_.size()).second) {
+        kernel_batch_.push_back(Symbolizer::KernelAddress{ips[i], i != 0});
+      }
+    }
+  }
+  void Resolve() {
+    std::vector<FileId> files;
+    for (const auto& [file, batch] : user_batches_) files.push_back(file);
+    sym_->Prepare(files);
+    for (const auto& [file, batch] : user_batches_) {
+      std::vector<SymbolizedAddress> named = sym_->SymbolizeUser(file, batch);
+      auto& frames = user_frames_[file];
+      for (SymbolizedAddress& a : named) frames.push_back(Frame(std::move(a)));
+    }
+    for (SymbolizedAddress& a : sym_->SymbolizeKernel(kernel_batch_)) kernel_frames_.push_back(Frame(std::move(a)));
+  }
+  void AppendUser(std::span<const UserFrame> user, std::vector<ProfileFrame>* out) {
+    for (const UserFrame& uf : user) {
+      const Named& n = user_frames_.at(uf.file)[user_index_.at(Key(uf))];
+      Count(n, false);
+      out->push_back(n.frame);
+    }
+  }
+  void AppendKernel(std::span<const uint64_t> ips, std::vector<ProfileFrame>* out) {
+    for (uint64_t ip : ips) {
+      const Named& n = kernel_frames_[kernel_index_.at(ip)];
+      Count(n, true);
+      out->push_back(n.frame);
+    }
+  }
+
+ private:
+  struct Named {
+    ProfileFrame frame;
+    SymbolizedAddress::Miss miss = SymbolizedAddress::Miss::kNone;
+  };
+  static std::pair<FileId, uint64_t> Key(const UserFrame& f) { return {f.file, f.offset}; }
+
+  Named Frame(SymbolizedAddress a) {
+    Named n;
+    n.miss = a.miss;
+    auto [it, inserted] = mapping_ids_.try_emplace(a.mapping, 0);
+    if (inserted) {
+      const SymbolMapping& m = sym_->mapping(a.mapping);
+      it->second = builder_->AddMapping(ProfileMapping{0, m.limit, 0, m.file, m.build_id, m.key});
+    }
+    n.frame.address = a.address;
+    n.frame.mapping_id = it->second;
+    if (!a.frames.empty()) {
+      const SymbolFrame& holder = a.frames.back();
+      n.frame.function = holder.function;
+      n.frame.file = holder.file;
+      n.frame.line = holder.line;
+      for (size_t i = 0; i + 1 < a.frames.size(); ++i) {
+        n.frame.inlined.push_back(ProfileFrame::Inlined{a.frames[i].function, a.frames[i].file, a.frames[i].line});
+      }
+    }
+    return n;
+  }
+  void Count(const Named& n, bool kernel) {
+    Symbolizer::Stats& st = sym_->stats();
+    ++st.frames;
+    st.inlined += n.frame.inlined.size();
+    if (n.miss == SymbolizedAddress::Miss::kNoSymbol) {
+      ++st.unsymbolized;
+      if (kernel) ++st.kernel_unsymbolized;
+    } else if (n.miss == SymbolizedAddress::Miss::kUnknownMapping) {
+      ++st.unknown_mapping;
+    }
+  }
+
+  Symbolizer* sym_;
+  PprofBuilder* builder_;
+  std::map<std::pair<FileId, uint64_t>, size_t> user_index_;  // -> index in its file's batch
+  std::map<FileId, std::vector<Symbolizer::UserAddress>> user_batches_;
+  std::map<FileId, std::vector<Named>> user_frames_;
+  std::unordered_map<uint64_t, size_t> kernel_index_;
+  std::vector<Symbolizer::KernelAddress> kernel_batch_;
+  std::vector<Named> kernel_frames_;
+  std::unordered_map<uint32_t, uint64_t> mapping_ids_;  // symbolizer's mapping -> builder's
+};
+
+}  // namespace
+
 void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, PprofBuilder* builder) {
-  std::vector<ProfileFrame> frames;
-  std::vector<std::pair<std::string, std::string>> labels;
+  FrameNamer namer(symbolizer, builder);
   std::vector<UserFrame> unknown;
-  for (const StackCount& sc : stacks) {
-    frames.clear();
-    symbolizer->AppendKernel(sc.kernel, builder, &frames);
-    if (!sc.kernel_lost.empty()) frames.push_back(ProfileFrame{0, 0, "[kernel stack lost: " + sc.kernel_lost + "]"});
+  auto user_of = [&](const StackCount& sc) -> std::span<const UserFrame> {
     if (sc.user_frames.empty() && !sc.user.empty()) {
       unknown.assign(sc.user.size(), UserFrame{});
-      symbolizer->AppendUser(unknown, builder, &frames);
-    } else {
-      symbolizer->AppendUser(sc.user_frames, builder, &frames);
+      return unknown;
     }
+    return sc.user_frames;
+  };
+  for (const StackCount& sc : stacks) {
+    namer.WantKernel(sc.kernel);
+    namer.WantUser(user_of(sc));
+  }
+  namer.Resolve();
+  std::vector<ProfileFrame> frames;
+  std::vector<std::pair<std::string, std::string>> labels;
+  for (const StackCount& sc : stacks) {
+    frames.clear();
+    namer.AppendKernel(sc.kernel, &frames);
+    if (!sc.kernel_lost.empty()) frames.push_back(ProfileFrame{0, 0, "[kernel stack lost: " + sc.kernel_lost + "]"});
+    namer.AppendUser(user_of(sc), &frames);
     if (!sc.user_lost.empty()) frames.push_back(ProfileFrame{0, 0, "[user stack lost: " + sc.user_lost + "]"});
     labels.assign(sc.labels.begin(), sc.labels.end());
     labels.emplace_back("pid", std::to_string(sc.pid));
@@ -30,6 +144,22 @@ void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, Pp
   }
 }
 
+void AppendUser(Symbolizer* symbolizer, std::span<const UserFrame> user, PprofBuilder* builder,
+                std::vector<ProfileFrame>* out) {
+  FrameNamer namer(symbolizer, builder);
+  namer.WantUser(user);
+  namer.Resolve();
+  namer.AppendUser(user, out);
+}
+
+void AppendKernel(Symbolizer* symbolizer, std::span<const uint64_t> ips, PprofBuilder* builder,
+                  std::vector<ProfileFrame>* out) {
+  FrameNamer namer(symbolizer, builder);
+  namer.WantKernel(ips);
+  namer.Resolve();
+  namer.AppendKernel(ips, out);
+}
+
 ProfileRenderer::ProfileRenderer(ProcessImages* images, const MappedFiles* files, Options options)
     : images_(images),
       files_(files),
@@ -37,6 +167,13 @@ ProfileRenderer::ProfileRenderer(ProcessImages* images, const MappedFiles* files
       kallsyms_(options_.kallsyms_path),
       elf_files_(options_.elf_cache),
       perf_maps_(options_.proc_root) {}
+
+void ProfileRenderer::SetDebuginfod(const symbols::DebuginfodClient::Options& options) {
+  std::shared_ptr<symbols::DebuginfodClient> client;
+  if (!options.urls.empty()) client = std::make_shared<symbols::DebuginfodClient>(options);
+  std::lock_guard<std::mutex> lock(debuginfod_mu_);
+  debuginfod_ = std::move(client);
+}
 
 ProfileRenderer::Rendered ProfileRenderer::Render(std::vector<StackCount> stacks, const std::string& value_type,
                                                   const std::string& value_unit, double scale, int64_t time_ns,
@@ -60,7 +197,20 @@ ProfileRenderer::Rendered ProfileRenderer::Render(std::vector<StackCount> stacks
   Rendered out;
   out.builder = std::make_unique<PprofBuilder>(value_type, value_unit);
   {
-    Symbolizer symbolizer(files_, kallsyms_.Get(now), {&elf_files_, &perf_maps_, &elf_refusals_}, options_.proc_root);
+    std::shared_ptr<symbols::DebuginfodClient> debuginfod;
+    {
+      std::lock_guard<std::mutex> lock(debuginfod_mu_);
+      debuginfod = debuginfod_;
+    }
+    SymbolizerCaches caches{.elf = &elf_files_,
+                            .perf_maps = &perf_maps_,
+                            .elf_refusals = &elf_refusals_,
+                            .debug = options_.debug_files ? &debug_files_ : nullptr,
+                            .debug_options = &options_.debug_lookup,
+                            .debuginfod = debuginfod.get(),
+                            .debug_counts = &debug_counts_,
+                            .debuginfod_wait = options_.debuginfod_wait};
+    Symbolizer symbolizer(files_, kallsyms_.Get(now), caches, options_.proc_root);
     AddStacks(stacks, &symbolizer, out.builder.get());
     if (!symbolizer.kernel_misses().empty()) kallsyms_.MarkMissed(symbolizer.kernel_misses());
     out.stats = symbolizer.stats();

@@ -1,10 +1,15 @@
 #include "profile/renderer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/perf_event.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+
+#include "symbols/dwarf_info.h"
 
 extern "C" __attribute__((noinline)) int tpe_render_test_leaf(int x) {
   asm volatile("" ::: "memory");
@@ -137,6 +142,90 @@ TEST(RenderTest, SharedFramesAreNamedOnceAndCountedEveryTime) {
   EXPECT_EQ(sym.stats().kernel_unsymbolized, 2u * 2);
   EXPECT_EQ(sym.stats().unsymbolized, 2u * 2);
   EXPECT_EQ(sym.stats().unknown_mapping, 0u);
+}
+
+// A stripped binary (tests/triggers: no_frame_pointers_g, debug info split off) named through
+// its build-id debug file under a fake root: the chain's functions, and an always-inlined
+// function as a Line of its caller's Location (innermost first), with source files and lines;
+// folded stacks show it as a frame above its caller. Without the debug file: offsets only.
+TEST(RenderTest, StrippedBinaryNamedFromItsDebugFileWithInlinedFrames) {
+  namespace fs = std::filesystem;
+  const std::string dir = TPE_DEBUG_SPLIT_DIR;
+  const std::string stripped = dir + "/no_frame_pointers_g.stripped", debug = dir + "/no_frame_pointers_g.debug";
+  auto bin = elf::ElfFile::Open(stripped);
+  ASSERT_TRUE(bin.ok()) << bin.status().ToString();
+  ScopedFd dfd(::open(debug.c_str(), O_RDONLY | O_CLOEXEC));
+  auto dbg = elf::ElfFile::OpenDebugFd(dfd.get(), debug, bin->segments());
+  ASSERT_TRUE(dbg.ok()) << dbg.status().ToString();
+  auto dwarf = symbols::DwarfInfo::Open(dfd.get(), debug);
+  ASSERT_TRUE(dwarf.ok());
+  // An address of tpe_nfp_leaf where tpe_nfp_inlined's code is, and tpe_nfp_c's start.
+  auto leaf = dbg->FindFunction("tpe_nfp_leaf");
+  auto c = dbg->FindFunction("tpe_nfp_c");
+  ASSERT_TRUE(leaf.ok() && c.ok());
+  uint64_t inlined_at = 0;
+  for (uint64_t a = leaf->address; a < leaf->address + leaf->size && inlined_at == 0; ++a) {
+    if ((*dwarf)->Lookup(a).size() == 2) inlined_at = a;
+  }
+  ASSERT_NE(inlined_at, 0u);
+  struct stat st {};
+  ASSERT_EQ(::stat(stripped.c_str(), &st), 0);
+  MappedFiles files;
+  MappedFile f;
+  f.path = stripped;
+  f.inode = st.st_ino;
+  const FileId id = files.Intern(f);
+  StackCount sc;
+  sc.pid = 1;
+  sc.user_frames = {UserFrame{id, inlined_at - leaf->address + leaf->file_offset},
+                    UserFrame{id, c->file_offset + 1}};  // a return address: named by the byte before
+  sc.value = 7;
+
+  for (bool with_debug_file : {false, true}) {
+    std::string tmpl = ::testing::TempDir() + "/tpe_render_root.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    const std::string& id_hex = bin->build_id();
+    if (with_debug_file) {
+      const fs::path to =
+          fs::path(tmpl) / "usr/lib/debug/.build-id" / id_hex.substr(0, 2) / (id_hex.substr(2) + ".debug");
+      fs::create_directories(to.parent_path());
+      fs::copy_file(debug, to);
+    }
+    ProfileRenderer::Options o;
+    o.proc_root = "/nonexistent-proc";
+    o.kallsyms_path = "/nonexistent-kallsyms";
+    o.debug_lookup.host_root = tmpl;
+    ProfileRenderer renderer(nullptr, &files, o);
+    ProfileRenderer::Rendered r = renderer.Render({sc}, "samples", "count", 1, 0, 0);
+    fs::remove_all(tmpl);
+    const auto& p = r.builder->profile();
+    const std::string folded = FoldedStacks(p);
+    if (!with_debug_file) {
+      EXPECT_EQ(folded.find("tpe_nfp"), std::string::npos) << folded;
+      EXPECT_EQ(r.stats.unsymbolized, 2u);
+      EXPECT_EQ(renderer.debug_counts().Get(symbols::DebugSource::kBuildIdDir, symbols::DebugResult::kMissing), 1u);
+      EXPECT_EQ(renderer.debug_counts().Get(symbols::DebugSource::kDebugLink, symbols::DebugResult::kMissing), 1u);
+      continue;
+    }
+    EXPECT_EQ(folded, "tpe_nfp_c;tpe_nfp_leaf;tpe_nfp_inlined 7\n");
+    // The next render finds what this one found: no second lookup.
+    EXPECT_EQ(FoldedStacks(renderer.Render({sc}, "samples", "count", 1, 0, 0).builder->profile()), folded);
+    EXPECT_EQ(r.stats.frames, 2u);
+    EXPECT_EQ(r.stats.inlined, 1u);
+    EXPECT_EQ(r.stats.unsymbolized, 0u);
+    EXPECT_EQ(renderer.debug_counts().Get(symbols::DebugSource::kBuildIdDir, symbols::DebugResult::kFound), 1u);
+    ASSERT_EQ(p.sample_size(), 1);
+    const auto& loc = p.location(static_cast<int>(p.sample(0).location_id(0) - 1));
+    ASSERT_EQ(loc.line_size(), 2);
+    auto fn = [&](const perftools::profiles::Line& l) { return p.function(static_cast<int>(l.function_id() - 1)); };
+    EXPECT_EQ(p.string_table(fn(loc.line(0)).name()), "tpe_nfp_inlined");
+    EXPECT_EQ(p.string_table(fn(loc.line(1)).name()), "tpe_nfp_leaf");
+    EXPECT_TRUE(p.string_table(fn(loc.line(0)).filename()).ends_with("no_frame_pointers.cc"));
+    EXPECT_GT(loc.line(0).line(), 0);
+    EXPECT_GT(loc.line(1).line(), loc.line(0).line()) << "the call site, below the inlined function's body";
+    const auto& m = p.mapping(static_cast<int>(loc.mapping_id() - 1));
+    EXPECT_EQ(p.string_table(m.build_id()), id_hex);
+  }
 }
 
 }  // namespace

@@ -11,9 +11,10 @@ namespace {
 // mapping bound looks like a kernel address either).
 constexpr uint64_t kNoLimit = 0x800000000000;
 
-// A mapping that is no file: "[unknown]", "[kernel.kallsyms]", a module; addresses in it are
-// offsets (from its base).
-ProfileMapping Pseudo(const std::string& name) { return ProfileMapping{0, kNoLimit, 0, name, ""}; }
+const symbols::DebugLookupOptions& DefaultDebugOptions() {
+  static const symbols::DebugLookupOptions options;
+  return options;
+}
 
 }  // namespace
 
@@ -24,131 +25,209 @@ Symbolizer::Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms>
       caches_(caches),
       proc_root_(std::move(proc_root)) {}
 
-std::shared_ptr<const elf::ElfFile> Symbolizer::OpenElf(FileId id, const MappedFile& f) {
-  if (f.kind != MappedFile::Kind::kFile) return nullptr;
-  const std::string key = std::to_string(id);
-  if (caches_.elf != nullptr) {
-    if (auto cached = caches_.elf->Find(key)) return cached;
-  }
-  std::string display;
-  auto file = OpenMappedFile(f, proc_root_, elf::ElfLimits().max_file_bytes, caches_.elf_refusals, &display);
-  if (!file.ok()) return nullptr;
-  auto opened = elf::ElfFile::OpenFd(file->fd.get(), display);
-  if (!opened.ok()) return nullptr;
-  auto elf = std::make_shared<const elf::ElfFile>(std::move(opened).value());
-  if (caches_.elf != nullptr) caches_.elf->Put(key, elf);
-  return elf;
+uint32_t Symbolizer::AddMapping(SymbolMapping m) {
+  mappings_.push_back(std::move(m));
+  return static_cast<uint32_t>(mappings_.size() - 1);
 }
 
-void Symbolizer::UseBuilder(PprofBuilder* builder) {
-  if (builder->instance() == builder_) return;
-  builder_ = builder->instance();
-  mappings_.clear();
-  pseudo_ids_.clear();
-}
-
-uint64_t Symbolizer::PseudoMappingId(const std::string& name, PprofBuilder* builder) {
-  auto it = pseudo_ids_.find(name);
-  if (it == pseudo_ids_.end()) it = pseudo_ids_.emplace(name, builder->AddMapping(Pseudo(name))).first;
+uint32_t Symbolizer::PseudoMapping(const std::string& name) {
+  auto it = pseudo_.find(name);
+  if (it == pseudo_.end()) it = pseudo_.emplace(name, AddMapping(SymbolMapping{name, "", kNoLimit, 0})).first;
   return it->second;
 }
 
-Symbolizer::MappingIds& Symbolizer::MappingFor(FileId id, PprofBuilder* builder) {
-  auto [it, inserted] = mappings_.try_emplace(id);
-  MappingIds& ids = it->second;
-  if (!inserted) return ids;
-  ids.file = files_ != nullptr ? files_->Get(id) : std::nullopt;
-  if (!ids.file) {
-    ids.id = PseudoMappingId("[unknown]", builder);
-    return ids;
+void Symbolizer::FindDebug(FileId id, FileState* state, int fd) {
+  if (caches_.debug == nullptr || state->elf == nullptr) return;
+  const elf::ElfFile& elf = *state->elf;
+  // A build id names the file's contents, whichever process or path maps it (and a debug file is
+  // accepted only with that build id); a file without one is its own.
+  const std::string key = elf.build_id().empty() ? "file:" + std::to_string(id) : "build_id:" + elf.build_id();
+  if (auto cached = caches_.debug->Find(key)) {
+    state->debug = std::move(cached);
+    return;
   }
-  const MappedFile& f = *ids.file;
-  ProfileMapping m{0, kNoLimit, 0, f.path, ""};
-  m.key = id;
+  // A file with its own .symtab and DWARF needs nothing else.
+  if (elf.has_symtab() && !elf.has_debug_info() && elf.build_id().empty() && elf.debuglink().name.empty() &&
+      elf.debugdata().size == 0) {
+    return;
+  }
+  UntrustedFile opened;
+  if (fd < 0) {
+    std::string display;
+    auto file =
+        OpenMappedFile(*state->file, proc_root_, elf::ElfLimits().max_file_bytes, caches_.elf_refusals, &display);
+    if (!file.ok()) return;
+    opened = std::move(file).value();
+    fd = opened.fd.get();
+  }
+  auto entry = std::make_shared<symbols::DebugEntry>();
+  if (elf.has_debug_info()) {
+    auto dwarf = symbols::DwarfInfo::Open(fd, elf.path());
+    if (dwarf.ok()) entry->dwarf = std::move(dwarf).value();
+  }
+  if (!elf.has_symtab() || entry->dwarf == nullptr) {
+    const MappedFile& f = *state->file;
+    symbols::BinaryRef binary{&elf, fd, f.path, f.pid != 0 ? proc_root_ + "/" + std::to_string(f.pid) + "/root" : ""};
+    const symbols::DebugLookup found = symbols::FindDebugFile(
+        binary, caches_.debug_options != nullptr ? *caches_.debug_options : DefaultDebugOptions(), caches_.debuginfod,
+        caches_.debug_counts);
+    if (found.file) {
+      entry->source = found.file->source;
+      entry->display = found.file->display;
+      entry->names = found.file->elf;
+      if (entry->dwarf == nullptr) entry->dwarf = found.file->dwarf;
+    } else if (found.pending) {
+      state->debug_pending = true;
+      state->debug = std::move(entry);  // this render names without it; a later one looks again
+      return;
+    }
+  }
+  state->debug_pending = false;
+  state->debug = entry;
+  caches_.debug->Put(key, std::move(entry));
+}
+
+Symbolizer::FileState& Symbolizer::StateFor(FileId id) {
+  auto [it, inserted] = states_.try_emplace(id);
+  FileState& st = it->second;
+  if (!inserted) return st;
+  st.file = files_ != nullptr && id != kNoFile ? files_->Get(id) : std::nullopt;
+  if (!st.file) {
+    st.mapping = PseudoMapping("[unknown]");
+    return st;
+  }
+  const MappedFile& f = *st.file;
+  SymbolMapping m{f.path, "", kNoLimit, id};
   switch (f.kind) {
-    case MappedFile::Kind::kFile:
-      ids.elf = OpenElf(id, f);
-      if (ids.elf == nullptr) ++stats_.file_changed;
+    case MappedFile::Kind::kFile: {
+      const std::string key = std::to_string(id);
+      if (caches_.elf != nullptr) st.elf = caches_.elf->Find(key);
+      UntrustedFile opened;
+      if (st.elf == nullptr) {
+        std::string display;
+        auto file = OpenMappedFile(f, proc_root_, elf::ElfLimits().max_file_bytes, caches_.elf_refusals, &display);
+        if (file.ok()) {
+          opened = std::move(file).value();
+          auto elf = elf::ElfFile::OpenFd(opened.fd.get(), display);
+          if (elf.ok()) {
+            st.elf = std::make_shared<const elf::ElfFile>(std::move(elf).value());
+            if (caches_.elf != nullptr) caches_.elf->Put(key, st.elf);
+          }
+        }
+      }
+      if (st.elf == nullptr) ++stats_.file_changed;
       if (f.stat_known && f.size != 0) m.limit = f.size;
-      if (ids.elf != nullptr) m.build_id = ids.elf->build_id();
+      if (st.elf != nullptr) {
+        m.build_id = st.elf->build_id();
+        FindDebug(id, &st, opened.fd.valid() ? opened.fd.get() : -1);
+      }
       break;
+    }
     case MappedFile::Kind::kAnonymous:
       m.file = "[jit pid " + std::to_string(f.pid) + "]";
       break;
     case MappedFile::Kind::kPseudo:
       break;
   }
-  ids.id = builder->AddMapping(m);
-  return ids;
+  st.mapping = AddMapping(std::move(m));
+  return st;
 }
 
-void Symbolizer::AppendUser(std::span<const UserFrame> user, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
-  UseBuilder(builder);
-  for (size_t i = 0; i < user.size(); ++i) {
-    ++stats_.frames;
-    const UserFrame& uf = user[i];
-    if (uf.file == kNoFile) {
-      ++stats_.unknown_mapping;
-      out->push_back(ProfileFrame{0, PseudoMappingId("[unknown]", builder), "[unknown]"});
-      continue;
-    }
-    MappingIds& ids = MappingFor(uf.file, builder);
-    if (!ids.file) {  // an id the table never handed out: nothing is known of it
-      ++stats_.unknown_mapping;
-      out->push_back(ProfileFrame{0, ids.id, "[unknown]"});
-      continue;
-    }
-    // Named once per (mapping, offset): a frame the builder has is that location.
-    if (auto known = builder->FindLocation(ids.id, uf.offset)) {
-      if (!known->named) ++stats_.unsymbolized;
-      out->push_back(ProfileFrame{uf.offset, ids.id, "", known->id});
-      continue;
-    }
-    // A return address is named by the call before it.
-    const uint64_t lookup = i == 0 || uf.offset == 0 ? uf.offset : uf.offset - 1;
-    ProfileFrame frame{uf.offset, ids.id, ""};
-    if (ids.file->kind == MappedFile::Kind::kAnonymous) {  // JIT code, named by the perf map if any
-      if (!ids.perf_map_read) {
-        ids.perf_map_read = true;
-        if (caches_.perf_maps != nullptr) ids.perf_map = caches_.perf_maps->Get(ids.file->pid);
-      }
-      if (ids.perf_map != nullptr) {
-        if (const PerfMap::Entry* e = ids.perf_map->Lookup(lookup)) frame.function = e->name;
-      }
-    } else if (ids.elf != nullptr) {
-      auto address = elf::AddressForFileOffset(ids.elf->segments(), lookup);
-      if (address.ok()) {
-        if (const elf::Symbol* s = ids.elf->SymbolAt(*address)) frame.function = s->name;
-      }
-    }
-    if (frame.function.empty()) ++stats_.unsymbolized;
-    out->push_back(std::move(frame));
+void Symbolizer::Prepare(std::span<const FileId> files) {
+  std::vector<std::string> pending;
+  for (FileId id : files) {
+    FileState& st = StateFor(id);
+    if (st.debug_pending) pending.push_back(st.elf->build_id());
+  }
+  if (pending.empty() || caches_.debuginfod == nullptr || caches_.debuginfod_wait.count() <= 0) return;
+  caches_.debuginfod->WaitFor(pending, std::chrono::steady_clock::now() + caches_.debuginfod_wait);
+  for (FileId id : files) {
+    FileState& st = StateFor(id);
+    if (st.debug_pending) FindDebug(id, &st, -1);
   }
 }
 
-void Symbolizer::AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out) {
-  UseBuilder(builder);
-  for (size_t i = 0; i < ips.size(); ++i) {
-    ++stats_.frames;
-    const Kallsyms::Hit hit = kallsyms_->Lookup(i == 0 ? ips[i] : ips[i] - 1);
+SymbolizedAddress Symbolizer::NameUser(FileState& st, const UserAddress& a) {
+  SymbolizedAddress out{a.offset, st.mapping, {}, SymbolizedAddress::Miss::kNone};
+  const uint64_t lookup = a.return_address && a.offset != 0 ? a.offset - 1 : a.offset;
+  if (st.file->kind == MappedFile::Kind::kAnonymous) {  // JIT code, named by the perf map if any
+    if (!st.perf_map_read) {
+      st.perf_map_read = true;
+      if (caches_.perf_maps != nullptr) st.perf_map = caches_.perf_maps->Get(st.file->pid);
+    }
+    if (st.perf_map != nullptr) {
+      if (const PerfMap::Entry* e = st.perf_map->Lookup(lookup))
+        out.frames.push_back(SymbolFrame{e->name, "", 0, false});
+    }
+  } else if (st.elf != nullptr) {
+    auto address = elf::AddressForFileOffset(st.elf->segments(), lookup);
+    if (address.ok()) {
+      const symbols::DebugEntry* debug = st.debug.get();
+      const elf::Symbol* s = nullptr;
+      // The file's own .symtab first; a debug file's symbols where it has none.
+      if (!st.elf->has_symtab() && debug != nullptr && debug->names != nullptr) s = debug->names->SymbolAt(*address);
+      if (s == nullptr) s = st.elf->SymbolAt(*address);
+      std::vector<symbols::DwarfInfo::Line> lines;
+      if (debug != nullptr && debug->dwarf != nullptr) lines = debug->dwarf->Lookup(*address);
+      for (size_t i = 0; i + 1 < lines.size(); ++i) {
+        out.frames.push_back(SymbolFrame{lines[i].function, lines[i].file, lines[i].line, true});
+      }
+      if (s != nullptr || !lines.empty()) {
+        SymbolFrame holder{s != nullptr ? s->name : lines.back().function, "", 0, false};
+        if (!lines.empty()) {
+          holder.file = lines.back().file;
+          holder.line = lines.back().line;
+        }
+        if (holder.function.empty())
+          out.frames.clear();
+        else
+          out.frames.push_back(std::move(holder));
+      }
+    }
+  }
+  if (out.frames.empty()) out.miss = SymbolizedAddress::Miss::kNoSymbol;
+  return out;
+}
+
+std::vector<SymbolizedAddress> Symbolizer::SymbolizeUser(FileId file, std::span<const UserAddress> addresses) {
+  std::vector<SymbolizedAddress> out;
+  out.reserve(addresses.size());
+  FileState& st = StateFor(file);
+  for (const UserAddress& a : addresses) {
+    if (!st.file) {  // no mapping, or an id the table never handed out: nothing is known of it
+      out.push_back(SymbolizedAddress{
+          0, st.mapping, {SymbolFrame{"[unknown]", "", 0, false}}, SymbolizedAddress::Miss::kUnknownMapping});
+      continue;
+    }
+    out.push_back(NameUser(st, a));
+  }
+  return out;
+}
+
+std::vector<SymbolizedAddress> Symbolizer::SymbolizeKernel(std::span<const KernelAddress> addresses) {
+  std::vector<SymbolizedAddress> out;
+  out.reserve(addresses.size());
+  for (const KernelAddress& a : addresses) {
+    const Kallsyms::Hit hit = kallsyms_->Lookup(a.return_address ? a.ip - 1 : a.ip);
     if (hit.symbol == nullptr) {
       // No symbol holds it (or kallsyms is hidden): its address is all there is, and no absolute
       // kernel address leaves the host. One "[unknown]" frame in the kernel's mapping.
-      ++stats_.unsymbolized;
-      ++stats_.kernel_unsymbolized;
-      if (kernel_misses_.size() < 1024) kernel_misses_.insert(ips[i]);
-      out->push_back(ProfileFrame{0, PseudoMappingId("[kernel.kallsyms]", builder), "[unknown]"});
+      if (kernel_misses_.size() < 1024) kernel_misses_.insert(a.ip);
+      out.push_back(SymbolizedAddress{0,
+                                      PseudoMapping("[kernel.kallsyms]"),
+                                      {SymbolFrame{"[unknown]", "", 0, false}},
+                                      SymbolizedAddress::Miss::kNoSymbol});
       continue;
     }
     const Kallsyms::Symbol& s = *hit.symbol;
-    const uint64_t mapping = PseudoMappingId(s.module.empty() ? "[kernel.kallsyms]" : "[" + s.module + ".ko]", builder);
-    const uint64_t offset = ips[i] - kallsyms_->base(s);
-    if (auto known = builder->FindLocation(mapping, offset)) {
-      out->push_back(ProfileFrame{offset, mapping, "", known->id});
-      continue;
-    }
-    out->push_back(ProfileFrame{offset, mapping, s.module.empty() ? s.name : s.name + " [" + s.module + "]"});
+    const uint32_t mapping = PseudoMapping(s.module.empty() ? "[kernel.kallsyms]" : "[" + s.module + ".ko]");
+    out.push_back(
+        SymbolizedAddress{a.ip - kallsyms_->base(s),
+                          mapping,
+                          {SymbolFrame{s.module.empty() ? s.name : s.name + " [" + s.module + "]", "", 0, false}},
+                          SymbolizedAddress::Miss::kNone});
   }
+  return out;
 }
 
 }  // namespace tpe

@@ -17,14 +17,26 @@
 // elf::ElfLimits; perf maps through PerfMapCache (owner, namespace, size checks). Refusals are
 // counted in the caller's FileRefusalCounts.
 //
+// Names come, in order, from the file's own .symtab (else .dynsym), then a separate debug file
+// (symbols/debug_lookup.h: the build-id directory, .gnu_debuglink, .gnu_debugdata, debuginfod),
+// looked up once per file when the file lacks a .symtab or DWARF; source lines and inlined
+// functions from DWARF (the file's own, else the debug file's; symbols/dwarf_info.h). A file whose
+// debug file a debuginfod server is still fetching is named without it; Prepare waits for such
+// fetches at most SymbolizerCaches::debuginfod_wait, and a later render names what arrived.
+//
+// What comes out is neutral (no output format): per address, its mapping (SymbolMapping) and its
+// frames {function, file, line, inlined}, innermost first. Addresses are named in batches per
+// mapping (SymbolizeUser), as pprof's own symbolizer does. The renderer (renderer.h) makes pprof
+// Locations of them.
+//
 // Thread-safety: not thread-safe; one renderer uses a Symbolizer at a time. The caches it is
 // given are shared by renders (thread-safe). Files are read lazily, once per render at most.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -39,17 +51,54 @@
 #include "profile/elf_cache.h"
 #include "profile/kallsyms.h"
 #include "profile/perf_map_reader.h"
-#include "profile/pprof_builder.h"
+#include "symbols/debug_cache.h"
+#include "symbols/debug_lookup.h"
 
 namespace tpe {
 
 // What a symbolizer reads through (each optional, not owned, outliving it): files read by earlier
 // renders and where this one keeps those it reads; the perf maps of JIT code; where refused files
-// are counted.
+// are counted; separate debug files (where they are looked for, what was found, a debuginfod
+// client, how long Prepare waits for its fetches, and the counts of each source's outcome).
 struct SymbolizerCaches {
   ElfFileCache* elf = nullptr;
   PerfMapCache* perf_maps = nullptr;
   FileRefusalCounts* elf_refusals = nullptr;
+  symbols::DebugCache* debug = nullptr;                        // null: no debug file looked for, no DWARF read
+  const symbols::DebugLookupOptions* debug_options = nullptr;  // null: the defaults
+  symbols::DebuginfodClient* debuginfod = nullptr;
+  symbols::DebugInfoCounts* debug_counts = nullptr;
+  std::chrono::milliseconds debuginfod_wait{0};
+};
+
+// One function at an address.
+struct SymbolFrame {
+  std::string function;  // "" when no symbol holds the address
+  std::string file;      // source file (DWARF); "" when unknown
+  int64_t line = 0;      // source line (DWARF); 0 when unknown
+  bool inlined = false;  // inlined into the next frame of its address
+};
+
+// A mapping the symbolizer's addresses lie in. Addresses are normalized: a user file's are file
+// offsets, the kernel's and modules' offsets from their base, JIT code's its addresses.
+struct SymbolMapping {
+  std::string file;      // path as the process saw it, "[kernel.kallsyms]", "[xfs.ko]", "[jit pid N]", "[unknown]"
+  std::string build_id;  // GNU build id as lowercase hex; "" when unknown
+  uint64_t limit = 0;    // end of the addresses (the file's size), exclusive
+  uint64_t key = 0;      // tells apart mappings otherwise equal (two files of one path)
+};
+
+// One named address.
+struct SymbolizedAddress {
+  uint64_t address = 0;  // normalized (SymbolMapping); 0 for a frame that only names ("[unknown]")
+  uint32_t mapping = 0;  // Symbolizer::mapping(index)
+  // Innermost first: the functions inlined at the address (inlined = true), then the function
+  // holding it. Empty when nothing names it (address and mapping remain).
+  std::vector<SymbolFrame> frames;
+  // Why it is not named: no symbol holds it (in a known mapping), or it lies in no mapping known
+  // for its process (frames then hold one "[unknown]").
+  enum class Miss : uint8_t { kNone, kNoSymbol, kUnknownMapping };
+  Miss miss = Miss::kNone;
 };
 
 class Symbolizer {
@@ -60,6 +109,7 @@ class Symbolizer {
     uint64_t unknown_mapping = 0;      // user frames in no mapping known for their process
     uint64_t kernel_unsymbolized = 0;  // kernel frames no symbol holds (part of unsymbolized)
     uint64_t file_changed = 0;         // files no longer the ones sampled (or gone): not read
+    uint64_t inlined = 0;              // inlined frames named (DWARF), besides `frames`
   };
 
   using Caches = SymbolizerCaches;
@@ -69,31 +119,53 @@ class Symbolizer {
   Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, Caches caches = {},
              std::string proc_root = "/proc");
 
-  // Appends `user` (leaf first: user[0] at the exact pc, the others return addresses, named by
-  // the call before them) as frames to `out`, registering their mappings with `builder`.
-  void AppendUser(std::span<const UserFrame> user, PprofBuilder* builder, std::vector<ProfileFrame>* out);
-  // The same for kernel instruction addresses, leaf first.
-  void AppendKernel(std::span<const uint64_t> ips, PprofBuilder* builder, std::vector<ProfileFrame>* out);
+  // Reads what naming `files` needs; when a debuginfod server is still fetching some of their
+  // debug files, waits for those at most Caches::debuginfod_wait and looks again.
+  void Prepare(std::span<const FileId> files);
 
+  // A user address: a file offset, and whether it is a return address (named by the call before
+  // it: offset - 1) rather than the exact pc of the leaf.
+  struct UserAddress {
+    uint64_t offset = 0;
+    bool return_address = false;
+  };
+  // Names `addresses` in file `file` (kNoFile: no mapping known; one "[unknown]" each), one
+  // result per address, in order.
+  std::vector<SymbolizedAddress> SymbolizeUser(FileId file, std::span<const UserAddress> addresses);
+  // Names kernel instruction addresses (`return_address` as above).
+  struct KernelAddress {
+    uint64_t ip = 0;
+    bool return_address = false;
+  };
+  std::vector<SymbolizedAddress> SymbolizeKernel(std::span<const KernelAddress> addresses);
+
+  // The mapping of a SymbolizedAddress. Indices are this symbolizer's.
+  const SymbolMapping& mapping(uint32_t index) const { return mappings_[index]; }
+
+  // Frames are counted by who walks the stacks (each occurrence): the renderer.
+  Stats& stats() { return stats_; }
   const Stats& stats() const { return stats_; }
   // Kernel addresses no symbol held (at most 1024 of them), for KallsymsCache::MarkMissed.
   const std::set<uint64_t>& kernel_misses() const { return kernel_misses_; }
 
  private:
-  // The file's ELF when it still is the one sampled (read or cached), else null.
-  std::shared_ptr<const elf::ElfFile> OpenElf(FileId id, const MappedFile& f);
-  // The builder's mapping id for `id` (and what was found of the file), made once per builder.
-  struct MappingIds {
+  // What is known of one file for this symbolizer's life.
+  struct FileState {
     std::optional<MappedFile> file;
     std::shared_ptr<const elf::ElfFile> elf;
+    std::shared_ptr<const symbols::DebugEntry> debug;
     std::shared_ptr<const PerfMap> perf_map;  // JIT code: read at the first frame that needs it
     bool perf_map_read = false;
-    uint64_t id = 0;
+    bool debug_pending = false;  // a debuginfod fetch was in progress
+    uint32_t mapping = 0;
   };
-  MappingIds& MappingFor(FileId id, PprofBuilder* builder);
-  uint64_t PseudoMappingId(const std::string& name, PprofBuilder* builder);
-  // Forgets the per-builder ids when `builder` is another one than they were made with.
-  void UseBuilder(PprofBuilder* builder);
+  FileState& StateFor(FileId id);
+  // The file's debug information (cached), or null when none is looked for. Opens the file when
+  // `fd` < 0 and it is needed. Sets state->debug_pending while debuginfod fetches.
+  void FindDebug(FileId id, FileState* state, int fd);
+  uint32_t PseudoMapping(const std::string& name);
+  uint32_t AddMapping(SymbolMapping m);
+  SymbolizedAddress NameUser(FileState& state, const UserAddress& a);
 
   const MappedFiles* files_;
   std::shared_ptr<const Kallsyms> kallsyms_;  // never null
@@ -101,9 +173,9 @@ class Symbolizer {
   std::string proc_root_;
   Stats stats_;
   std::set<uint64_t> kernel_misses_;
-  uint64_t builder_ = 0;  // PprofBuilder::instance() of the builder the ids below are its
-  std::unordered_map<FileId, MappingIds> mappings_;
-  std::map<std::string, uint64_t> pseudo_ids_;  // "[unknown]", "[kernel.kallsyms]", "[xfs]" -> id
+  std::vector<SymbolMapping> mappings_;
+  std::unordered_map<FileId, FileState> states_;
+  std::map<std::string, uint32_t> pseudo_;  // "[unknown]", "[kernel.kallsyms]", "[xfs.ko]" -> mapping
 };
 
 }  // namespace tpe

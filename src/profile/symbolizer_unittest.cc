@@ -11,6 +11,7 @@
 
 #include "common/file_util.h"
 #include "process/process_maps.h"
+#include "profile/renderer.h"
 
 extern "C" __attribute__((noinline)) int tpe_symbolizer_test_function(int x) {
   asm volatile("" ::: "memory");
@@ -35,7 +36,7 @@ TEST(SymbolizerTest, NamesThisProcessFunctionsAtFileOffsets) {
   Symbolizer sym(&files, std::make_shared<const Kallsyms>());
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  sym.AppendUser(user, &b, &frames);
+  AppendUser(&sym, user, &b, &frames);
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
   EXPECT_EQ(frames[1].function, "tpe_symbolizer_test_function");  // named by offset - 1
@@ -64,7 +65,7 @@ TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
     Symbolizer sym(&files, std::make_shared<const Kallsyms>(), {.elf = &cache});
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
-    sym.AppendUser(user, &b, &frames);
+    AppendUser(&sym, user, &b, &frames);
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
     EXPECT_EQ(cache.size(), 1u);
@@ -111,7 +112,7 @@ TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
     Symbolizer sym(&files, nullptr, {}, "/nonexistent-proc");
     PprofBuilder b("samples", "count");
     std::vector<ProfileFrame> frames;
-    sym.AppendUser(user, &b, &frames);
+    AppendUser(&sym, user, &b, &frames);
     ASSERT_EQ(frames.size(), 1u);
     EXPECT_EQ(frames[0].function, "tpe_symbolizer_test_function");
     EXPECT_EQ(sym.stats().file_changed, 0u);
@@ -127,7 +128,7 @@ TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
   Symbolizer sym(&files, nullptr, {}, "/nonexistent-proc");
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  sym.AppendUser(user, &b, &frames);
+  AppendUser(&sym, user, &b, &frames);
   ::unlink(copy.c_str());
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].function, "");
@@ -143,7 +144,7 @@ TEST(SymbolizerTest, AFrameInNoMappingIsUnknownAndCounted) {
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   const std::vector<UserFrame> user = {{kNoFile, 0}};
-  sym.AppendUser(user, &b, &frames);
+  AppendUser(&sym, user, &b, &frames);
   ASSERT_EQ(frames.size(), 1u);
   EXPECT_EQ(frames[0].address, 0u) << "no address leaves the host";
   EXPECT_EQ(frames[0].function, "[unknown]");
@@ -171,7 +172,7 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  sym.AppendUser(user, &b, &frames);
+  AppendUser(&sym, user, &b, &frames);
   std::remove(map_path.c_str());
   munmap(code, 4096);
   ASSERT_EQ(frames.size(), 2u);
@@ -199,7 +200,7 @@ TEST(SymbolizerTest, AFifoPerfMapIsRefusedNotWaitedOn) {
   Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
-  sym.AppendUser(user, &b, &frames);
+  AppendUser(&sym, user, &b, &frames);
   std::remove(map_path.c_str());
   munmap(code, 4096);
   ASSERT_EQ(frames.size(), 1u);
@@ -219,7 +220,7 @@ TEST(SymbolizerTest, KernelFramesRelativeToTheirImage) {
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   const std::vector<uint64_t> ips = {0xffffffff810a1c4b, 0xffffffffc0a01011, 0xffffffff810a1c80, 0xffffffff00000001};
-  sym.AppendKernel(ips, &b, &frames);
+  AppendKernel(&sym, ips, &b, &frames);
   ASSERT_EQ(frames.size(), 4u);
   EXPECT_EQ(frames[0].function, "__x64_sys_getppid");
   EXPECT_EQ(frames[0].address, 0xa1c4bu);

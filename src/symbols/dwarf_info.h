@@ -1,0 +1,65 @@
+// Source lines and inlined functions of code addresses, from the DWARF (.debug_info, .debug_line,
+// .debug_abbrev, ...) of an ELF file: a binary built with -g, or its separate debug file. Read with
+// elfutils' libdw, as eu-addr2line -i does: the compile unit that holds the address
+// (dwarf_addrdie, .debug_aranges; every unit's ranges when those are missing), its scopes at the
+// address (dwarf_getscopes, innermost first), and for each inlined subroutine its call site
+// (DW_AT_call_file, DW_AT_call_line), which is the source line of the function it was inlined into.
+//
+// The file is read with pread(2) (ELF_C_READ), never mapped, so a file cut short while it is read
+// gives no name, not SIGBUS. libdw checks what it reads against the sections' sizes; a corrupt
+// file gives no lines (fuzz/dwarf_fuzzer.cc).
+//
+// Sources: DWARF 5 (dwarfstd.org) §3.3.8 (inlined subroutines), §6.2 (line number program);
+// elfutils libdw.h; elfutils src/addr2line.c (print_addrsym, handle_address with -i).
+//
+// Thread-safety: Lookup from any thread (libdw's lazily built tables are guarded by a mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/scoped_fd.h"
+#include "common/status.h"
+
+struct Dwarf;  // libdw.h
+struct Elf;    // libelf.h
+
+namespace tpe::symbols {
+
+class DwarfInfo {
+ public:
+  // The DWARF of the ELF file open as `fd` (duplicated and kept open: libdw reads sections as it
+  // needs them). `display` names it in messages. Errors: NotFound when the file has no readable
+  // DWARF (no .debug_info, or corrupt headers), InvalidArgument when it is no ELF file.
+  static StatusOr<std::shared_ptr<DwarfInfo>> Open(int fd, const std::string& display);
+  ~DwarfInfo();
+  DwarfInfo(const DwarfInfo&) = delete;
+  DwarfInfo& operator=(const DwarfInfo&) = delete;
+
+  // One function at an address: a function inlined there, or the function holding the code.
+  struct Line {
+    std::string function;  // DW_AT_linkage_name, else DW_AT_name (through DW_AT_abstract_origin); may be ""
+    std::string file;      // source file path as the line program names it; "" when unknown
+    int64_t line = 0;      // 1-based source line; 0 when unknown
+  };
+  // The functions at link-time virtual `address`, innermost first: the functions inlined there
+  // (the innermost with the address's own line, each caller with the line of the call), then the
+  // function they were inlined into (last). Empty when no compile unit covers the address. At
+  // most 64 entries (deeper inlining is cut at the outer end).
+  std::vector<Line> Lookup(uint64_t address) const;
+
+  const std::string& display() const { return display_; }
+
+ private:
+  DwarfInfo() = default;
+  ScopedFd fd_;
+  ::Elf* elf_ = nullptr;
+  ::Dwarf* dwarf_ = nullptr;
+  std::string display_;
+  mutable std::mutex mu_;  // libdw's per-unit caches are built lazily
+};
+
+}  // namespace tpe::symbols
