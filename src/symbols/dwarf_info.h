@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/scoped_fd.h"
@@ -48,8 +49,14 @@ class DwarfInfo {
   // The functions at link-time virtual `address`, innermost first: the functions inlined there
   // (the innermost with the address's own line, each caller with the line of the call), then the
   // function they were inlined into (last). Empty when no compile unit covers the address. At
-  // most 64 entries (deeper inlining is cut at the outer end).
+  // most 64 entries (deeper inlining is cut at the outer end). Answers are remembered per
+  // address (at most 65,536 addresses; thread-safe).
   std::vector<Line> Lookup(uint64_t address) const;
+  // Estimated bytes of the remembered answers.
+  size_t memo_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return memo_bytes_;
+  }
 
   const std::string& display() const { return display_; }
 
@@ -59,7 +66,11 @@ class DwarfInfo {
   ::Elf* elf_ = nullptr;
   ::Dwarf* dwarf_ = nullptr;
   std::string display_;
-  mutable std::mutex mu_;  // libdw's per-unit caches are built lazily
+  std::vector<Line> LookupLocked(uint64_t address) const;
+  static constexpr size_t kMaxMemo = 65536;                       // addresses remembered (then forgotten all at once)
+  mutable std::mutex mu_;                                         // libdw's per-unit caches are built lazily
+  mutable std::unordered_map<uint64_t, std::vector<Line>> memo_;  // address -> Lookup's answer
+  mutable size_t memo_bytes_ = 0;                                 // estimated bytes memo_ holds
 };
 
 }  // namespace tpe::symbols
