@@ -23,6 +23,7 @@
 #include "kernel/stack_paths_trigger.h"
 #include "pprof/profile.pb.h"
 #include "profile/pprof_builder.h"
+#include "testing/test_util.h"
 
 namespace tpe {
 namespace {
@@ -155,7 +156,11 @@ TEST(ProfileUnwindTest, ACpuProfileOfCodeWithoutFramePointersHasTheWholeChain) {
                 UnwindEnds(page, "cpu").c_str());
     ASSERT_GT(w.total, 1000000000) << "1.5 s of CPU time at 199 Hz";
     if (dwarf) {
-      EXPECT_GE(w.whole, w.total * 99 / 100) << Describe(w);
+      // Under qemu TCG (the matrix guests) the program's start (ld.so mapping and relocating
+      // libc, ~30 ms there, ~1 ms here) is ~2 % of its samples, some of them in code whose
+      // mapping record is not yet read: 97 % there, 99 % on a host.
+      const int64_t percent = testing::InGuest() ? 97 : 99;
+      EXPECT_GE(w.whole, w.total * percent / 100) << Describe(w);
     } else {
       EXPECT_LT(w.whole, w.total / 10) << "frame pointers cannot walk this code: " << Describe(w);
     }
