@@ -84,12 +84,14 @@ bool Whole(const Stack& s, const std::vector<std::string>& chain) {
 
 struct Weight {
   int64_t total = 0, whole = 0;
+  int64_t unknown = 0;                    // a pc in no mapping known yet (a program's first instants): part of total
   std::map<std::string, int64_t> broken;  // the stacks that were not whole, by path
 };
 Weight WeightOf(const std::vector<Stack>& stacks, const std::vector<std::string>& chain) {
   Weight w;
   for (const auto& s : stacks) {
     w.total += s.value;
+    if (s.user.size() == 1 && s.user[0] == "[unknown]") w.unknown += s.value;
     if (Whole(s, chain)) {
       w.whole += s.value;
     } else {
@@ -161,7 +163,11 @@ TEST(ProfileUnwindTest, ACpuProfileOfCodeWithoutFramePointersHasTheWholeChain) {
       // libc, ~30 ms there, ~1 ms here) is ~2 % of its samples, some of them in code whose
       // mapping record is not yet read: 97 % there, 99 % on a host.
       const int64_t percent = testing::InGuest() ? 97 : 99;
-      EXPECT_GE(w.whole, w.total * percent / 100) << Describe(w);
+      // A sample whose pc lies in no mapping known yet (its process's first instants, before
+      // the reader has its mapping records: 2 of ~300 under ASan here) is counted apart: at
+      // most 3 % of the weight.
+      EXPECT_GE(w.whole, (w.total - w.unknown) * percent / 100) << Describe(w);
+      EXPECT_LE(w.unknown, w.total * 3 / 100) << Describe(w);
     } else {
       EXPECT_LT(w.whole, w.total / 10) << "frame pointers cannot walk this code: " << Describe(w);
     }
