@@ -46,6 +46,9 @@ struct ConnState {
   Clock::time_point since;             // start of the current phase (accept, or the previous response)
   std::chrono::milliseconds extra{0};  // added to the request deadline (an answer that waits)
   bool shut = false;                   // the watchdog has shut the socket down
+  // Seen waiting for headers while the server was under pressure: keeps the short header deadline
+  // for this phase even if pressure ends first (shed connections leave before later ones expire).
+  bool pressed = false;
 };
 
 // One per HTTP request (libmicrohttpd's con_cls).
@@ -169,11 +172,12 @@ struct HttpServer::Impl {
       // Under pressure (3/4 of the connection limit in use) headers get a much shorter deadline:
       // real scrapers send theirs at once, so only slow clients are shed, freeing slots sooner.
       const bool pressure = conns.size() * 4 >= size_t{connection_limit} * 3;
-      const auto header_deadline =
-          pressure ? std::min(opt.header_deadline, opt.pressure_header_deadline) : opt.header_deadline;
+      const auto short_deadline = std::min(opt.header_deadline, opt.pressure_header_deadline);
       std::optional<Clock::time_point> next;
       for (ConnState* c : conns) {
         if (c->shut) continue;
+        if (pressure && !c->in_request) c->pressed = true;
+        const auto header_deadline = c->pressed ? short_deadline : opt.header_deadline;
         const auto deadline = c->since + (c->in_request ? opt.request_deadline + c->extra : header_deadline);
         if (now <= deadline) {
           next = next ? std::min(*next, deadline) : deadline;
@@ -244,6 +248,7 @@ struct HttpServer::Impl {
     std::lock_guard<std::mutex> lock(conns_mu);
     c->in_request = in_request;
     c->since = Clock::now();
+    c->pressed = false;
     c->extra = std::chrono::milliseconds(0);
     watchdog_cv.notify_one();  // the new phase's deadline may be sooner than the one it waits for
   }

@@ -172,6 +172,35 @@ TEST(HttpServerTest, UnderPressureHeadersGetAShortDeadline) {
   EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
 }
 
+// A connection seen under pressure keeps the short deadline though the ones shed before it take
+// the pressure away (CI under ASan: the last of 7 slow clients waited for the 60 s deadline).
+TEST(HttpServerTest, AConnectionSeenUnderPressureKeepsTheShortDeadline) {
+  HttpServerOptions o = Options();
+  o.connection_limit = 8;
+  o.threads = 1;
+  o.header_deadline = milliseconds(60000);
+  o.pressure_header_deadline = milliseconds(300);
+  auto server = HttpServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<ScopedFd> early;
+  for (int i = 0; i < 6; ++i) {  // 6 of 8: pressure
+    early.push_back(Connect((*server)->port()));
+    Send(early.back().get(), "GET / HTTP/1.1\r\n");
+  }
+  std::this_thread::sleep_for(milliseconds(150));
+  ScopedFd late = Connect((*server)->port());  // arrives under pressure, expires after the 6 left
+  Send(late.get(), "GET / HTTP/1.1\r\n");
+  for (auto& fd : early) {
+    bool closed = false;
+    ReadAll(fd.get(), milliseconds(5000), &closed);
+    EXPECT_TRUE(closed);
+  }
+  bool closed = false;
+  ReadAll(late.get(), milliseconds(10000), &closed);
+  EXPECT_TRUE(closed) << "the late connection lost its short deadline when pressure ended";
+  EXPECT_EQ((*server)->deadline_closes(), 7u);
+}
+
 TEST(HttpServerTest, BasicAuth) {
   HttpServerOptions o = Options();
   o.users = {{"alice", kHash}};
