@@ -366,8 +366,9 @@ void ProcessImages::RememberFailure(uint32_t pid, uint64_t tried_ns) {
   failed_[pid] = tried_ns;
 }
 
-UserFrame ProcessImages::CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous) {
+UserFrame ProcessImages::CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous, CodeSpan* span) {
   *anonymous = false;
+  if (span != nullptr) *span = CodeSpan{};
   if (pid == 0) return UserFrame{};
   std::lock_guard<std::mutex> lock(mu_);
   Process& p = Learn(pid, now_ns);
@@ -382,7 +383,11 @@ UserFrame ProcessImages::CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns,
     // Anonymous memory keeps the address (Frames): tell the unwinder it is JIT code.
     auto it = std::upper_bound(img->mappings.begin(), img->mappings.end(), address,
                                [](uint64_t a, const Mapping& x) { return a < x.start; });
-    if (it != img->mappings.begin() && address < std::prev(it)->end) *anonymous = std::prev(it)->path == 0;
+    if (it != img->mappings.begin() && address < std::prev(it)->end) {
+      const Mapping& m = *std::prev(it);
+      *anonymous = m.path == 0;
+      if (span != nullptr) *span = CodeSpan{m.start, m.end, m.pgoff, one[0].file, *anonymous};
+    }
   }
   EnforceBound();
   return one.empty() ? UserFrame{} : one[0];

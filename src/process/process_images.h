@@ -91,8 +91,17 @@ class ProcessImages {
   // The code at `address` (looked up as given: no return-address adjustment) in `pid`'s current
   // image, for an unwinder at sample time: its file and the address's file offset (anonymous
   // memory: the address, and `*anonymous` true), or kNoFile. Reads /proc as Normalize does and
-  // marks the image used by a sample.
-  UserFrame CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous);
+  // marks the image used by a sample. `span` (optional): the mapping the address lies in, so that
+  // an unwinder can place the walk's later addresses in it without asking again.
+  struct CodeSpan {
+    uint64_t start = 0, end = 0;  // [start, end): addresses of the mapping
+    uint64_t pgoff = 0;           // the file offset at `start` (file-backed)
+    FileId file = kNoFile;        // kNoFile: nothing found (the other fields are 0)
+    bool anonymous = false;       // offsets are the addresses themselves
+    // The code at `address` of this span (`address` in [start, end)).
+    UserFrame At(uint64_t address) const { return UserFrame{file, anonymous ? address : address - start + pgoff}; }
+  };
+  UserFrame CodeAt(uint32_t pid, uint64_t address, uint64_t now_ns, bool* anonymous, CodeSpan* span = nullptr);
 
   // What is known of `pid`'s current image (tests, and the renderer's liveness checks).
   struct ImageInfo {

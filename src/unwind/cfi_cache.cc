@@ -77,21 +77,35 @@ CfiCache::Stats CfiCache::stats() const {
 
 CodeAt ProcessCodeLookup::At(uint64_t address) {
   CodeAt code;
-  const UserFrame f = images_->CodeAt(pid_, address, now_ns_, &code.anonymous);
-  code.file = f.file;
-  code.offset = f.offset;
-  if (code.file == kNoFile || code.anonymous || tables_ == nullptr) return code;
-  // A walk's frames are mostly in a few files (an interpreter's, libc): asked of the cache once
-  // each per walk.
-  for (const auto& [file, table] : held_) {
-    if (file == code.file) {
-      code.cfi = table.get();
+  for (const Held& h : held_) {
+    if (address >= h.span.start && address < h.span.end) {
+      const UserFrame f = h.span.At(address);
+      code.file = f.file;
+      code.offset = f.offset;
+      code.anonymous = h.span.anonymous;
+      code.cfi = h.table.get();
       return code;
     }
   }
-  auto table = tables_->Get(code.file, now_ns_);
+  ProcessImages::CodeSpan span;
+  const UserFrame f = images_->CodeAt(pid_, address, now_ns_, &code.anonymous, &span);
+  code.file = f.file;
+  code.offset = f.offset;
+  if (code.file == kNoFile) return code;
+  std::shared_ptr<const CfiTable> table;
+  if (!code.anonymous && tables_ != nullptr) {
+    for (const Held& h : held_) {  // another mapping of a file already asked for
+      if (h.span.file == code.file) {
+        table = h.table;
+        break;
+      }
+    }
+    if (table == nullptr) table = tables_->Get(code.file, now_ns_);
+  }
   code.cfi = table.get();
-  held_.emplace_back(code.file, std::move(table));
+  // Held whether or not the span is known (an empty span matches no address; the table is kept).
+  if (span.file != code.file) span = ProcessImages::CodeSpan{0, 0, 0, code.file, code.anonymous};
+  held_.push_back(Held{span, std::move(table)});
   return code;
 }
 

@@ -83,9 +83,14 @@ class ProcessCodeLookup : public CodeLookup {
   CfiCache* tables_;
   uint32_t pid_;
   uint64_t now_ns_;
-  // The tables used by this walk (null: the file has none), held while it runs (the cache may
-  // let them go meanwhile).
-  std::vector<std::pair<FileId, std::shared_ptr<const CfiTable>>> held_;
+  // The mappings this walk has been in, each with its file's table (null: the file has none),
+  // held while it runs (the cache may let them go meanwhile). A walk's frames are mostly in a few
+  // mappings (an interpreter's, libc's): each is asked of the images and the cache once per walk.
+  struct Held {
+    ProcessImages::CodeSpan span;
+    std::shared_ptr<const CfiTable> table;
+  };
+  std::vector<Held> held_;
 };
 
 }  // namespace tpe::unwind

@@ -1,10 +1,13 @@
 #include "unwind/cfi_table.h"
 
+#include <dwarf.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -91,7 +94,7 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
     return NotFound(display + " has no call frame information");
   // Everything libdw needs is read: the descriptor may be closed.
   elf_cntl(t->elf_, ELF_C_FDDONE);
-  t->bytes_ += sizeof(CfiTable) + t->segments_.size() * sizeof(elf::LoadSegment) + 4096;
+  t->bytes_ += sizeof(CfiTable) + t->segments_.size() * sizeof(elf::LoadSegment) + 4096 + kRowMemo * sizeof(Memo);
   return t;
 }
 
@@ -114,6 +117,83 @@ FramePtr CfiTable::RowAt(uint64_t offset, bool* signal) const {
     return FramePtr(frame);
   }
   return nullptr;
+}
+
+namespace {
+
+// The compact form of a libdw row, if it has one (the shapes dwarf_frame_cfa and
+// dwarf_frame_register give for the rules CompactRow keeps: libdw's cfi.c and frame_register.c).
+bool Compact(Dwarf_Frame* frame, CompactRow* row) {
+  auto fits = [](int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; };
+  Dwarf_Op* ops = nullptr;
+  size_t nops = 0;
+  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 1) return false;
+  int64_t cfa_offset = 0;
+  uint64_t cfa_register = 0;
+  if (ops[0].atom == DW_OP_bregx) {
+    cfa_register = ops[0].number;
+    cfa_offset = static_cast<int64_t>(ops[0].number2);
+  } else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+    cfa_register = ops[0].atom - DW_OP_breg0;
+    cfa_offset = static_cast<int64_t>(ops[0].number);
+  } else {
+    return false;
+  }
+  if (cfa_register >= kDwarfRegisters || !fits(cfa_offset)) return false;
+  row->cfa_register = static_cast<uint8_t>(cfa_register);
+  row->cfa_offset = static_cast<int32_t>(cfa_offset);
+  for (int slot = 0; slot < CompactRow::kSlots; ++slot) {
+    const int r = CompactRow::kRegisters[static_cast<size_t>(slot)];
+    Dwarf_Op mem[3];
+    ops = nullptr;
+    nops = 0;
+    auto& rule = row->rule[static_cast<size_t>(slot)];
+    auto& offset = row->offset[static_cast<size_t>(slot)];
+    offset = 0;
+    if (dwarf_frame_register(frame, r, mem, &ops, &nops) != 0) {
+      if (r == kDwarfRip) return false;     // the full path says bad_rule
+      rule = CompactRow::Rule::kUndefined;  // as the full path: the caller's value is not known
+      continue;
+    }
+    if (nops == 0) {
+      rule = ops == nullptr ? CompactRow::Rule::kSame : CompactRow::Rule::kUndefined;
+      continue;
+    }
+    if (ops[0].atom != DW_OP_call_frame_cfa) return false;
+    size_t i = 1;
+    int64_t n = 0;
+    if (i < nops && ops[i].atom == DW_OP_plus_uconst) n = static_cast<int64_t>(ops[i++].number);
+    bool value = false;
+    if (i < nops && ops[i].atom == DW_OP_stack_value) {
+      value = true;
+      ++i;
+    }
+    if (i != nops || !fits(n)) return false;
+    rule = value ? CompactRow::Rule::kIsCfa : CompactRow::Rule::kAtCfa;
+    offset = static_cast<int32_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+RowForm CfiTable::CompactRowAt(uint64_t offset, CompactRow* row) const {
+  static_assert(kRowMemo == 512, "the hash below keeps 9 bits");
+  if (memo_.empty()) memo_.resize(kRowMemo);
+  // Code offsets of neighbouring frames differ in their low bits: a multiplicative hash spreads them.
+  Memo& m = memo_[(offset * 0x9e3779b97f4a7c15ull) >> 55];
+  if (m.offset_plus_1 != offset + 1) {
+    m.offset_plus_1 = offset + 1;
+    bool signal = false;
+    FramePtr frame = RowAt(offset, &signal);
+    if (frame == nullptr) {
+      m.form = RowForm::kNone;
+    } else {
+      m.form = !signal && Compact(frame.get(), &m.row) ? RowForm::kCompact : RowForm::kFull;
+    }
+  }
+  if (m.form == RowForm::kCompact) *row = m.row;
+  return m.form;
 }
 
 }  // namespace tpe::unwind

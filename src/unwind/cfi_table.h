@@ -16,6 +16,7 @@
 
 #include <elfutils/libdw.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include "common/status.h"
 #include "elf/address.h"
+#include "unwind/registers.h"
 
 struct Elf;
 
@@ -33,6 +35,25 @@ struct FreeFrame {
   void operator()(Dwarf_Frame* f) const;
 };
 using FramePtr = std::unique_ptr<Dwarf_Frame, FreeFrame>;
+
+// A row reduced to the rules compilers emit for code at a call, for the unwinder's fast path (no
+// libdw call, no allocation): the CFA is a register plus an offset; the return address and each
+// callee-saved register (rbx, rbp, r12-r15; psABI) keep the same value, are undefined, are saved
+// at CFA + offset, or are CFA + offset (DWARF 5 section 6.4.1: same value, undefined, offset(N),
+// val_offset(N)). Rows of signal frames or with an expression or register rule have no compact form.
+struct CompactRow {
+  enum class Rule : uint8_t { kSame, kUndefined, kAtCfa, kIsCfa };
+  static constexpr int kSlots = 7;
+  // The DWARF register of each slot: the return address, rbx, rbp, r12-r15.
+  static constexpr std::array<uint8_t, kSlots> kRegisters = {kDwarfRip, kDwarfRbx, kDwarfRbp, 12, 13, 14, 15};
+  uint8_t cfa_register = 0;
+  std::array<Rule, kSlots> rule{};
+  int32_t cfa_offset = 0;
+  std::array<int32_t, kSlots> offset{};  // bytes from the CFA (kAtCfa, kIsCfa)
+};
+
+// How the row at an offset is read: none (no FDE covers it), compact, or full (RowAt).
+enum class RowForm : uint8_t { kNone, kCompact, kFull };
 
 class CfiTable {
  public:
@@ -57,6 +78,12 @@ class CfiTable {
   // caller's return address is an exact pc).
   FramePtr RowAt(uint64_t offset, bool* signal) const;
 
+  // The row at `offset` in compact form (kCompact, `*row` filled) when it has one; kFull when it
+  // must be read with RowAt; kNone when RowAt would return null. Remembered per offset in a
+  // direct-mapped table of kRowMemo entries (a loop's frames are the same few pcs).
+  RowForm CompactRowAt(uint64_t offset, CompactRow* row) const;
+  static constexpr size_t kRowMemo = 512;
+
   // Approximate bytes held (the sections read and libdw's decoded entries are not counted).
   size_t memory_bytes() const { return bytes_; }
   const std::string& display() const { return display_; }
@@ -70,6 +97,12 @@ class CfiTable {
   Dwarf_CFI* debug_frame_ = nullptr;  // dwarf_getcfi: the Dwarf's
   std::vector<elf::LoadSegment> segments_;
   size_t bytes_ = 0;
+  struct Memo {
+    uint64_t offset_plus_1 = 0;  // 0: empty
+    RowForm form = RowForm::kNone;
+    CompactRow row;
+  };
+  mutable std::vector<Memo> memo_;  // kRowMemo entries once a row is asked for (counted in bytes_)
 };
 
 }  // namespace tpe::unwind

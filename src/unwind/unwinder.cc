@@ -60,8 +60,39 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
     out->push_back(UserFrame{code.file, code.anonymous ? pc : code.offset + (pc - at)});
     Registers caller;
     bool signal = false;
-    FramePtr row = code.cfi != nullptr && !code.anonymous ? code.cfi->RowAt(code.offset, &signal) : nullptr;
-    if (row != nullptr) {
+    CompactRow compact;
+    const RowForm form =
+        code.cfi != nullptr && !code.anonymous ? code.cfi->CompactRowAt(code.offset, &compact) : RowForm::kNone;
+    FramePtr row = form == RowForm::kFull ? code.cfi->RowAt(code.offset, &signal) : nullptr;
+    if (form == RowForm::kCompact) {
+      // The same steps as the full rules below, on the rules compilers emit.
+      if (!regs.Has(compact.cfa_register)) return UnwindEnd::kBadRule;
+      const uint64_t cfa = regs.value[compact.cfa_register] + static_cast<uint64_t>(int64_t{compact.cfa_offset});
+      for (int slot = 0; slot < CompactRow::kSlots; ++slot) {
+        const int r = CompactRow::kRegisters[static_cast<size_t>(slot)];
+        const uint64_t at = cfa + static_cast<uint64_t>(int64_t{compact.offset[static_cast<size_t>(slot)]});
+        uint64_t value = 0;
+        switch (compact.rule[static_cast<size_t>(slot)]) {
+          case CompactRow::Rule::kSame:
+            if (r != kDwarfRip && regs.Has(r)) caller.Set(r, regs.value[r]);
+            break;
+          case CompactRow::Rule::kUndefined:
+            if (r == kDwarfRip) return UnwindEnd::kOutermost;
+            break;
+          case CompactRow::Rule::kAtCfa:
+            if (read(at, &value)) {
+              caller.Set(r, value);
+            } else if (r == kDwarfRip) {
+              return UnwindEnd::kStackCopy;
+            }
+            break;
+          case CompactRow::Rule::kIsCfa:
+            caller.Set(r, at);
+            break;
+        }
+      }
+      caller.Set(kDwarfRsp, cfa);
+    } else if (row != nullptr) {
       Dwarf_Op* ops = nullptr;
       size_t nops = 0;
       if (dwarf_frame_cfa(row.get(), &ops, &nops) != 0 || nops == 0) return UnwindEnd::kBadRule;
