@@ -3,6 +3,7 @@
 # (with runc: crun refuses hosts with hybrid cgroups), a debian:bookworm base made by mmdebstrap
 # from this machine's own apt sources, and the Dockerfile unchanged. All from Debian packages.
 #   scripts/image.sh [TAG]        default tag localhost/tracepoint-exporter:latest
+#   scripts/image.sh --base-only  only the debian:bookworm base (CI makes it while it compiles)
 # Podman's storage is its own (TPE_PODMAN_ROOT, default /var/tmp/tpe-podman), so nothing else on
 # the host is touched. With Docker, the same Dockerfile builds as is: docker build -t TAG .
 set -euo pipefail
@@ -25,6 +26,7 @@ if ! tpe_podman image exists localhost/debian:bookworm; then
   tpe_podman tag localhost/debian:bookworm localhost/debian:bookworm-slim
   rm -rf "$base"
 fi
+[[ $TAG == --base-only ]] && exit 0
 
 echo "image: podman build $TAG"
 # --pull=never: the FROM lines resolve to the local base (debian:bookworm -> localhost/debian:bookworm).

@@ -16,7 +16,7 @@
 # Prints one summary line per kernel; exits non-zero if any kernel fails. Under CI=true a missing
 # qemu or kernel is a failure, not a skip. TPE_VM_JOBS guests at a time (default 2: one host
 # thread each); TPE_VM_TIMEOUT (seconds per guest, default 1500);
-# TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels; TPE_VM_GUEST=SCRIPT runs another
+# TPE_VM_PREPARE_ONLY=1 only fetches and prepares the kernels (BUILD_DIR need not be built yet); TPE_VM_GUEST=SCRIPT runs another
 # guest script (it must write $R/verdicts and $R/done like tests/vm/guest.sh); TPE_VM_RESULTS=DIR
 # puts the per-kernel results directories there instead of $TPE_VM_CACHE/results.
 set -uo pipefail
@@ -41,7 +41,7 @@ skip_or_fail() {
 }
 
 [[ $(id -u) -eq 0 ]] || skip_or_fail "needs root (apt-get, depmod, the guests' tests run as root)"
-[[ -x "$BUILD/tests/kernel/kernel_test" && -x "$BUILD/tracepoint_exporter" ]] ||
+[[ -n "${TPE_VM_PREPARE_ONLY:-}" || (-x "$BUILD/tests/kernel/kernel_test" && -x "$BUILD/tracepoint_exporter") ]] ||
   skip_or_fail "$BUILD has no tests/kernel/kernel_test or tracepoint_exporter: build first"
 
 # Host tools, from Debian packages.
