@@ -15,7 +15,7 @@ medians in the two places. Measured one at a time instead, rounds of the stacks 
 the sum over its programs (a latency's start + end). The floor is an empty bpftrace program alone on
 the same tracepoint: what the stats instrumentation and the dispatch cost whoever the program is.
 Each cell is the median of N rounds. Prints a Markdown table and the targets, writes them to
-docs/BPF_COST.md (--out), and exits 1 when a target is missed.
+docs/bench/BPF_COST.md (--out), and exits 1 when a target is missed.
 The shipped configs' rows are the sum of ns/run of their programs that run on every syscall of
 the loop (config/default.json has none since its syscall metrics moved to the opt-in
 config/syscalls.json); the "added per syscall" rows are the loop's own ns per getppid() with the
@@ -211,7 +211,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
-                                                  "BPF_COST.md"), help="the Markdown report ('' = none)")
+                                                  "bench", "BPF_COST.md"), help="the Markdown report ('' = none)")
     ap.add_argument("--only", default="", help="run only the jobs whose name contains this (no shipped configs, "
                     "no report file: a quick look)")
     args = ap.parse_args()

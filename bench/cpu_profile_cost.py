@@ -16,7 +16,7 @@ scrape, which reads /proc/kallsyms (again every 10 minutes) and the symbol table
 files, comes before the measured time and is reported apart. The samples' kernel side (the
 timer interrupt, the callchain walk or the bpf program's stack walk) is charged to the
 interrupted tasks, the same for all. Rounds rotate the tracers; medians are printed as Markdown
-and written to docs/CPU_PROFILE_COST.md (--out).
+and written to docs/bench/CPU_PROFILE_COST.md (--out).
 """
 import argparse
 import json
@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--port", type=int, default=19479)
     ap.add_argument("--scrape-every", type=int, default=10, help="seconds between pprof scrapes; 0: none")
-    ap.add_argument("--out", default="docs/CPU_PROFILE_COST.md")
+    ap.add_argument("--out", default="docs/bench/CPU_PROFILE_COST.md")
     args = ap.parse_args()
     binary = os.path.join(args.build, "tracepoint_exporter")
     ncpu = os.cpu_count()

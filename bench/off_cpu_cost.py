@@ -13,7 +13,7 @@ its cpu line's (all but idle and iowait): the CPU time per switch is busy / swit
 tracer's cost per switch is that less the untraced run's, the tracer's own threads included
 (the exporter's reader, symbolization and rendering are CPU time the switches did not get). The
 exporter is scraped for its pprof every 10 s. Rounds rotate the three runs; medians are printed
-as Markdown and written to docs/OFF_CPU_COST.md (--out).
+as Markdown and written to docs/bench/OFF_CPU_COST.md (--out).
 """
 import argparse
 import json
@@ -145,7 +145,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--port", type=int, default=19480)
-    ap.add_argument("--out", default="docs/OFF_CPU_COST.md")
+    ap.add_argument("--out", default="docs/bench/OFF_CPU_COST.md")
     args = ap.parse_args()
     binary = os.path.join(args.build, "tracepoint_exporter")
     ncpu = os.cpu_count()

@@ -377,7 +377,7 @@ def main():
             "from one run of the script, side by side; the VM is noisy, so compare ratios within a table. Rates of a "
             "getppid() loop measure a tracer's cost only coarsely where a syscall costs 1-1.5 us (PTI): the bpf "
             "rows' rate ratios are no measure of per-event cost; ns per program run, beside bpftrace's, are in "
-            "docs/BPF_COST.md (bench/bpf_cost.sh).\n")
+            "docs/bench/BPF_COST.md (bench/bpf_cost.sh).\n")
     for threads in (1, 2):
         print(f"W1: getppid loop on {threads} CPU(s)", file=sys.stderr)
         rows = [measure("baseline (untraced)", None, build, secs, threads)]
@@ -418,15 +418,15 @@ def main():
 
 def cost_section():
     """The ns-per-event tables of bench/bpf_cost.sh and bench/uprobe_cost.sh (their last runs,
-    docs/BPF_COST.md and docs/UPROBE_COST.md), which measure what rates here cannot."""
+    docs/bench/BPF_COST.md and docs/bench/UPROBE_COST.md), which measure what rates here cannot."""
     parts = ["## Cost per event (bench/bpf_cost.sh, bench/uprobe_cost.sh)\n\n"
              "Loop rates below are coarse where a syscall costs 1-1.5 us (PTI): what a program costs per event "
              "comes from the kernel's own accounting (bpf_stats), side by side with bpftrace, in these runs."]
     for name in ("BPF_COST.md", "UPROBE_COST.md", "PROFILE_COST.md", "CPU_PROFILE_COST.md", "OFF_CPU_COST.md"):
-        path = os.path.join(ROOT, "docs", name)
+        path = os.path.join(ROOT, "docs", "bench", name)
         if os.path.exists(path):
             body = open(path).read().split("\n", 1)[1].strip()  # without its title
-            parts.append("### From docs/%s\n\n%s" % (name, body))
+            parts.append("### From docs/bench/%s\n\n%s" % (name, body))
     return "\n\n".join(parts)
 
 

@@ -3,7 +3,7 @@
 # the same time on the same workload (perf bench sched messaging), then compares them bucket by
 # bucket. Both use the same definition: start at sched_wakeup/sched_wakeup_new (pid) or at a
 # sched_switch that leaves the task runnable (prev_state R = 0, or R+ = 256 when preempted); end
-# at the sched_switch that runs it (next_pid). Writes docs/RUNQLAT_COMPARISON.md.
+# at the sched_switch that runs it (next_pid). Writes docs/bench/RUNQLAT_COMPARISON.md.
 #   bench/runqlat_compare.sh [SECONDS]     (root; installs bpftrace and linux-perf if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +60,7 @@ sleep 0.3
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$WORK/scrape_alone"
 kill -TERM $TPE; wait $TPE || true
 
-python3 - "$WORK/bpftrace.out" "$WORK/scrape" "$SECONDS_TO_RUN" "$WORK/scrape_alone" >docs/RUNQLAT_COMPARISON.md <<'PY'
+python3 - "$WORK/bpftrace.out" "$WORK/scrape" "$SECONDS_TO_RUN" "$WORK/scrape_alone" >docs/bench/RUNQLAT_COMPARISON.md <<'PY'
 import re, sys, platform, subprocess
 bt_text, scrape, secs = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3]
 # bpftrace: [lo, hi) in integer microseconds; [0] and [1] are single values.
@@ -125,4 +125,4 @@ print("Bucket edges differ only at exact boundaries: bpftrace's `hist()` puts in
       "before bpftrace attaches and is scraped 0.3 s after bpftrace is stopped, so it may count slightly more at the "
       "edges; every one of its ends is accounted for above (observations + no_start = sched_switch samples).")
 PY
-cat docs/RUNQLAT_COMPARISON.md
+cat docs/bench/RUNQLAT_COMPARISON.md

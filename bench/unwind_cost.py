@@ -162,7 +162,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--port", type=int, default=19481)
-    ap.add_argument("--out", default="docs/UNWIND_COST.md")
+    ap.add_argument("--out", default="docs/bench/UNWIND_COST.md")
     args = ap.parse_args()
     binary = os.path.join(args.build, "tracepoint_exporter")
     loop = os.path.join(args.build, "bench/workloads/syscall_loop")

@@ -8,7 +8,7 @@ Tracers, interleaved within every round (median of the rounds): the exporter on 
 (a counting-mode counter: the kernel counts, no sample) and with a {comm} label (sampled), and
 bpftrace `@ = count()`. The figure is dominated by the trap (int3, then the kernel's single-step
 of the original instruction out of line): it is what any uprobe-based tool pays, per hit,
-whatever runs on it. Prints a Markdown table and writes it to docs/UPROBE_COST.md (--out).
+whatever runs on it. Prints a Markdown table and writes it to docs/bench/UPROBE_COST.md (--out).
 """
 import argparse
 import json
@@ -57,7 +57,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=500000)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
-                                                  "UPROBE_COST.md"))
+                                                  "bench", "UPROBE_COST.md"))
     args = ap.parse_args()
     target = os.path.abspath(os.path.join(args.build, "tests", "triggers", "uprobe_target"))
     exporter = os.path.join(args.build, "tracepoint_exporter")
