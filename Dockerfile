@@ -1,6 +1,6 @@
 # Multi-stage image. Both stages run the same scripts as the README and CI
 # (scripts/install-deps.sh, scripts/build.sh), so what is tested is what is shipped.
-# Without Docker: scripts/image.sh builds this file with podman (see the README, "Container image").
+# Without Docker: scripts/image.sh builds this file with podman (see docs/OPERATIONS.md, "Container image").
 FROM debian:bookworm AS build
 WORKDIR /src
 # Only what compiling the daemon reads, so that changes elsewhere (tests, docs) reuse this layer.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for the side-by-side performance comparison (issue: performance). Builds what it
 # needs, installs linux-perf and bpftrace, runs every workload against every tracer in one run,
-# and regenerates docs/PERFORMANCE.md.   sudo bench/run.sh [--quick]
+# and regenerates the generated part of docs/PERFORMANCE.md.   sudo bench/run.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null

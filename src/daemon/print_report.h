@@ -45,7 +45,7 @@ void PrintTopStacks(const std::string& name, const std::string& folded, size_t t
 
 // Writes one line per metric: events, events/s over `seconds`, and for bpf metrics ns/event and
 // the share of one CPU the programs took (kernel_ns / seconds); for perf metrics a pointer to
-// the README's per-hit costs (the kernel does not time perf output per event). `why_no_stats`:
+// the per-hit costs of docs/PERFORMANCE.md (the kernel does not time perf output per event). `why_no_stats`:
 // why kernel_ns is absent ("" when present). Pure.
 void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std::string& why_no_stats,
                 std::ostream& out);

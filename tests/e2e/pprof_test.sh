@@ -141,7 +141,7 @@ check "-raw: sample type samples/count, duration 6 s" bash -c \
    grep -qE 'comm:\\[tpe_within\\]' '$WORK/window.raw'"
 check "folded: tpe_within's path a 3000 times" bash -c \
   "awk '/main;tpe_path_a;tpe_leaf/ { s += \$NF } END { exit !(s >= 6000) }' '$WORK/all.folded'"
-# The README's own command, over HTTP with pprof's default symbolization: every mapping says its
+# docs/PROFILES.md's own command, over HTTP with pprof's default symbolization: every mapping says its
 # symbols were looked up (has_functions), so pprof does not POST /debug/pprof/symbol (405).
 for p in getppid_stacks getppid_stacks_bpf; do
   go tool pprof -top "$URL/debug/pprof/$p" >"$WORK/top_$p.txt" 2>"$WORK/top_$p.err"

@@ -295,7 +295,7 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   // The pipeline's threads (sweeper included) on the last CPU, the tasks on CPU 0. Before Linux
   // 6.7 the kernel skips a program run uncounted while a BPF map syscall is under way on that
   // CPU (bpf_disable_instrumentation raises bpf_prog_active), and on PREEMPT_RT a task can
-  // preempt the sweeper there: 8-10 of 6,000 calls went missing on Debian's 6.1-rt (README, Kernel
+  // preempt the sweeper there: 8-10 of 6,000 calls went missing on Debian's 6.1-rt (docs/OPERATIONS.md, Kernel
   // support). This test is about the sweep, so it keeps the two apart.
   testing::DaemonOnLastCpu pin;  // inherited by the threads Start() creates
   Pipeline pipeline(&*tracefs);

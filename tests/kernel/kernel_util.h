@@ -173,7 +173,7 @@ inline pid_t ForkSleeper(const char* comm, int sleeps, int* go_fd) {
 // sweeper), to the last online CPU; restores the thread's affinity at the end of the scope. A test
 // that counts a child pinned to CPU 0 exactly keeps the daemon's map syscalls off the child's CPU:
 // before Linux 6.7 the kernel skips a program run, uncounted, while a BPF map syscall is under
-// way on that CPU, and on PREEMPT_RT the child can preempt one there (README, Kernel support).
+// way on that CPU, and on PREEMPT_RT the child can preempt one there (docs/OPERATIONS.md, Kernel support).
 class DaemonOnLastCpu {
  public:
   DaemonOnLastCpu() {
