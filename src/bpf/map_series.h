@@ -3,7 +3,7 @@
 // both keyed by the rendered label key, so a series keeps one value on the page whichever side
 // holds it.
 //
-// Series lifetime (DESIGN.md "Series have a lifetime"; the same policy as collectors/
+// Series lifetime (docs/ARCHITECTURE.md "Series have a lifetime"; the same policy as collectors/
 // series_table.h for the perf engine):
 //  * Sweep() takes out of the map, at once, every series whose pid/tid label names a task that
 //    exited, and every series unchanged for idle_ns: the kernel map frees its slot for a new task

@@ -1,4 +1,4 @@
-// A profile: how often each stack was seen at an event, per label set (issue 23; DESIGN.md
+// A profile: how often each stack was seen at an event, per label set (issue 23; docs/ARCHITECTURE.md
 // "A profile is a metric whose series key includes stacks").
 //
 // OnSample splits the sample's PERF_SAMPLE_CALLCHAIN (decode/callchain.h) and keys the series

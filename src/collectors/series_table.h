@@ -5,7 +5,7 @@
 // to append it. Values are updated with relaxed atomic stores (single writer), so a scrape —
 // which takes the mutex only to walk the list of series — never blocks the writer per event.
 //
-// Series have a lifetime (DESIGN.md "Series have a lifetime"):
+// Series have a lifetime (docs/ARCHITECTURE.md "Series have a lifetime"):
 //  * Sweep() (the writer, about once a second) removes series whose value has not changed for
 //    `idle_ns` (settings.series_idle_timeout_seconds; 0 = never), and marks removable the series
 //    of tasks that exited (pid/tid labels; the caller tells which keys through `is_exited`). A

@@ -52,7 +52,7 @@ struct MetricSnapshot {
   std::vector<SeriesSnapshot> series;
 };
 
-// Series identity is the rendered label set (DESIGN.md): series whose label names and values
+// Series identity is the rendered label set (docs/ARCHITECTURE.md): series whose label names and values
 // are equal after rendering (e.g. comms "a\xff" and "a\xfe" both render "a\uFFFD"; a cgroup
 // deleted and re-created at one path has a new id but the same path) are one series on the page.
 // Merges such series of `*m` in place: counters and gauges add their values (a max, min or last

@@ -1,4 +1,4 @@
-// The JSON config: the user-facing contract (../shared/DESIGN.md "Configuration"), parsed into
+// The JSON config: the user-facing contract (docs/ARCHITECTURE.md; every key: docs/CONFIGURATION.md), parsed into
 // typed structs. This is the only file in the project that links nlohmann/json.
 //
 // ParseConfig checks everything that needs no kernel, and every error names the file, the JSON
@@ -30,7 +30,7 @@
 
 namespace tpe {
 
-// Limits of the config (README "Configuration" documents them).
+// Limits of the config (docs/CONFIGURATION.md documents them).
 inline constexpr size_t kMaxConfigBytes = 4 << 20;  // a larger file is refused unread
 // settings.max_series_per_metric: at this many series one metric's scrape is already ~100 MB of
 // text and a 256-bucket histogram's series ~2 GB of counters (the former cap, 1e7, ten times
@@ -233,7 +233,7 @@ struct Config {
   std::string path;  // the file it came from ("<string>" for ParseConfig on text)
   Settings settings;
   // "metrics" then "profiles" (type "profile", json_path "profiles[i]"): a profile is a metric
-  // whose series key includes stacks (DESIGN.md), planned the same way.
+  // whose series key includes stacks (docs/ARCHITECTURE.md), planned the same way.
   std::vector<MetricConfig> metrics;
 };
 

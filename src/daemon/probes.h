@@ -1,6 +1,6 @@
 // Probe events from the config: uprobes, uretprobes, USDT probes, kprobes and kretprobes, named as
 // bpftrace names them, turned into dynamic trace events (tracefs/probe_events.h) that the rest of
-// the plan opens like any tracepoint (DESIGN.md "probes beyond tracepoints").
+// the plan opens like any tracepoint (docs/ARCHITECTURE.md "Probe events are dynamic trace events").
 //
 //   uprobe:PATH:SYMBOL            entry of a function (an OFFSET is parsed but refused by
 //                                 ResolveProbe: no disassembler checks the instruction boundary)

@@ -402,7 +402,7 @@ double Dropped(const std::vector<MetricSnapshot>& snap) {
   return testing::Value(snap, "tracepoint_exporter_series_dropped_total", {{"metric", "held"}});
 }
 
-// Tasks that exit while they hold 1 take their series with them (DESIGN.md: series have a
+// Tasks that exit while they hold 1 take their series with them (docs/ARCHITECTURE.md: series have a
 // lifetime), as tasks back at 0 do.
 TEST_P(KernelGaugeTest, UpDownSeriesOfExitedTasksGoWhateverTheirValue) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
