@@ -116,7 +116,7 @@ void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std:
       out << line;
     }
     if (c.engine != "bpf") {
-      out << ", ns/event: see README \"Cost per event\" (perf output is not timed per event)\n";
+      out << ", ns/event: see docs/PERFORMANCE.md \"Cost per event\" (perf output is not timed per event)\n";
     } else if (!c.kernel_ns) {
       out << ", ns/event unknown: " << why_no_stats << "\n";
     } else if (c.events == 0) {

@@ -31,7 +31,7 @@ TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
   const std::string s = out.str();
   EXPECT_NE(s.find("a_total"), std::string::npos) << s;
   EXPECT_NE(s.find("2000 runs (1000.0/s), 50 ns/event, 0.0050% of a CPU"), std::string::npos) << s;
-  EXPECT_NE(s.find("50 events (25.0/s), ns/event: see README"), std::string::npos) << s;
+  EXPECT_NE(s.find("50 events (25.0/s), ns/event: see docs/PERFORMANCE.md"), std::string::npos) << s;
   EXPECT_NE(s.find("0 runs (0.0/s), no runs"), std::string::npos) << s;
   // A profile: the exporter's own time on it, samples and rendering.
   EXPECT_NE(s.find("38 events (19.0/s), exporter 5.5 ms (samples 1.5 ms, rendering 4.0 ms), 0.2750% of a CPU"),
