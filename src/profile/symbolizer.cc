@@ -1,5 +1,7 @@
 #include "profile/symbolizer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "process/mapped_file_open.h"
@@ -63,7 +65,11 @@ void Symbolizer::FindDebug(FileId id, FileState* state, int fd) {
   auto entry = std::make_shared<symbols::DebugEntry>();
   if (elf.has_debug_info()) {
     auto dwarf = symbols::DwarfInfo::Open(fd, elf.path());
-    if (dwarf.ok()) entry->dwarf = std::move(dwarf).value();
+    if (dwarf.ok()) {
+      entry->dwarf = std::move(dwarf).value();
+    } else if (dwarf.status().code() == StatusCode::kInvalidArgument) {
+      spdlog::info("profile: {}", dwarf.status().message());  // over the bound: symbols only
+    }
   }
   if (!elf.has_symtab() || entry->dwarf == nullptr) {
     const MappedFile& f = *state->file;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <lzma.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -68,7 +69,11 @@ Tried Accept(int fd, const std::string& display, DebugSource source, const Binar
   DebugFile f{source, display, elf, nullptr};
   if (elf->has_debug_info()) {
     auto dwarf = DwarfInfo::Open(fd, display);
-    if (dwarf.ok()) f.dwarf = std::move(dwarf).value();
+    if (dwarf.ok()) {
+      f.dwarf = std::move(dwarf).value();
+    } else if (dwarf.status().code() == StatusCode::kInvalidArgument) {
+      spdlog::info("profile: {}", dwarf.status().message());  // over the bound: symbols only
+    }
   }
   t.result = DebugResult::kFound;
   t.file = std::move(f);

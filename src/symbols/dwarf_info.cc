@@ -4,9 +4,13 @@
 #include <elfutils/libdw.h>
 #include <fcntl.h>
 #include <libelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+
+#include "elf/sections.h"
 
 namespace tpe::symbols {
 namespace {
@@ -39,7 +43,7 @@ bool UnitOf(Dwarf* dwarf, uint64_t address, Dwarf_Die* cu) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<DwarfInfo>> DwarfInfo::Open(int fd, const std::string& display) {
+StatusOr<std::shared_ptr<DwarfInfo>> DwarfInfo::Open(int fd, const std::string& display, uint64_t max_bytes) {
   std::shared_ptr<DwarfInfo> info(new DwarfInfo());
   info->display_ = display;
   info->fd_ = ScopedFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
@@ -49,6 +53,20 @@ StatusOr<std::shared_ptr<DwarfInfo>> DwarfInfo::Open(int fd, const std::string& 
   if (info->elf_ == nullptr || elf_kind(info->elf_) != ELF_K_ELF) {
     return InvalidArgument(display + ": not an ELF file (" + elf_errmsg(-1) + ")");
   }
+  struct stat st {};
+  if (::fstat(info->fd_.get(), &st) != 0) return ErrnoStatus(errno, "fstat " + display);
+  uint64_t bytes = 0;
+  for (const elf::SectionHeader& sh :
+       elf::ReadSectionHeaders(info->elf_, info->fd_.get(), static_cast<uint64_t>(st.st_size), max_bytes)) {
+    if (sh.name.starts_with(".debug_") || sh.name.starts_with(".zdebug_")) {
+      bytes += std::max(sh.size, elf::UncompressedSize(sh, info->fd_.get()));
+    }
+  }
+  if (bytes > max_bytes) {
+    return InvalidArgument(display + ": its DWARF holds " + std::to_string(bytes >> 20) + " MiB, over the bound of " +
+                           std::to_string(max_bytes >> 20) + " MiB (named by its symbol table instead)");
+  }
+  info->section_bytes_ = bytes;
   info->dwarf_ = dwarf_begin_elf(info->elf_, DWARF_C_READ, nullptr);
   if (info->dwarf_ == nullptr) {
     return NotFound(display + ": no readable DWARF (" + dwarf_errmsg(-1) + ")");

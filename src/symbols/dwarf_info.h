@@ -7,7 +7,7 @@
 //
 // The file is read with pread(2) (ELF_C_READ), never mapped, so a file cut short while it is read
 // gives no name, not SIGBUS. libdw checks what it reads against the sections' sizes; a corrupt
-// file gives no lines (fuzz/dwarf_fuzzer.cc).
+// file gives no lines.
 //
 // Sources: DWARF 5 (dwarfstd.org) §3.3.8 (inlined subroutines), §6.2 (line number program);
 // elfutils libdw.h; elfutils src/addr2line.c (print_addrsym, handle_address with -i).
@@ -32,10 +32,15 @@ namespace tpe::symbols {
 
 class DwarfInfo {
  public:
-  // The DWARF of the ELF file open as `fd` (duplicated and kept open: libdw reads sections as it
-  // needs them). `display` names it in messages. Errors: NotFound when the file has no readable
-  // DWARF (no .debug_info, or corrupt headers), InvalidArgument when it is no ELF file.
-  static StatusOr<std::shared_ptr<DwarfInfo>> Open(int fd, const std::string& display);
+  // The DWARF of the ELF file open as `fd` (duplicated and kept open). libdw reads every .debug_*
+  // section into memory when it opens the file (decompressing SHF_COMPRESSED ones), so a file
+  // whose DWARF sections hold more than `max_bytes` (decompressed) is refused before that: its
+  // frames are named by its symbol table. `display` names it in messages. Errors: NotFound when
+  // the file has no readable DWARF (no .debug_info, or corrupt headers), InvalidArgument when it
+  // is no ELF file or its DWARF is over `max_bytes`.
+  static constexpr uint64_t kDefaultMaxBytes = uint64_t{32} << 20;
+  static StatusOr<std::shared_ptr<DwarfInfo>> Open(int fd, const std::string& display,
+                                                   uint64_t max_bytes = kDefaultMaxBytes);
   ~DwarfInfo();
   DwarfInfo(const DwarfInfo&) = delete;
   DwarfInfo& operator=(const DwarfInfo&) = delete;
@@ -59,6 +64,8 @@ class DwarfInfo {
   }
 
   const std::string& display() const { return display_; }
+  // Bytes of the DWARF sections libdw holds (decompressed), and of the remembered answers.
+  size_t memory_bytes() const { return section_bytes_ + memo_bytes(); }
 
  private:
   DwarfInfo() = default;
@@ -66,6 +73,7 @@ class DwarfInfo {
   ::Elf* elf_ = nullptr;
   ::Dwarf* dwarf_ = nullptr;
   std::string display_;
+  size_t section_bytes_ = 0;
   std::vector<Line> LookupLocked(uint64_t address) const;
   static constexpr size_t kMaxMemo = 65536;                       // addresses remembered (then forgotten all at once)
   mutable std::mutex mu_;                                         // libdw's per-unit caches are built lazily

@@ -9,8 +9,9 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
+
+#include "elf/sections.h"
 
 namespace tpe::unwind {
 
@@ -47,43 +48,19 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
     t->segments_.push_back(s);
   }
   // The CFI sections' sizes, checked before libdw reads them.
-  size_t shstrndx = 0;
   bool has_debug_frame = false;
-  // Section names from .shstrtab read here, bounds-checked (libelf's elf_strptr and
-  // elf_rawdata leak what they allocate for some malformed files: found by fuzz/cfi_fuzzer with
-  // elfutils 0.188).
-  std::string names;
-  if (elf_getshdrstrndx(t->elf_, &shstrndx) == 0) {
-    Elf_Scn* strscn = elf_getscn(t->elf_, shstrndx);
-    GElf_Shdr strsh;
-    if (strscn != nullptr && gelf_getshdr(strscn, &strsh) != nullptr && strsh.sh_type == SHT_STRTAB &&
-        strsh.sh_offset <= file_size && strsh.sh_size <= file_size - strsh.sh_offset &&
-        strsh.sh_size <= limits.max_section_bytes) {
-      names.resize(strsh.sh_size);
-      if (::pread(fd, names.data(), names.size(), static_cast<off_t>(strsh.sh_offset)) !=
-          static_cast<ssize_t>(names.size())) {
-        names.clear();
-      }
+  for (const elf::SectionHeader& sh : elf::ReadSectionHeaders(t->elf_, fd, file_size, limits.max_section_bytes)) {
+    const bool eh = sh.name == ".eh_frame" || sh.name == ".eh_frame_hdr";
+    const bool debug = sh.name == ".debug_frame";
+    if (!eh && !debug) continue;
+    if (sh.type != SHT_NOBITS &&
+        (sh.size > limits.max_section_bytes || sh.offset > file_size || sh.size > file_size - sh.offset)) {
+      return InvalidArgument(display + ": " + sh.name + " of " + std::to_string(sh.size) +
+                             " bytes is past the file or the bound (" + std::to_string(limits.max_section_bytes) +
+                             " bytes)");
     }
-  }
-  if (!names.empty()) {
-    for (Elf_Scn* scn = elf_nextscn(t->elf_, nullptr); scn != nullptr; scn = elf_nextscn(t->elf_, scn)) {
-      GElf_Shdr sh;
-      if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_name >= names.size()) continue;
-      if (names.find('\0', sh.sh_name) == std::string::npos) continue;
-      const char* name = names.c_str() + sh.sh_name;
-      const bool eh = std::strcmp(name, ".eh_frame") == 0 || std::strcmp(name, ".eh_frame_hdr") == 0;
-      const bool debug = std::strcmp(name, ".debug_frame") == 0;
-      if (!eh && !debug) continue;
-      if (sh.sh_type != SHT_NOBITS && (sh.sh_size > limits.max_section_bytes || sh.sh_offset > file_size ||
-                                       sh.sh_size > file_size - sh.sh_offset)) {
-        return InvalidArgument(display + ": " + name + " of " + std::to_string(sh.sh_size) +
-                               " bytes is past the file or the bound (" + std::to_string(limits.max_section_bytes) +
-                               " bytes)");
-      }
-      t->bytes_ += sh.sh_size;
-      has_debug_frame |= debug && sh.sh_type != SHT_NOBITS;
-    }
+    t->bytes_ += sh.size;
+    has_debug_frame |= debug && sh.type != SHT_NOBITS;
   }
   t->eh_frame_ = dwarf_getcfi_elf(t->elf_);
   if (has_debug_frame) {
