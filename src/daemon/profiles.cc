@@ -1,7 +1,5 @@
 #include "daemon/profiles.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +10,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/heap_trim.h"
 #include "profile/flame_graph.h"
 #include "profile/renderer.h"
 
@@ -75,8 +74,9 @@ HttpAnswer Render(const Pipeline& pipeline, const std::string& name, Pipeline::P
     ~Record() {
       pipeline.RecordRender(name, frames, ThreadCpuNs() - cpu_at_start);
       // A render of many stacks allocates tens of MB that the heap keeps after it is freed
-      // (20 renders of 126k stacks held 953 MB): give them back to the system.
-      ::malloc_trim(0);
+      // (20 renders of 126k stacks held 953 MB): give them back to the system, at most every 30 s
+      // (renders run on one thread: the next reuses what the last freed).
+      TrimHeapAtMostEvery(kHeapTrimIntervalNs);
     }
   } record{pipeline, name, Pipeline::RenderFrames{st.frames, st.unsymbolized, st.unknown_mapping, st.file_changed},
            cpu_at_start};

@@ -13,21 +13,23 @@ std::atomic<uint64_t> next_instance{1};
 }  // namespace
 
 PprofBuilder::PprofBuilder(const std::string& value_type, const std::string& value_unit)
-    : instance_(next_instance.fetch_add(1, std::memory_order_relaxed)) {
+    : instance_(next_instance.fetch_add(1, std::memory_order_relaxed)),
+      arena_(std::make_unique<google::protobuf::Arena>()),
+      profile_(google::protobuf::Arena::CreateMessage<perftools::profiles::Profile>(arena_.get())) {
   Str("");  // string_table[0] must be ""
-  auto* st = profile_.add_sample_type();
+  auto* st = profile_->add_sample_type();
   st->set_type(Str(value_type));
   st->set_unit(Str(value_unit));
   // One sample stands for one of its unit (Go's goroutine profile does the same): servers that
   // weigh samples by the period (Parca's graphs and merged views) would count 0 without it.
-  profile_.mutable_period_type()->set_type(Str(value_type));
-  profile_.mutable_period_type()->set_unit(Str(value_unit));
-  profile_.set_period(1);
+  profile_->mutable_period_type()->set_type(Str(value_type));
+  profile_->mutable_period_type()->set_unit(Str(value_unit));
+  profile_->set_period(1);
 }
 
 int64_t PprofBuilder::Str(const std::string& s) {
-  auto [it, inserted] = strings_.emplace(s, static_cast<int64_t>(profile_.string_table_size()));
-  if (inserted) profile_.add_string_table(s);
+  auto [it, inserted] = strings_.emplace(s, static_cast<int64_t>(profile_->string_table_size()));
+  if (inserted) profile_->add_string_table(s);
   return it->second;
 }
 
@@ -35,8 +37,8 @@ uint64_t PprofBuilder::AddMapping(const ProfileMapping& m) {
   auto key = std::make_tuple(m.start, m.limit, m.file_offset, m.file, m.build_id, m.key);
   auto it = mappings_.find(key);
   if (it != mappings_.end()) return it->second;
-  auto* pm = profile_.add_mapping();
-  const uint64_t id = static_cast<uint64_t>(profile_.mapping_size());
+  auto* pm = profile_->add_mapping();
+  const uint64_t id = static_cast<uint64_t>(profile_->mapping_size());
   pm->set_id(id);
   pm->set_memory_start(m.start);
   pm->set_memory_limit(m.limit);
@@ -68,8 +70,8 @@ uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
     if (!inserted) return it->second;
     id = &it->second;
   }
-  auto* loc = profile_.add_location();
-  *id = static_cast<uint64_t>(profile_.location_size());
+  auto* loc = profile_->add_location();
+  *id = static_cast<uint64_t>(profile_->location_size());
   loc->set_id(*id);
   loc->set_mapping_id(f.mapping_id);
   loc->set_address(f.address);
@@ -89,8 +91,8 @@ uint64_t PprofBuilder::LocationOf(const ProfileFrame& f) {
 uint64_t PprofBuilder::FunctionId(const std::string& name, const std::string& file) {
   auto [it, inserted] = functions_.emplace(std::make_pair(name, file), 0);
   if (inserted) {
-    auto* fn = profile_.add_function();
-    it->second = static_cast<uint64_t>(profile_.function_size());
+    auto* fn = profile_->add_function();
+    it->second = static_cast<uint64_t>(profile_->function_size());
     fn->set_id(it->second);
     fn->set_name(Str(name));
     fn->set_system_name(Str(name));
@@ -101,7 +103,7 @@ uint64_t PprofBuilder::FunctionId(const std::string& name, const std::string& fi
 
 void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
                              std::span<const std::pair<std::string, std::string>> labels, int64_t value) {
-  auto* s = profile_.add_sample();
+  auto* s = profile_->add_sample();
   for (const ProfileFrame& f : leaf_first) s->add_location_id(LocationOf(f));
   s->add_value(value);
   for (const auto& [k, v] : labels) {
@@ -112,13 +114,13 @@ void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
 }
 
 void PprofBuilder::SetTime(int64_t time_ns, int64_t duration_ns) {
-  profile_.set_time_nanos(time_ns);
-  profile_.set_duration_nanos(duration_ns);
+  profile_->set_time_nanos(time_ns);
+  profile_->set_duration_nanos(duration_ns);
 }
 
 StatusOr<std::string> PprofBuilder::Gzipped() const {
   std::string raw;
-  if (!profile_.SerializeToString(&raw)) return Internal("pprof: the profile did not serialize");
+  if (!profile_->SerializeToString(&raw)) return Internal("pprof: the profile did not serialize");
   z_stream z{};
   // windowBits 15 + 16: a gzip header and trailer instead of zlib's. Level 1 (Z_BEST_SPEED), as
   // Go's runtime/pprof writes profiles: a continuous profile is compressed at every scrape.
