@@ -58,7 +58,7 @@ JOBS = [
       "buckets": {"type": "native", "schema": 3}},
      "tracepoint:syscalls:sys_enter_getppid { @s[tid] = nsecs; } "
      "tracepoint:syscalls:sys_exit_getppid /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }"),
-    # Gauges (issue 25): + 1 on enter and - 1 on exit per comm; the largest ret per scrape window;
+    # Gauges: + 1 on enter and - 1 on exit per comm; the largest ret per scrape window;
     # calls in flight (a start stored, taken out by its end).
     ("up/down gauge {comm}, up + down",
      {"name": "g", "type": "gauge", "engine": "bpf", "labels": [{"name": "comm", "source": "comm"}],
@@ -82,12 +82,12 @@ FLOOR = "tracepoint:syscalls:sys_enter_getppid { }"
 TARGETS = [("label-less counter <= 1.0 x bpftrace count()", "label-less counter", 1.0),
            ("{comm} counter <= 0.85 x bpftrace @[comm] = count()", "{comm} counter", 0.85),
            ("latency start + end <= 0.7 x bpftrace's pair", "enter->exit latency, start + end", 0.7),
-           # Issue 23's target; both programs' time is mostly the kernel's two frame-pointer unwinds in
-           # bpf_get_stackid() (~3.2 us here).
+           # The stacks profile's target: no slower than bpftrace's; both programs' time is mostly the
+           # kernel's two frame-pointer unwinds in bpf_get_stackid() (~3.2 us here).
            ("stacks profile <= 1.0 x bpftrace @[kstack, ustack] = count()", "kernel + user stacks profile", 1.0)]
 DEFAULT_BUDGET_NS = 150.0
 # Ours against ours, attached at once in both orders like a job: (row, A's job, B's job, bound of
-# A over B over the floor). Issue 25: a native-histogram latency pair within 10 % of the exp2 pair.
+# A over B over the floor). A native-histogram latency pair within 10 % of the exp2 pair.
 AB = [("latency pair: native buckets (schema 3) vs exp2", "enter->exit latency, native buckets (schema 3), start + end",
        "enter->exit latency, start + end", 1.10)]
 # Shipped configs whose per-syscall price is reported: the default (the budget applies to it) and

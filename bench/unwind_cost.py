@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What unwinding user stacks from the code's unwind tables ("unwind": "dwarf") costs, beside
-frame pointers and beside perf (issue 33's performance items).
+frame pointers and beside perf.
 
     sudo bench/unwind_cost.sh [--seconds S]
 

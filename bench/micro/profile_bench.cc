@@ -1,4 +1,4 @@
-// Rendering a profile: 10,000 distinct stacks (issue 23's performance item), symbolized and
+// Rendering a profile: 10,000 distinct stacks, symbolized and
 // written as gzip pprof and as folded stacks, as GET /debug/pprof/<name> does per request (the
 // kernel's symbols read once before, as the daemon keeps them).
 //   build/bench/micro/profile_bench [--benchmark_repetitions=5]

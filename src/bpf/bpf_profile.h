@@ -1,4 +1,4 @@
-// A profile on the bpf engine (issue 23): the event's program (a BpfMetric of Kind::kProfile)
+// A profile on the bpf engine: the event's program (a BpfMetric of Kind::kProfile)
 // counts each hit past the filter under (labels, process, kernel stack id, user stack id) in a
 // per-CPU hash, the ids from bpf_get_stackid() into a BPF_MAP_TYPE_STACK_TRACE map; Stacks()
 // reads both at request time. The counts are exact: every run past the filter adds 1 to one

@@ -1,5 +1,6 @@
 // A small BPF interpreter for the instruction subset our generators emit, so that the decisions
-// of generated programs can be unit-tested without root (and without a kernel).
+// of generated programs can be unit-tested without root (and without a kernel). Tests only: it is
+// its own library, tpe_bpf_interpreter, built with TPE_BUILD_TESTS, never linked into the daemon.
 //
 // Follows the kernel's interpreter (kernel/bpf/core.c ___bpf_prog_run) for instruction semantics
 // (32-bit ALU results zero-extended, division by zero gives 0, modulo by zero keeps dst, shift

@@ -142,7 +142,7 @@ TEST(BpfFeaturesTest, AnUndecidedHelperProbeAssumesTheVersion) {
 }
 
 // The fields of bpf_prog_info a kernel fills in: before 5.1 there is no run_time_ns (a 0 there is
-// not a time, issue 22 #5), before 5.12 no recursion_misses.
+// not a time: that kernel never times a run), before 5.12 no recursion_misses.
 TEST(ProgramStatsTest, FieldsTheKernelDidNotFillAreNotCounts) {
   bpf_prog_info info{};
   info.run_time_ns = 7;

@@ -174,7 +174,7 @@ TEST(MapSeriesTest, LiveCounterNeverDecreasesWhileTheSweepFolds) {
   }
 }
 
-// Issue 17 #3: the map holds 2,000 series; 6,000 tasks exit with no scrape in between. The sweep
+// The map holds 2,000 series; 6,000 tasks exit with no scrape in between. The sweep
 // makes room at once (it used to wait for a scrape), and every dead task's value reaches the
 // next page exactly.
 TEST(MapSeriesTest, SweepMakesRoomWithoutAScrapeAndKeepsEveryValue) {

@@ -1,5 +1,6 @@
-// Map syscalls at SCHED_FIFO 99 where kernel code is preemptible (issue 34 item 8): the commands
-// that hold bpf_prog_active run raised, the thread's policy comes back after each, and a refused
+// Map syscalls at SCHED_FIFO 99 where kernel code is preemptible (a task that preempted one had
+// its bpf programs skipped on that CPU, uncounted before 6.7): the commands that hold
+// bpf_prog_active run raised, the thread's policy comes back after each, and a refused
 // raise is said. The scheduler calls go through the seam (no privilege needed); the map commands
 // reach the kernel on fd -1 (EBADF, or EPERM without privilege: the order is what is tested).
 #include "bpf/map_syscall_priority.h"

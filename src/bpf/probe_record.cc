@@ -1,8 +1,9 @@
 #include "bpf/probe_record.h"
 
+#include <algorithm>
 #include <cstdlib>
 
-#include "bpf/programs.h"
+#include "bpf/string_slot.h"
 
 namespace tpe::bpf {
 namespace {

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bpf/assembler.h"
+#include "bpf/string_slot.h"
 #include "common/status.h"
 #include "format/event_format.h"
 

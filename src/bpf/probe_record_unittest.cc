@@ -147,7 +147,7 @@ TEST_F(ProbeRecordTest, FaultingStringHasLengthZeroAtTheCursor) {
   const std::string got = Run(EntRegs(5, false, true, 1));
   const std::string want = KernelEntRecord(5, nullptr, 3, &t, 1);
   EXPECT_EQ(got.substr(16, want.size() - 16), want.substr(16));
-  // Counted, not silent (issue 22 #1: a page not resident reads as "" on bpf): one string faulted.
+  // Counted, not silent (a page not resident reads as "" on bpf): one string faulted.
   EXPECT_EQ(StatOf(&in_, kStringFaults), 1u);
 }
 
@@ -259,7 +259,7 @@ TEST_F(ProbeRecordTest, BusyRecordIsCountedNotTouched) {
 // A uprobe's operands and strings are user memory. A kprobe's memory operands and `string`
 // args are kernel memory, but its `ustring` args are user memory (a user pointer handed to the
 // kernel): since 5.5 probe_read_kernel_str of a user address fails on x86, so reading them as
-// kernel memory gave "" for every value (issue 22 #3; this test used to assert that).
+// kernel memory gave "" for every value (this test used to assert that).
 TEST(ProbeRecordBuildTest, KprobeUstringsReadUserMemoryAndTheRestKernelMemory) {
   const EventFormat f = Event("tpe_capture", "ent");
   const std::vector<std::pair<std::string, std::string>> kprobe_args = {

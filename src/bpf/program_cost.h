@@ -20,11 +20,11 @@
 namespace tpe::bpf {
 
 // The estimate weighs each window by its runs (decayed sums, so that the latest windows dominate):
-// a window that timed one cold run cannot set the price of millions (issue 22 #5). And the
-// kernel's own run_time_ns, which the exporter's windows also make grow (BPF_ENABLE_STATS turns
-// on the same switch as the sysctl), is exported without the time timed in those windows
-// (RunTimeNs) — unless the sysctl was on through the window, when the time would have been timed
-// anyway.
+// a window that timed one cold run (a cache-cold first run: 40 us) cannot set the price of
+// millions. And the kernel's own run_time_ns, which the exporter's windows also make grow
+// (BPF_ENABLE_STATS turns on the same switch as the sysctl), is exported without the time timed in
+// those windows (RunTimeNs) — unless the sysctl was on through the window, when the time would have
+// been timed anyway.
 class ProgramCost {
  public:
   // The program's bpf_prog_info run_time_ns and run_cnt (ReadProgramStats) when a window opens

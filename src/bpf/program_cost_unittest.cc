@@ -30,7 +30,7 @@ TEST(ProgramCostTest, PricesRunsAtTheWindowsPrice) {
   EXPECT_DOUBLE_EQ(*c.ns_per_run(), price);
 }
 
-// Issue 22 #5: a window that timed one cold run (a cache-cold first run: 40 us) used to set the
+// A window that timed one cold run (a cache-cold first run: 40 us) used to set the
 // price of every run; weighed by runs it moves the price by a hair.
 TEST(ProgramCostTest, OneColdRunDoesNotSetThePrice) {
   ProgramCost c;
@@ -42,7 +42,7 @@ TEST(ProgramCostTest, OneColdRunDoesNotSetThePrice) {
   EXPECT_LT(*c.ns_per_run(), 50 * 1.1);
 }
 
-// Issue 22 #5: the kernel's run_time_ns grows during the exporter's own windows (BPF_ENABLE_STATS
+// The kernel's run_time_ns grows during the exporter's own windows (BPF_ENABLE_STATS
 // turns on the switch the sysctl turns on); run_seconds_total is what the sysctl alone timed.
 TEST(ProgramCostTest, RunTimeLeavesOutTheWindowsOwnTime) {
   ProgramCost c;

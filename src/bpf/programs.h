@@ -70,6 +70,7 @@
 
 #include "bpf/assembler.h"
 #include "bpf/probe_record.h"
+#include "bpf/string_slot.h"
 #include "collectors/buckets.h"
 #include "collectors/label_set.h"
 #include "collectors/wide_sum.h"
@@ -102,9 +103,7 @@ enum Stat : uint32_t {
 
 // The largest key (bytes) a program builds on its 512-byte stack.
 inline constexpr uint32_t kMaxKeyBytes = 256;
-// __data_loc strings are keyed up to this many bytes (including the NUL the kernel's
-// bpf_probe_read_kernel_str writes): longer strings are cut at 127 bytes.
-inline constexpr uint32_t kStringSlotBytes = 128;
+// kStringSlotBytes: string_slot.h.
 
 // An integer read from the record (or common_pid from the current task).
 struct FieldRef {

@@ -387,7 +387,7 @@ TEST_F(CounterProgramTest, UnsignedValueFieldIsNeverADecodeError) {
   EXPECT_TRUE(WideAt(U64s(in.map(kValuesFd)->entries.begin()->second), 0) == (static_cast<int128>(1) << 64) + 2);
 }
 
-// Issue 34 item 4: write()'s count summed read 1000, then 384 after one write of 2^64 - 616
+// write()'s count summed read 1000, then 384 after one write of 2^64 - 616
 // bytes. The program's sum is 128 bits wide: 2^64 + 384, with labels (the series created by the
 // program, then added to) or without; and every state its stores leave the words in reads, from
 // another CPU, as a sum the series held (WideStoreTrace) — a scrape never reads it lower than
@@ -747,7 +747,8 @@ TEST(LayoutKeyTest, ToLabelKeyOnTruncatedKeysReadsZeros) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Map-access defects of issue 14 (each fails on the program shapes before the fix).
+// Map-access defects: keys with bytes from past a string's end, and ENOMEM counted as a
+// cardinality drop (each fails on the program shapes before the fix).
 
 // sched_switch prev_comm "abc\0xyz" and "abc\0qqq": one series, not one per stale tail (the
 // program used to key all 16 bytes).

@@ -1,7 +1,7 @@
-// StartSweeper against an in-memory hash map with hooks that replay what a start or end program
-// on another CPU does between the sweep's syscalls: deterministic replays of the races of
-// issue 22 #2 (a start written between the read and the delete), not races. The kernel tier's
-// BpfEngineTest.SweepRacingStartsCountsEveryStartOnce runs the real thing.
+// StartSweeper against an in-memory hash map with hooks that replay what a start or end program on
+// another CPU does between the sweep's syscalls: deterministic replays of the races that lost or
+// double-counted starts (a start written between the read and the delete), not races. The kernel
+// tier's BpfEngineTest.SweepRacingStartsCountsEveryStartOnce runs the real thing.
 #include "bpf/start_sweep.h"
 
 #include <gtest/gtest.h>
@@ -123,10 +123,10 @@ MapShape Shape() {
   return s;
 }
 
-// The race of issue 22 #2: the sweep reads key 7's expired start (t=0); before it deletes, a start
-// program replaces it with a fresh one (t=5000, counting the old one `replaced`). A delete by key
-// lost the fresh start and counted the old one a second time (expired); taking it returns the
-// fresh start, which goes back.
+// The race of a start written between the sweep's read and delete: the sweep reads key 7's expired
+// start (t=0); before it deletes, a start program replaces it with a fresh one (t=5000, counting
+// the old one `replaced`). A delete by key lost the fresh start and counted the old one a second
+// time (expired); taking it returns the fresh start, which goes back.
 TEST(StartSweeperTest, AStartWrittenBetweenReadAndTakeIsPutBack) {
   for (auto mode : {StartSweeper::Mode::kLookupAndDelete, StartSweeper::Mode::kBatch}) {
     FakeStarts m;
@@ -206,7 +206,7 @@ TEST(StartSweeperTest, NothingExpiredTakesNothing) {
   EXPECT_EQ(m.batch_takes + m.takes + m.deletes, 0);
 }
 
-// The invariant of issue 22 #2, on a model of the start and end programs (programs.h) that runs at
+// The sweep's invariant, on a model of the start and end programs (programs.h) that runs at
 // every point between the sweep's syscalls, with random keys, times and interleavings:
 // starts == observed + replaced + expired + table_full + still pending, in every mode.
 TEST(StartSweeperTest, EveryStartIsCountedExactlyOnceUnderRacingPrograms) {

@@ -236,7 +236,7 @@ TEST(CounterTest, ValueModeWithoutLabelsIsOneSampledSeries) {
   EXPECT_EQ(m.series[0].value, 8192);
 }
 
-// Issue 34 item 4: a counter summing write()'s count read 1000, then 384 after one write of
+// A counter summing write()'s count read 1000, then 384 after one write of
 // 2^64 - 616 bytes (any user can ask; it fails, the tracepoint still fires): the u64 sum wrapped
 // and the counter went backwards. The sum is 128 bits wide now: 2^64 + 384, as the nearest
 // double.

@@ -200,7 +200,7 @@ TEST(HistogramTest, ValueTimesScaleIntoBuckets) {
   EXPECT_DOUBLE_EQ(m.series[0].sum, 2.0 * (10 + 50 + 51 + 499 + 500 + 501 + 4000));
 }
 
-// Issue 34 item 4: _sum is the exact integer sum of the raw values rounded once, as the bpf
+// _sum is the exact integer sum of the raw values rounded once, as the bpf
 // engine computes it: a double accumulated per observation (the perf engine's before) dropped
 // 1000 observations of 1 after one of 2^53 (2^53 + 1 rounds back to 2^53), and a native
 // series' sample sum past 2^64 differed by engine. Classic and native sums alike, unsigned
@@ -347,7 +347,7 @@ TEST(LatencyTest, UnmatchedAreCountedByReason) {
   EXPECT_EQ(f.c->inflight(), 0u);
 }
 
-// Issue 17 item 4: with timeout 1 s, a start followed 2.5 s later by its end was observed on
+// With timeout 1 s, a start followed 2.5 s later by its end was observed on
 // perf (nothing else advanced trace time, so OnRoundEnd never expired it); the bpf engine counts
 // it expired. Both engines must agree: expired, never observed. An end exactly at the timeout is
 // still observed (the bpf program compares delta <= timeout_ns).

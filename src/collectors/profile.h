@@ -1,5 +1,5 @@
-// A profile: how often each stack was seen at an event, per label set (issue 23; docs/ARCHITECTURE.md
-// "A profile is a metric whose series key includes stacks").
+// A profile: how often each stack was seen at an event, per label set (docs/ARCHITECTURE.md "A
+// profile is a metric whose series key includes stacks").
 //
 // OnSample splits the sample's PERF_SAMPLE_CALLCHAIN (decode/callchain.h) and keys the series
 // by the labels' key, the task's pid, the kernel's instruction pointers and the user frames —

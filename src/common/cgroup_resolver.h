@@ -1,4 +1,4 @@
-// cgroup v2 ids → paths, for the "cgroup" label source (issue 10).
+// cgroup v2 ids → paths, for the "cgroup" label source.
 //
 // A PERF_SAMPLE_CGROUP sample carries the task's cgroup v2 id: the kernfs node id of its cgroup
 // directory, which is also that directory's file handle (name_to_handle_at(2) gives handle_type

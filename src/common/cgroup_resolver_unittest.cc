@@ -87,7 +87,7 @@ TEST_F(CgroupResolverTest, WalksOnceForKnownIdsAndRemovedIdsAreUnknown) {
   EXPECT_EQ(r.walks(), 2u);
 }
 
-// Issue 17 item 5: a cgroup created within a second of the last walk rendered first as its id
+// A cgroup created within a second of the last walk rendered first as its id
 // ("5"), then as its path; one created and removed between scrapes stayed a bare number. Now an
 // unknown id is resolved when first seen, and one that cannot be is "unknown" for good.
 TEST_F(CgroupResolverTest, ANewCgroupRendersItsPathAtOnceAndNeverChanges) {

@@ -186,9 +186,10 @@ TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBp
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }
 
-// Issue 22 #13: bursts of new series met an empty allocator (ENOMEM with memory free). Hash maps
-// whose full size fits settings.bpf_preallocate_max_bytes are created preallocated (no
-// BPF_F_NO_PREALLOC); larger ones, and all of them with a budget of 0, allocate at run time.
+// Bursts of new series met an empty allocator (ENOMEM with memory free) when every hash map was
+// allocated at run time. Hash maps whose full size fits settings.bpf_preallocate_max_bytes are
+// created preallocated (no BPF_F_NO_PREALLOC); larger ones, and all of them with a budget of 0,
+// allocate at run time.
 TEST(KernelFeaturesPlanTest, SmallMapsArePreallocated) {
   std::map<std::string, uint32_t> flags;  // map name -> flags
   bpf::SetBpfFaultForTesting([&](const bpf::BpfCall& c) {
@@ -224,7 +225,7 @@ TEST(KernelFeaturesPlanTest, SmallMapsArePreallocated) {
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }
 
-// Issue 22, seen on 6.1-rt in the kernel matrix: the sweep test's starts went missing (4,451 of
+// Seen on 6.1-rt in the kernel matrix: the sweep test's starts went missing (4,451 of
 // 4,526 accounted). A map syscall holds bpf_prog_active under a migrate_disable that PREEMPT_RT
 // (or full preemption) can preempt, and the kernel skips every program on that CPU meanwhile,
 // counting it nowhere before 6.7. There "auto" runs metrics on perf and says why, "bpf" runs with
@@ -265,7 +266,7 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
     EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
     EXPECT_TRUE((*p)->warnings.empty());
   }
-  // Issue 34 item 8: where this process runs its map syscalls at SCHED_FIFO 99, no task preempts
+  // Where this process runs its map syscalls at SCHED_FIFO 99, no task preempts
   // one, so no program is skipped for one: bpf under "auto", saying so, and "bpf" without warning.
   for (KernelFeatures f : {On("6.1.0-18-rt-amd64", true), On("5.10.0-32-rt-amd64", true), full}) {
     f.bpf.fifo_map_syscalls = true;

@@ -237,7 +237,7 @@ void Pipeline::CheckCpus() {
       // the next tick (seen on Debian 6.1 under qemu TCG; perf_clock() is local_clock(), which
       // sched_clock_local() clamps below the tick's gtod + TICK_NSEC when sched_clock is
       // unstable). Declaring the CPU dead then closed and reopened its events and lost the hits
-      // in between without counting them (issue 14). Look again after several ticks.
+      // in between without counting them. Look again after several ticks.
       if (up && t1.ok() && t2.ok() && *t2 == *t1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(kFrozenRecheckMs));
         t2 = ReadEnabledTime(probe);

@@ -30,9 +30,10 @@ void FoldIntoGroup(const EventPlan& d, Plan* plan) {
 // Whether metric `j` of the running plan and metric `i` of the next one are the same metric, so
 // that the next plan adopts the running collector (and its bpf programs or perf consumers): the
 // same identity *and* the same engine. A metric that fell back to perf (e.g. its map creation
-// failed with ENOMEM) and is planned on bpf at a reload (or the reverse) is a new collector that
-// is attached or fed by the next plan's events; adopting the old one would leave it with neither
-// a program nor a perf event (issue 17 item 1). Its series restart (a counter reset).
+// failed with ENOMEM) and is planned on bpf at a reload (or the reverse) is a new collector that is
+// attached or fed by the next plan's events; adopting the old one would leave it with neither a
+// program nor a perf event, and it would count nothing from then on. Its series restart (a counter
+// reset).
 bool SameMetric(const Plan& running, size_t j, const Plan& next, size_t i) {
   return running.collectors[j] && running.identities[j] == next.identities[i] && running.engines[j] == next.engines[i];
 }

@@ -27,7 +27,7 @@ namespace {
 // Errors: Unimplemented when the metric reads a __probe_* field (the program does not fill them)
 // or a fetch arg the program cannot compute; unless `forced`, Unavailable when it reads a string
 // from user memory (a label, the filter): a BPF program cannot fault in a page that is not
-// resident, the kernel's fetch for the perf engine does (issue 22 #1: 200 calls whose string lay
+// resident, the kernel's fetch for the perf engine does (measured: 200 calls whose string lay
 // in a freshly mapped page read "" on bpf). Under "bpf" the metric runs and such reads are
 // counted (tracepoint_exporter_bpf_probe_string_faults_total).
 Status ProbeRecordOf(const Plan& plan, const EventPlan& ep, const MetricConfig& m, const std::string& filter,

@@ -1,4 +1,4 @@
-// Serving profiles (issue 23): a profile's stacks, symbolized at request time, as pprof
+// Serving profiles: a profile's stacks, symbolized at request time, as pprof
 // (perftools.profiles.Profile, gzip-compressed, as Go's /debug/pprof endpoints serve it) or as
 // folded stacks (flamegraph.pl, speedscope), or drawn as a flame graph (profile/flame_graph.h, the
 // /flamegraph/<name> page).

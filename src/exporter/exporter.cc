@@ -24,6 +24,7 @@
 
 #include "collectors/native_buckets.h"
 #include "common/file_util.h"
+#include "common/html_escape.h"
 #include "common/log.h"
 #include "exporter/content_negotiation.h"
 #include "exporter/http_server.h"
@@ -314,32 +315,6 @@ MetricSnapshot Gauge(const std::string& name, const std::string& help, double v,
 
 // The page served at "/".
 namespace {
-
-std::string HtmlEscaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // `s` as one URL path segment (RFC 3986 unreserved characters kept, the rest %XX).
 std::string PathSegment(const std::string& s) {

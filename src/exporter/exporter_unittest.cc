@@ -36,9 +36,10 @@ std::map<std::string, std::string> SampleLines(const std::string& page) {
   return out;
 }
 
-// Issue 17 item 2: comms "tpdup\xff", "tpdup\xfe" and "tpdup\xef\xbf\xbd" all render as
+// Comms "tpdup\xff", "tpdup\xfe" and "tpdup\xef\xbf\xbd" all render as
 // "tpdup\uFFFD"; a cgroup re-created at one path renders its path twice. The page has one line
-// per label set, with the values added (before the merge it had three lines for the comm).
+// per label set, with the values added (before the merge it had three lines for the comm, and
+// Prometheus kept 1 of the 3).
 TEST(SerializeTextTest, SeriesThatRenderOneLabelSetAreOneLine) {
   const std::string fffd = "tpdup\xef\xbf\xbd";
   MetricSnapshot c;
@@ -141,7 +142,7 @@ std::vector<MetricSnapshot> LargeSnapshot() {
   return out;
 }
 
-// Issue 22 item 13: 16 concurrent scrapes of a 10 MB page left the daemon at 650 MB of RSS:
+// 16 concurrent scrapes of a 10 MB page left the daemon at 650 MB of RSS:
 // each response had its own copy of the page, and malloc kept what they freed. Now every
 // response references one rendered page, at most 3 pages are alive, and each render's working
 // memory is handed back. The peak RSS is measured (VmHWM, reset through clear_refs) against

@@ -1,6 +1,6 @@
-// One rendered /metrics page shared by concurrent scrapes (issue 17 item 13: 512 connections
-// with 50 pipelined GETs each rendered the page once per request and starved real scrapes;
-// issue 22 item 13: 16 concurrent scrapes of a 10 MB page each got a copy of it, 650 MB of RSS).
+// One rendered /metrics page shared by concurrent scrapes (512 connections with 50 pipelined
+// GETs each rendered the page once per request and starved real scrapes; 16 concurrent scrapes
+// of a 10 MB page each got a copy of it, 650 MB of RSS).
 //
 // Get() renders through `render` at most once per window: a request that arrives less than
 // `window_ns` after the start of the last render gets that render's page. Renders are

@@ -1,4 +1,4 @@
-// The protobuf exposition (issue 25 item 1): the page parses with the classes protoc generated
+// The protobuf exposition: the page parses with the classes protoc generated
 // from client_model's metrics.proto and equals the text page metric by metric; the HTTP server
 // serves it to a scrape whose Accept header prefers it, and text to every other.
 #include <arpa/inet.h>

@@ -1,7 +1,7 @@
 // A rendered /metrics page: immutable text in an anonymous memory mapping of its own, written
 // by PageWriter (a std::streambuf, so prometheus-cpp's TextSerializer writes into it directly).
 //
-// Why a mapping (issue 22 item 13): a page of 10 MB allocated with malloc lands, once glibc's
+// Why a mapping: a page of 10 MB allocated with malloc lands, once glibc's
 // dynamic mmap threshold has risen past it (it rises to the size of each large block freed,
 // up to 32 MiB: mallopt(3) M_MMAP_THRESHOLD), in the malloc arena of whichever thread renders
 // it, and freed there it stays in the process's RSS as a hole other allocations fragment. A

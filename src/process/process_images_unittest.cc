@@ -103,8 +103,9 @@ TEST(ProcessImagesTest, AnMmapOverAnOldRangeReplacesItAndHostileRecordsAreIgnore
   EXPECT_EQ(Now(&t, 0, {0x1000})[0].file, kNoFile);
 }
 
-// Item 3 of the round-5 review: thousands of short processes must not push out the image a
-// profile's samples are in. Ended images no sample used go first.
+// Thousands of short processes must not push out the image a profile's samples are in (they did:
+// 4,200 runs of /bin/true left the profiled program's frames unnamed). Ended images no sample used
+// go first.
 TEST(ProcessImagesTest, BoundedSampledImagesOutliveUnsampledOnes) {
   MappedFiles files;
   ProcessImages::Options o = NoProc();

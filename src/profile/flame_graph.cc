@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/html_escape.h"
 #include "common/utf8.h"
 #include "profile/pprof_builder.h"
 
@@ -29,41 +30,6 @@ struct Node {
   int64_t value = 0;
   std::map<std::pair<std::string, FrameKind>, size_t> children;  // in name order
 };
-
-// `s` (well-formed UTF-8: SanitizeUtf8) as XML character data: markup characters escaped; what is
-// no XML 1.0 character replaced: control characters by '?', U+FFFE and U+FFFF by U+FFFD.
-std::string Escaped(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '\xEF' && i + 2 < s.size() && s[i + 1] == '\xBF' && (s[i + 2] == '\xBE' || s[i + 2] == '\xBF')) {
-      out += "\xEF\xBF\xBD";
-      i += 2;
-      continue;
-    }
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += static_cast<unsigned char>(c) < 0x20 ? '?' : c;
-    }
-  }
-  return out;
-}
 
 // At most `chars` characters of `name` (well-formed UTF-8), ending in ".." when cut; "" when not
 // even 3 fit.
@@ -228,13 +194,13 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
          "\" font-family=\"monospace\" font-size=\"12\">\n";
   out += "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"rgb(248,248,244)\"/>\n";
   out += "<text x=\"" + Num(width / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"16\">" +
-         Escaped(SanitizeUtf8(options.title)) + "</text>\n";
+         HtmlEscaped(SanitizeUtf8(options.title), MarkupDialect::kXml) + "</text>\n";
   std::string subtitle = std::to_string(total) + " " + what + " in " + std::to_string(stacks) + " stacks";
   if (left_out > 0) {
     subtitle += "; " + std::to_string(left_out) + " frames left out with the frames above them (narrower than " +
                 Num(options.min_frame_px) + " px, or past the " + std::to_string(options.max_frames) + " widest)";
   }
-  out += "<text x=\"" + Num(kSide) + "\" y=\"40\">" + Escaped(subtitle) + "</text>\n";
+  out += "<text x=\"" + Num(kSide) + "\" y=\"40\">" + HtmlEscaped(subtitle, MarkupDialect::kXml) + "</text>\n";
   // The legend, right-aligned on the subtitle's line.
   const std::pair<const char*, FrameKind> legend[] = {{"user", FrameKind::kUser},
                                                       {"kernel", FrameKind::kKernel},
@@ -256,14 +222,16 @@ std::string FlameGraphSvg(const perftools::profiles::Profile& p, const FlameGrap
   for (const Drawn& d : drawn) {
     const Node& n = *d.node;
     const double y = height - kBottom - kFrameHeight * (d.depth + 1);
-    const std::string name = Escaped(n.name);
+    const std::string name = HtmlEscaped(n.name, MarkupDialect::kXml);
     out += "<g class=\"" + std::string(d.depth == 0 ? "root" : KindName(n.kind)) + "\"><title>" + name + " (" +
-           std::to_string(n.value) + " " + Escaped(what) + ", " + Percent(n.value, total) + ")</title><rect x=\"" +
-           Num(d.x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(d.width) + "\" height=\"" + Num(kFrameHeight - 1) +
-           "\" rx=\"2\" fill=\"" + (d.depth == 0 ? Rgb(200, 200, 200) : Fill(n.kind, n.name)) + "\"/>";
+           std::to_string(n.value) + " " + HtmlEscaped(what, MarkupDialect::kXml) + ", " + Percent(n.value, total) +
+           ")</title><rect x=\"" + Num(d.x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(d.width) + "\" height=\"" +
+           Num(kFrameHeight - 1) + "\" rx=\"2\" fill=\"" + (d.depth == 0 ? Rgb(200, 200, 200) : Fill(n.kind, n.name)) +
+           "\"/>";
     const std::string label = Label(n.name, static_cast<size_t>(std::max(0.0, (d.width - 6) / kCharWidth)));
     if (!label.empty())
-      out += "<text x=\"" + Num(d.x + 3) + "\" y=\"" + Num(y + 11.5) + "\">" + Escaped(label) + "</text>";
+      out += "<text x=\"" + Num(d.x + 3) + "\" y=\"" + Num(y + 11.5) + "\">" + HtmlEscaped(label, MarkupDialect::kXml) +
+             "</text>";
     out += "</g>\n";
   }
   out += "</svg>\n";

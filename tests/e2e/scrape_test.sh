@@ -140,7 +140,7 @@ check "non-UTF-8 comm: promtool accepts the page" bash -c "promtool check metric
 kill -TERM "$PID"; wait "$PID"; PID=""
 
 # Comms that differ in bytes but render one label value are one series on the page, on both
-# engines (issue 17 item 2: three lines with comm="tpdup\uFFFD", Prometheus kept 1 of 3).
+# engines (before: three lines with comm="tpdup\uFFFD", Prometheus kept 1 of 3).
 cat >"$WORK/dup.json" <<'EOF2'
 {"metrics": [{"name": "dup_perf_total", "type": "counter", "event": "syscalls:sys_enter_getppid", "engine": "perf",
               "labels": [{"name": "comm", "source": "comm"}]},

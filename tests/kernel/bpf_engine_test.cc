@@ -156,7 +156,7 @@ TEST(BpfEngineTest, CpuSecondsEstimateIsWithinTwiceTheKernelsAccounting) {
   EXPECT_LE(estimate->value, truth->value * 2) << "estimate " << estimate->value << " s, kernel " << truth->value;
 }
 
-// Issue 22 #5: with the sysctl off, the kernel times runs only during the exporter's own cost
+// With the sysctl off, the kernel times runs only during the exporter's own cost
 // windows (BPF_ENABLE_STATS turns on the same switch); run_seconds_total used to report that
 // time as if the sysctl had timed it. It stays 0 while the estimate measures the program.
 TEST(BpfEngineTest, RunSecondsLeaveOutTheCostWindows) {
@@ -172,7 +172,7 @@ TEST(BpfEngineTest, RunSecondsLeaveOutTheCostWindows) {
   EXPECT_EQ(run_seconds->value, 0) << "the cost windows' own time";
 }
 
-// Issue 22 #13: two CPUs creating 300,000 new series each (150,000 here: the guests of the kernel matrix are slow) as
+// Two CPUs creating 300,000 new series each (150,000 here: the guests of the kernel matrix are slow) as
 // fast as they can emptied the kernel's per-CPU element caches (11 of 600,000 hits lost to ENOMEM here, with gigabytes
 // free). With the map preallocated, every hit is a series.
 TEST(BpfEngineTest, BurstOfNewSeriesNeverMeetsAnEmptyAllocator) {
@@ -278,7 +278,7 @@ TEST(BpfEngineTest, LatencyStartsExpire) {
   EXPECT_GE(runs->value, 3);
 }
 
-// Issue 17 #3: with max_series_per_metric 2000, 6,000 tasks exit with no scrape in between (a
+// With max_series_per_metric 2000, 6,000 tasks exit with no scrape in between (a
 // quarter of both in the kernel matrix's guests); the sweep (its own thread, within 100 ms when
 // the map is full) takes their series out of the map and keeps their values in user space, so a
 // new task's 1,000 calls are counted exactly, and every dead task's call is on the next page or counted as dropped
@@ -351,7 +351,7 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   EXPECT_EQ(dead - 1000, static_cast<double>(kTasks - dropped));
 }
 
-// Issue 17 #10: the maps' kernel memory is exported, and it shows the up-front cost of a large
+// The maps' kernel memory is exported, and it shows the up-front cost of a large
 // max_series_per_metric (the hash map's bucket array) even with one series.
 TEST(BpfEngineTest, MapMemoryIsExported) {
   TPE_REQUIRE_BPF_OR_SKIP();
@@ -370,7 +370,7 @@ TEST(BpfEngineTest, MapMemoryIsExported) {
   EXPECT_LT(small, large / 100);
 }
 
-// Issue 14 #5, with fork churn: scrapes overlapping the sweep (which takes exited tasks' series
+// With fork churn: scrapes overlapping the sweep (which takes exited tasks' series
 // out of the map) never count a series twice: a live task's counter never decreases from one
 // scrape to the next, and no dead task (one call each) ever shows more than 1.
 TEST(BpfEngineTest, ScrapesDuringForkChurnNeverCountTwice) {
@@ -432,7 +432,7 @@ TEST(BpfEngineTest, ScrapesDuringForkChurnNeverCountTwice) {
   std::printf("%d scrapes, %d dead-task series seen, live counter %.0f\n", scrapes, dead_seen, last);
 }
 
-// Issue 34 item 8: scrapes on the counted task's own CPU. Before Linux 6.7 the kernel skips a
+// Scrapes on the counted task's own CPU. Before Linux 6.7 the kernel skips a
 // program run, uncounted, while one of our map syscalls holds bpf_prog_active on its CPU; where
 // kernel code is preemptible (PREEMPT_RT, full preemption) the counted task preempts the scrape's
 // syscall there and its getppid() calls went uncounted (5.10-rt guest: 41,129 of 50,000 calls

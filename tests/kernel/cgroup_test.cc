@@ -1,4 +1,4 @@
-// Kernel tier: the "cgroup" label source (issue 10). A child moved into a fresh cgroup v2
+// Kernel tier: the "cgroup" label source. A child moved into a fresh cgroup v2
 // directory makes exactly N getppid() calls; a counter labelled by cgroup (PERF_SAMPLE_CGROUP,
 // resolved at scrape through the directory's file handle) shows exactly N under its path.
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Kernel tier, CPU profiles (issue 24): a "profiles" entry on the "cpu-clock" software event,
+// Kernel tier, CPU profiles: a "profiles" entry on the "cpu-clock" software event,
 // sampled on every CPU, each sample weighted by its period. A child (tests/triggers/stack_paths
 // spin) spins in tpe_spin on CPU 0 for 2 s of CPU time: at least 90 % of its weight in the profile
 // is under tpe_spin, and its total is within 10 % of the CPU time /proc/PID/stat gives it. The

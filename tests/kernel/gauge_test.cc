@@ -1,4 +1,4 @@
-// Kernel tier for gauges (issue 25), both engines: K tasks blocked between a start and an end
+// Kernel tier for gauges, both engines: K tasks blocked between a start and an end
 // event read K, then 0; TCP connections in a network namespace of their own read by state through
 // sock:inet_sock_set_state (up on newstate, down on oldstate); a max gauge reads each scrape
 // window's largest value, then nothing until new values come. And "auto" plans gauges on the bpf

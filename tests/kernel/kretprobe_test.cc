@@ -1,4 +1,4 @@
-// Kretprobe MAXACTIVE and misses (issue 22 #4): a kretprobe catches the returns of at most
+// Kretprobe MAXACTIVE and misses: a kretprobe catches the returns of at most
 // MAXACTIVE calls in flight; the others are missed, which only <tracefs>/kprobe_profile says
 // (third column). The daemon writes a MAXACTIVE ("maxactive", default kDefaultMaxactive) and
 // exports the misses as tracepoint_exporter_probe_misses_total{event}. Needs kprobe events: on

@@ -1,7 +1,7 @@
 // Kernel tier, bpf engine: the user-space sweep of expired latency starts racing real start and
-// end programs (issue 22 #2). Threads of this process make start (getppid) and end (getpgid)
-// syscalls keyed by their tid, some ends late enough for their start to expire, while this
-// thread runs the metric's own BpfMetric::Sweep in a loop. Every start must be counted exactly
+// end programs. Threads of this process make start (getppid) and end (getpgid) syscalls keyed by
+// their tid, some ends late enough for their start to expire, while this thread runs the metric's
+// own BpfMetric::Sweep in a loop. Every start must be counted exactly
 // once: observed + replaced + expired + table_full == starts. The sweep used to read the map and
 // delete expired starts by key, deleting starts written in between (counted nowhere) and counting
 // the ones they replaced twice. Run once per way of taking entries (start_sweep.h): with

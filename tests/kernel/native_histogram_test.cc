@@ -1,4 +1,4 @@
-// Kernel tier for native histograms (issue 25): known write sizes (and errors: negative values)
+// Kernel tier for native histograms: known write sizes (and errors: negative values)
 // land in the bucket Prometheus's definition gives, computed here independently of the exporter;
 // known sleeps land in native buckets that agree with classic power-of-two buckets of the same
 // metric, observation by observation. Both engines.

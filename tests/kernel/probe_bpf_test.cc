@@ -193,7 +193,7 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
 // A uprobe's string argument in a page the process never touched (tests/triggers/cold_string):
 // the kernel's fetch for the perf engine faults it in; bpf_probe_read_user_str cannot. "auto"
 // puts the metric on perf (exact); "bpf" runs it and counts every empty string it had to give
-// (issue 22 #1: perf s="tpe_cold_string" 200, bpf and auto s="" 200, silently).
+// (before: perf s="tpe_cold_string" 200, bpf and auto s="" 200, silently).
 TEST_F(ProbeBpfTest, StringInAPageNotResident) {
   constexpr int kCold = 200;
   const std::string cold = TPE_COLD_STRING;
@@ -231,7 +231,7 @@ TEST_F(ProbeBpfTest, StringInAPageNotResident) {
   }
 }
 
-// Issue 22 #3: a kprobe's `ustring` argument is a user pointer handed to the kernel; the bpf
+// A kprobe's `ustring` argument is a user pointer handed to the kernel; the bpf
 // engine read it as kernel memory (bpf_probe_read_kernel_str, which fails on a user address on
 // x86 since 5.5), so every value was "". kprobe:do_sys_openat2's filename, exact on both engines,
 // in the matrix's guests (which have kprobes); elsewhere the plan refuses kprobes, clearly.

@@ -1,4 +1,4 @@
-// Probe metrics and the processes they count (issue 22): a "pid" metric counts every thread of
+// Probe metrics and the processes they count: a "pid" metric counts every thread of
 // its process, those created later included; a binary replaced under its path (a package
 // upgrade) is counted in the processes of the old file and of the new one, on both engines,
 // across reloads, with nothing lost or counted twice; a vanished "pid" is a clear error. On
@@ -129,7 +129,7 @@ bool RunToExit(std::vector<std::string> argv) {
 
 constexpr long kThreadCalls = 20000;
 
-// Issue 22 #10: the process's main thread never calls tpe_target; 2 threads exist before the
+// The process's main thread never calls tpe_target; 2 threads exist before the
 // pipeline opens and 2 are created after; each calls it 20,000 times. Before, a "pid" perf event
 // followed the main thread alone (and a uprobe perf event fires only while its task runs): 0.
 TEST(ProbeProcessesTest, PidCountsEveryThreadIncludingLaterOnes) {
@@ -202,7 +202,7 @@ TEST(ProbeProcessesTest, PidBeyondTheFdLimitIsRefusedWithTheNumbers) {
   RemoveUnreferenced();
 }
 
-// Issue 22 #13b: a "pid" whose process is gone, at start and at a reload that opens its events:
+// A "pid" whose process is gone, at start and at a reload that opens its events:
 // the error names the config file, the metric's JSON path, the pid and what to do.
 TEST(ProbeProcessesTest, AVanishedPidNamesTheFileTheMetricAndThePid) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
@@ -272,8 +272,9 @@ class ReplacedBinary {
 
 class ReplacedBinaryTest : public testing::EngineTest {};
 
-// Issue 22 #11: a process of the old file and one of the new file around a reload, exact on both
-// engines; the old file's event goes once its last process exited (a refresh notices).
+// A binary replaced under its path: a process of the old file and one of the new file around a
+// reload, exact on both engines; the old file's event goes once its last process exited (a refresh
+// notices).
 TEST_P(ReplacedBinaryTest, OldAndNewFilesCountAcrossReloads) {
   TPE_REQUIRE_KERNEL_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");
@@ -341,7 +342,7 @@ TEST_P(ReplacedBinaryTest, OldAndNewFilesCountAcrossReloads) {
   EXPECT_EQ(OurProbeLines(), std::vector<std::string>{});
 }
 
-// Issue 22 #11: reloads while a process of the old file calls the function without pause: the
+// Reloads while a process of the old file calls the function without pause: the
 // binary replaced under it, then touched (same inode: the same event), then the old file's
 // process is the only one. No sample lost, none counted twice in counting mode.
 TEST_P(ReplacedBinaryTest, ReloadsUnderLoadLoseAndDoubleNothing) {

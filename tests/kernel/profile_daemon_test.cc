@@ -1,4 +1,4 @@
-// Kernel tier, profiles through the daemon's pipeline (issue 23): a "profiles" entry of the config
+// Kernel tier, profiles through the daemon's pipeline: a "profiles" entry of the config
 // on raw_syscalls:sys_enter (id == getppid) filtered on tests/triggers/stack_paths' pid, served as
 // /debug/pprof/<name> would serve it (RenderProfile): folded stacks with exactly N1 and N2 per
 // path, named from main to tpe_leaf and into the kernel; pprof protobuf with the same counts and

@@ -1,4 +1,4 @@
-// Kernel tier, issue 33: names for a stripped binary. tests/triggers' no_frame_pointers_g (the
+// Kernel tier: names for a stripped binary. tests/triggers' no_frame_pointers_g (the
 // chain main -> tpe_nfp_a -> b -> c -> leaf built -O2 -fomit-frame-pointer -g, with
 // tpe_nfp_inlined always inlined into tpe_nfp_leaf), stripped and its debug info split off
 // (objcopy --only-keep-debug), makes N getppid() calls; a tracepoint profile (raw_syscalls:

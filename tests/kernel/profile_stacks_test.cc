@@ -1,4 +1,4 @@
-// Kernel tier, profiles (issue 23) below the daemon: real callchains of a known program through
+// Kernel tier, profiles below the daemon: real callchains of a known program through
 // the perf layer, the collector and the symbolizer. tests/triggers/stack_paths calls getppid()
 // from main -> tpe_path_a -> tpe_leaf N1 times and main -> tpe_path_b -> tpe_leaf N2 times;
 // sys_enter_getppid sampled with PERF_SAMPLE_CALLCHAIN and a filter on the trigger's pid must

@@ -1,5 +1,5 @@
-// Kernel tier, a stack belongs to its time (the round-5 review's wrong data, items 1, 2, 3 and 6),
-// on both engines through the daemon's pipeline:
+// Kernel tier, a stack belongs to its time (frames were named after the wrong program or left
+// unnamed), on both engines through the daemon's pipeline:
 //  - samples taken before an exec are named with the program that made them, not the exec'd one;
 //  - children forked (no exec) by a process older than the profile are named after they exit;
 //  - 4,200 short processes started after a trigger exited do not push its frames out;

@@ -1,4 +1,4 @@
-// Kernel tier, user stacks unwound from the code's unwind tables (issue 33, "unwind": "dwarf", the
+// Kernel tier, user stacks unwound from the code's unwind tables ("unwind": "dwarf", the
 // default on the perf engine) on code built as distributions build theirs, without frame pointers:
 //  - tests/triggers/no_frame_pointers (-O2 -fomit-frame-pointer -fno-optimize-sibling-calls), a
 //    chain main -> tpe_nfp_a -> tpe_nfp_b -> tpe_nfp_c -> tpe_nfp_leaf: >= 99 % of its CPU

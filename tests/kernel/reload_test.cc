@@ -103,7 +103,7 @@ TEST(ReloadTest, BadConfigKeepsTheRunningOne) {
   EXPECT_EQ(testing::Value(snap, "tracepoint_exporter_config_reloads_total", {{"result", "failure"}}), 3);
 }
 
-// Issue 17 item 1: a bpf metric that fell back to perf at start (injected here: the first plan
+// A bpf metric that fell back to perf at start (injected here: the first plan
 // is built as if bpf were unavailable, as when its map creation fails with ENOMEM) and is planned
 // on bpf at an unchanged-config reload must count afterwards. Before, Reload matched it by
 // identity alone: it skipped Attach() of the new program and adopted the old perf collector,
@@ -145,7 +145,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
 // 40 bpf counters on one tracepoint, all renamed by a reload: the running plan's programs are
 // detached before the new ones attach, so at most 40 (not 80) are attached at once under the
 // kernel's 64 per tracepoint (BPF_TRACE_MAX_PROGS). Before, the reload failed with
-// "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (issue 17 item 6). sys_enter_getsid: a
+// "PERF_EVENT_IOC_SET_BPF ... Argument list too long". sys_enter_getsid: a
 // tracepoint no other test uses, so nothing else holds its program slots.
 TEST(ReloadTest, RenamingFortyBpfMetricsStaysUnderThePerTracepointProgramLimit) {
   TPE_REQUIRE_BPF_OR_SKIP();
@@ -237,7 +237,8 @@ TEST(ReloadTest, SixtyFiveAutoMetricsOnOneTracepointTheLastRunsOnPerf) {
 // programs on sys_enter_umask (attached here the way bpftrace does, not through the exporter),
 // 4 of 10 "auto" metrics run on bpf and 6 on perf, each saying why, and all count exactly; one
 // with "engine": "bpf" is refused at planning, naming the other tools' programs. Before, the
-// daemon exited with "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (issue 17 item 6).
+// daemon exited with "PERF_EVENT_IOC_SET_BPF ... Argument list too long" (E2BIG: the kernel's
+// 64 programs per tracepoint, BPF_TRACE_MAX_PROGS).
 TEST(ReloadTest, OtherToolsProgramsOnATracepointSendTheRestToPerf) {
   TPE_REQUIRE_BPF_OR_SKIP();
   auto tracefs = Tracefs::Discover("auto");

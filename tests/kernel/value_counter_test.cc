@@ -1,7 +1,7 @@
-// Kernel tier: a counter that adds a field's value (issue 10). A child reads a known number of
+// Kernel tier: a counter that adds a field's value. A child reads a known number of
 // bytes from /dev/zero; a counter on syscalls:sys_exit_read with value {"field": "ret"},
 // filtered on the child's pid and labelled by comm, must equal exactly the bytes read. And sums
-// past 2^64 on both engines (issue 34 item 4).
+// past 2^64 on both engines (64-bit sums wrapped and the counter went backwards).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -74,7 +74,7 @@ TEST(ValueCounterKernelTest, SumsBytesReadExactly) {
   EXPECT_EQ(errors->value, 0);
 }
 
-// Issue 34 item 4: a counter summing write()'s count read 1000, then 384 after one write() of
+// A counter summing write()'s count read 1000, then 384 after one write() of
 // 18446744073709551000 bytes (2^64 - 616; any user can make the call: it fails, and
 // syscalls:sys_enter_write still fires with that count), on both engines: the 64-bit sums
 // wrapped and the counter went backwards; the bpf histogram's _sum wrapped too. Sums are 128

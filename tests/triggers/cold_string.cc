@@ -1,8 +1,8 @@
 // A function whose string argument lies in a page this process has never touched: for the probe
-// tests of strings in non-resident pages (issue 22 #1). Writes "tpe_cold_string" at offset 0 of
-// a fresh file, then N times: maps the file (MAP_PRIVATE, PROT_READ; the page is in the page
-// cache but not in this process's page tables), calls tpe_cold(p, i) — whose entry is probed
-// before anything reads *p — and unmaps it.
+// tests of strings in non-resident pages (bpf read them as ""). Writes "tpe_cold_string" at offset
+// 0 of a fresh file, then N times: maps the file (MAP_PRIVATE, PROT_READ; the page is in the page
+// cache but not in this process's page tables), calls tpe_cold(p, i) — whose entry is probed before
+// anything reads *p — and unmaps it.
 //   cold_string FILE N
 #include <fcntl.h>
 #include <sys/mman.h>
