@@ -74,14 +74,15 @@ class Exporter:
         self.proc.wait(timeout=30)
 
 
-def both_views(binary, port, seconds, unwind):
+def both_views(binary, port, seconds, unwind, warmup):
     profiles = [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 19, "unwind": unwind,
                  "labels": [{"name": "comm", "source": "comm"}]},
                 {"name": "off_cpu", "type": "off_cpu", "unwind": unwind,
                  "labels": [{"name": "comm", "source": "comm"}]}]
     e = Exporter(binary, port, {"profiles": profiles})
     try:
-        for p in ("cpu", "off_cpu"):  # warm: kallsyms, symbol tables
+        time.sleep(warmup)  # a continuous profiler's steady state: the profiles hold the load's stacks
+        for p in ("cpu", "off_cpu"):  # warm: kallsyms, symbol tables, debug info, unwind tables
             urllib.request.urlopen(e.url + "/debug/pprof/" + p, timeout=60).read()
         c0, t0 = proc_cpu(e.proc.pid), time.monotonic()
         while time.monotonic() - t0 < seconds:
@@ -160,6 +161,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=30, help="seconds of profiling before the measured window")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--port", type=int, default=19481)
     ap.add_argument("--out", default="docs/bench/UNWIND_COST.md")
@@ -172,14 +174,14 @@ def main():
             subprocess.Popen(["python3.11", "-c", "while True:\n  sum(range(1000))\n"])]
     try:
         time.sleep(2)
-        rows = [("tracepoint_exporter, `\"unwind\": \"dwarf\"`", lambda: both_views(binary, args.port, args.seconds, "dwarf")),
+        rows = [("tracepoint_exporter, `\"unwind\": \"dwarf\"`", lambda: both_views(binary, args.port, args.seconds, "dwarf", args.warmup)),
                 ("tracepoint_exporter, `\"unwind\": \"frame_pointer\"`",
-                 lambda: both_views(binary, args.port, args.seconds, "frame_pointer")),
+                 lambda: both_views(binary, args.port, args.seconds, "frame_pointer", args.warmup)),
                 ("`perf record -e cpu-clock/freq=19/ -e sched:sched_switch -a --call-graph dwarf` + `perf script`",
                  lambda: perf_record(["-e", "cpu-clock/freq=19/", "-e", "sched:sched_switch", "-a", "--call-graph",
                                       "dwarf"], args.seconds))]
-        lines += ["## Both views (CPU and off-CPU profiles) at 19 Hz, %d CPUs busy, %d s, scraped every 10 s"
-                  % (os.cpu_count(), args.seconds), "",
+        lines += ["## Both views (CPU and off-CPU profiles) at 19 Hz, %d CPUs busy, %d s after %d s of warm-up, "
+                  "scraped every 10 s" % (os.cpu_count(), args.seconds, args.warmup), "",
                   "| tracer | CPU (% of one CPU) | RSS (MiB) | notes |", "|---|---|---|---|"]
         for name, run in rows:
             r = run()
