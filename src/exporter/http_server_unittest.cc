@@ -148,25 +148,41 @@ TEST(HttpServerTest, DeadlineClosesADrippingConnection) {
   EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
 }
 
-TEST(HttpServerTest, UnderPressureHeadersGetAShortDeadline) {
+// 8 connection slots (pressure from 6 in use); headers get 60 s, 300 ms under pressure.
+HttpServerOptions PressureOptions() {
   HttpServerOptions o = Options();
   o.connection_limit = 8;
   o.threads = 1;
   o.header_deadline = milliseconds(60000);
   o.pressure_header_deadline = milliseconds(300);
-  auto server = HttpServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  return o;
+}
+
+// `n` connections that send a request line and never the rest of their headers.
+std::vector<ScopedFd> SlowClients(int port, int n) {
   std::vector<ScopedFd> slow;
-  for (int i = 0; i < 7; ++i) {  // 7 of 8 slots: above 3/4
-    slow.push_back(Connect((*server)->port()));
+  for (int i = 0; i < n; ++i) {
+    slow.push_back(Connect(port));
     Send(slow.back().get(), "GET / HTTP/1.1\r\n");
   }
-  const auto t0 = Clock::now();
-  for (auto& fd : slow) {
+  return slow;
+}
+
+// Each of `fds` is closed by the server within 5 s.
+void ExpectClosed(std::vector<ScopedFd>& fds) {
+  for (auto& fd : fds) {
     bool closed = false;
     ReadAll(fd.get(), milliseconds(5000), &closed);
     EXPECT_TRUE(closed);
   }
+}
+
+TEST(HttpServerTest, UnderPressureHeadersGetAShortDeadline) {
+  auto server = HttpServer::Start(PressureOptions());
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<ScopedFd> slow = SlowClients((*server)->port(), 7);  // 7 of 8 slots: above 3/4
+  const auto t0 = Clock::now();
+  ExpectClosed(slow);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 4.0);
   EXPECT_GE((*server)->deadline_closes(), 7u);
   EXPECT_EQ(StatusLines(Get((*server)->port(), "/metrics")), std::vector<std::string>{"HTTP/1.1 200 OK"});
@@ -175,26 +191,13 @@ TEST(HttpServerTest, UnderPressureHeadersGetAShortDeadline) {
 // A connection seen under pressure keeps the short deadline though the ones shed before it take
 // the pressure away (CI under ASan: the last of 7 slow clients waited for the 60 s deadline).
 TEST(HttpServerTest, AConnectionSeenUnderPressureKeepsTheShortDeadline) {
-  HttpServerOptions o = Options();
-  o.connection_limit = 8;
-  o.threads = 1;
-  o.header_deadline = milliseconds(60000);
-  o.pressure_header_deadline = milliseconds(300);
-  auto server = HttpServer::Start(o);
+  auto server = HttpServer::Start(PressureOptions());
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  std::vector<ScopedFd> early;
-  for (int i = 0; i < 6; ++i) {  // 6 of 8: pressure
-    early.push_back(Connect((*server)->port()));
-    Send(early.back().get(), "GET / HTTP/1.1\r\n");
-  }
+  std::vector<ScopedFd> early = SlowClients((*server)->port(), 6);  // 6 of 8: pressure
   std::this_thread::sleep_for(milliseconds(150));
   ScopedFd late = Connect((*server)->port());  // arrives under pressure, expires after the 6 left
   Send(late.get(), "GET / HTTP/1.1\r\n");
-  for (auto& fd : early) {
-    bool closed = false;
-    ReadAll(fd.get(), milliseconds(5000), &closed);
-    EXPECT_TRUE(closed);
-  }
+  ExpectClosed(early);
   bool closed = false;
   ReadAll(late.get(), milliseconds(10000), &closed);
   EXPECT_TRUE(closed) << "the late connection lost its short deadline when pressure ended";
