@@ -9,7 +9,9 @@ COPY scripts/ scripts/
 COPY src/ src/
 COPY config/ config/
 COPY systemd/ systemd/
-RUN TPE_DEPS=--build TPE_BUILD_TESTS=OFF bash scripts/build.sh
+# Without debug information: the same -O2 code, a third less compile time, and a binary of a few
+# MB instead of 95 (nothing in the image reads the daemon's own DWARF).
+RUN TPE_DEPS=--build TPE_BUILD_TESTS=OFF TPE_DEBUG_INFO=OFF bash scripts/build.sh
 
 FROM debian:bookworm-slim
 COPY scripts/install-deps.sh /tmp/install-deps.sh

@@ -4,6 +4,7 @@
 #   TPE_WERROR=ON|OFF      warnings as errors (default ON)
 #   TPE_SANITIZE=ON|OFF    AddressSanitizer + UndefinedBehaviorSanitizer (default OFF)
 #   TPE_BUILD_TESTS=ON|OFF tests and benchmarks too (default ON)
+#   TPE_DEBUG_INFO=ON|OFF  debug information (default ON; the container image builds without)
 #   TPE_DEPS=--build       what scripts/install-deps.sh installs (default: everything, for the tests)
 #   CMAKE_BUILD_TYPE       default RelWithDebInfo
 set -euo pipefail
@@ -15,6 +16,7 @@ LAUNCHER=()
 if command -v ccache >/dev/null 2>&1; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" \
   -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
-  -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" -DTPE_BUILD_TESTS="${TPE_BUILD_TESTS:-ON}" >/dev/null
+  -DTPE_WERROR="${TPE_WERROR:-ON}" -DTPE_SANITIZE="${TPE_SANITIZE:-OFF}" -DTPE_BUILD_TESTS="${TPE_BUILD_TESTS:-ON}" \
+  -DTPE_DEBUG_INFO="${TPE_DEBUG_INFO:-ON}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "build: $BUILD_DIR/tracepoint_exporter"
