@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <string>
 #include <random>
 #include <set>
 
@@ -63,6 +66,42 @@ TEST(CommTableTest, ExitOfATaskNeverSeenBeforeIsRemembered) {
   EXPECT_EQ(zombie.Lookup(9), "sshd");
   zombie.OnComm(9, "new");  // tid reused
   EXPECT_FALSE(zombie.HasExited(9));
+}
+
+// After a ring lost records, a name set before the loss may be stale (a lost exec or rename):
+// it is checked against /proc once; a task gone by then is "[unknown]", not its parent's name.
+TEST(CommTableTest, NamesSetBeforeALossAreCheckedOnce) {
+  std::map<uint32_t, std::string> proc = {{1, "bash"}, {3, "python3"}};
+  int reads = 0;
+  CommTable t([&](uint32_t tid, char* out, size_t cap) {
+    ++reads;
+    auto it = proc.find(tid);
+    if (it == proc.end()) return -1;
+    const size_t n = std::min(cap, it->second.size());
+    std::memcpy(out, it->second.data(), n);
+    return static_cast<int>(n);
+  });
+  t.OnComm(1, "bash");
+  t.OnFork(1, 2);  // then lost: 2's exec of "taskset" and rename to "tpe_soak_exact"
+  t.OnComm(3, "python3");
+  t.OnComm(4, "done");
+  t.OnExit(4);  // final before the loss
+  reads = 0;
+  t.OnLost();
+  EXPECT_EQ(t.Lookup(2), "[unknown]");  // gone from /proc: not "bash"
+  EXPECT_EQ(t.Lookup(3), "python3");     // alive: /proc agrees
+  EXPECT_EQ(t.Lookup(4), "done");
+  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(t.Lookup(3), "python3");  // checked once per loss
+  EXPECT_EQ(t.Lookup(2), "[unknown]");
+  EXPECT_EQ(reads, 2);
+  t.OnComm(5, "after");  // named by a record after the loss: trusted
+  EXPECT_EQ(t.Lookup(5), "after");
+  EXPECT_EQ(reads, 2);
+  t.OnLost();
+  proc[3] = "renamed";
+  EXPECT_EQ(t.Lookup(3), "renamed");
+  EXPECT_EQ(reads, 3);
 }
 
 TEST(CommTableTest, FallbackReadsProcOnce) {

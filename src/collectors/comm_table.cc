@@ -26,6 +26,7 @@ CommTable::Entry& CommTable::Set(uint32_t tid, std::string_view comm) {
   e.len = static_cast<uint8_t>(std::min(comm.size(), kCommLen - 1));
   std::memcpy(e.comm, comm.data(), e.len);
   e.exited = false;
+  e.epoch = loss_epoch_;
   return e;
 }
 
@@ -61,7 +62,11 @@ void CommTable::OnExit(uint32_t tid) {
 
 std::string_view CommTable::Lookup(uint32_t tid) {
   auto it = map_.find(tid);
-  if (it != map_.end()) return std::string_view(it->second.comm, it->second.len);
+  if (it != map_.end()) {
+    const Entry& known = it->second;
+    // An entry set before a ring lost records is asked of /proc once (below), unless final.
+    if (known.epoch == loss_epoch_ || known.exited) return std::string_view(known.comm, known.len);
+  }
   char buf[kCommLen];
   int n = fallback_ ? fallback_(tid, buf, sizeof(buf)) : -1;
   if (n < 0) {

@@ -7,6 +7,12 @@
 // final sched_switch — may still follow). Tasks that predate the daemon are looked up once in
 // /proc/<tid>/comm (the `fallback`).
 //
+// A ring that overflowed (PERF_RECORD_LOST) may have lost COMM/FORK/EXIT records of any task:
+// after OnLost(), an entry set before the loss is checked once against /proc/<tid>/comm (the
+// fallback) at its next lookup; a task gone from /proc by then is named "[unknown]" (its name
+// may have changed in the lost records: a parent's comm kept after a lost exec would name the
+// wrong program). An entry whose EXIT record arrived before the loss keeps its name.
+//
 // Thread-safety: single-threaded (the reader thread owns it).
 #pragma once
 
@@ -32,6 +38,8 @@ class CommTable {
   void OnComm(uint32_t tid, std::string_view comm);
   void OnFork(uint32_t parent_tid, uint32_t child_tid);
   void OnExit(uint32_t tid);
+  // A ring lost records (PERF_RECORD_LOST): every entry set before now is in doubt.
+  void OnLost() { ++loss_epoch_; }
 
   // The comm of `tid`: from the records, else the fallback (read once per tid), else
   // "[unknown]" (also remembered). The view stays valid until the next call that changes the
@@ -54,12 +62,14 @@ class CommTable {
     char comm[kCommLen] = {};
     uint8_t len = 0;
     bool exited = false;
+    uint32_t epoch = 0;  // loss_epoch_ when set
   };
   Entry& Set(uint32_t tid, std::string_view comm);
 
   Fallback fallback_;
   std::unordered_map<uint32_t, Entry> map_;
   std::deque<uint32_t> exited_;  // oldest first
+  uint32_t loss_epoch_ = 0;      // OnLost() calls
 };
 
 }  // namespace tpe

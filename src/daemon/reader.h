@@ -22,7 +22,8 @@
 // COMM/FORK/EXIT → CommTable (and, with MMAP2, → ProcessImages: a profile's user frames);
 // LOST/LOST_SAMPLES → the CPU ring's lost count (a LOST record's
 // `lost` covers every event writing into the ring, task records too, and its id is only the
-// event that happened to write next: per-event losses come from PERF_FORMAT_LOST instead);
+// event that happened to write next: per-event losses come from PERF_FORMAT_LOST instead), and a
+// LOST record puts the CommTable's names in doubt (CommTable::OnLost);
 // other types are stepped over by header.size and counted.
 //
 // Thread-safety: one thread calls Round(); the counters it exposes are relaxed atomics.
