@@ -227,6 +227,26 @@ class Checker {
   std::string path_;
 };
 
+// The name of a table's value, as a string to build messages with.
+template <NamedEnum E>
+std::string Name(E value) {
+  return std::string(NameOf(value));
+}
+
+// A name table's value (daemon/config_names.h) named `name`, into *out; else an error at
+// `json_path` listing the valid names (those of the table but `except`).
+template <NamedEnum E>
+Status ParseName(const Checker& c, const std::string& json_path, const std::string& name, E* out,
+                 std::initializer_list<E> except = {}) {
+  std::optional<E> v = FromName<E>(name);
+  for (E x : except) {
+    if (v == x) v.reset();
+  }
+  if (!v) return c.Error(json_path, NotOneOf<E>(Quote(name), except));
+  *out = *v;
+  return Status::Ok();
+}
+
 // A JSON path segment for an object key: .key, or ["key"] when it is not an identifier.
 std::string KeySegment(const std::string& key, bool first) {
   bool ident = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
@@ -879,11 +899,9 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
   const bool gauge = m->type == "gauge";
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &m->engine));
-  if (m->engine.empty()) m->engine = "auto";
-  if (m->engine != "auto" && m->engine != "bpf" && m->engine != "perf") {
-    return c.Error(jp + ".engine", Quote(m->engine) + " is not one of auto, bpf, perf");
-  }
+  std::string engine;  // "" or absent: auto
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &engine));
+  if (!engine.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".engine", engine, &m->engine));
   if (!latency && !gauge) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", !m->off_cpu, &m->event));
     TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &m->filter));
@@ -1034,7 +1052,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"name", m.name},
       {"help", m.help},
       {"type", m.type},
-      {"engine", m.engine},
+      {"engine", Name(m.engine)},
       {"event", m.event},
       {"args", m.args},
       {"pid", m.pid},

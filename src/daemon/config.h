@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/config_names.h"
 
 namespace tpe {
 
@@ -117,8 +118,8 @@ struct MetricConfig {
   // down) or max | min | last (event, filter, value as for a histogram).
   std::string gauge;
   GaugeSideConfig up, down;
-  // auto | bpf | perf: which engine aggregates it (daemon/plan.h says how auto chooses).
-  std::string engine = "auto";
+  // Which engine aggregates it (daemon/plan.h says how kAuto chooses).
+  Engine engine = Engine::kAuto;
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).

@@ -81,7 +81,7 @@ std::string Quote(const std::vector<std::string>& names) {
 
 namespace plan_internal {
 
-GaugeCollector::Kind GaugeKind(const MetricConfig& m) {
+GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m) {
   using Kind = GaugeCollector::Kind;
   return m.gauge == "inflight" ? Kind::kInflight
          : m.gauge == "updown" ? Kind::kUpDown
@@ -538,7 +538,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
   using Kind = GaugeCollector::Kind;
   std::vector<GaugeCollector::Side> sides;
   std::vector<std::vector<EventPlan*>> side_eps;
-  const Kind kind = GaugeKind(m);
+  const Kind kind = CollectorGaugeKind(m);
   if (m.gauge == "inflight") {
     const EndpointConfig& sc = m.starts[0];
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
@@ -714,7 +714,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     TPE_ASSIGN_OR_RETURN(bool on_bpf,
                          PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, running_bpf, &why));
     if (on_bpf) continue;
-    plan->engines.push_back("perf");
+    plan->engines.push_back(Engine::kPerf);
     plan->engine_reasons.push_back(why);
     if (m.type == "latency") {
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));

@@ -103,9 +103,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   const bool running = running_bpf.count(m.canonical) > 0;
   using bpf::BpfEndpoint;
   using bpf::BpfMetricSpec;
-  const bool forced = m.engine == "bpf";
+  const bool forced = m.engine == Engine::kBpf;
   const std::string where = cfg.path + ": " + m.json_path + ".engine";
-  if (m.engine == "perf") {
+  if (m.engine == Engine::kPerf) {
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
@@ -223,7 +223,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                 : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
                 : m.type == "gauge"     ? BpfMetricSpec::Kind::kGauge
                                         : BpfMetricSpec::Kind::kCounter;
-    spec.gauge = GaugeKind(m);
+    spec.gauge = CollectorGaugeKind(m);
     if (m.type == "profile") {
       spec.kernel_stack = m.stack != "user";
       spec.user_stack = m.stack != "kernel";
@@ -578,7 +578,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   plan->identities.push_back(m.canonical);
   plan->counting_events.emplace_back();
   plan->counting_carried.push_back(0);
-  plan->engines.push_back("bpf");
+  plan->engines.push_back(Engine::kBpf);
   std::string reason =
       forced ? "\"engine\": \"bpf\" in the config" : "in-kernel aggregation: exact at any event rate, no samples";
   if (fifo_syscalls) {

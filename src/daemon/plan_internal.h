@@ -28,7 +28,7 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
                                EventPlan* sampled_ep, Plan* plan);
 // The kind of a gauge metric (its config's "gauge": inflight, updown, max, min, last).
-GaugeCollector::Kind GaugeKind(const MetricConfig& m);
+GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m);
 // An up/down gauge's sides (their events' formats): the same labels — name, source, decode —
 // from fields of one type, so one series is one label set whichever side built it. Errors:
 // InvalidArgument naming the down side's label and what it must match.
