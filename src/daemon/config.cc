@@ -837,25 +837,25 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
 Status ParseMetric(const Checker& c, const json& j, const std::string& jp, MetricConfig* m, bool profile = false) {
   if (!j.is_object()) return c.Error(jp, profile ? "a profile must be an object" : "a metric must be an object");
   if (profile) {
-    m->type = "profile";
+    m->type = MetricType::kProfile;
   } else {
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
+    std::string type;
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &type));
+    TPE_RETURN_IF_ERROR(ParseName(c, jp + ".type", type, &m->type, {MetricType::kProfile}));
   }
-  const bool latency = m->type == "latency";
+  const bool latency = m->type == MetricType::kLatency;
   if (profile) {
     TPE_RETURN_IF_ERROR(
         c.OnlyKeys(j, jp,
                    {"name", "help", "type", "event", "filter", "stack", "unwind", "labels", "value", "engine", "args",
                     "pid", "maxactive", "frequency_hz", "period", "include_idle", "min_block_seconds"}));
-    std::string kind = "profile";
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", false, &kind));
-    if (kind == "off_cpu") {
-      m->off_cpu = true;
-    } else if (kind != "profile") {
-      return c.Error(jp + ".type", Quote(kind) +
-                                       " is not one of profile (the default: stacks of an event's hits), "
-                                       "off_cpu (time tasks spend switched out, by stack)");
+    ProfileKind kind = ProfileKind::kProfile;  // "type" absent
+    if (j.contains("type")) {
+      std::string name;
+      TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &name));
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".type", name, &kind));
     }
+    m->off_cpu = kind == ProfileKind::kOffCpu;
     m->stack = "both";
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
     if (m->stack.empty()) m->stack = "both";
@@ -878,10 +878,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
                                          "binaries built without frame pointers), frame_pointer (the kernel's "
                                          "frame-pointer walk: cheaper)");
     }
-  } else if (m->type == "counter") {
+  } else if (m->type == MetricType::kCounter) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid", "maxactive"}));
-  } else if (m->type == "histogram") {
+  } else if (m->type == MetricType::kHistogram) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "native",
                                     "engine", "args", "pid", "maxactive"}));
@@ -889,14 +889,12 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "start", "end", "labels", "buckets", "native",
                                     "max_inflight", "timeout_seconds", "engine"}));
-  } else if (m->type == "gauge") {
+  } else {  // MetricType::kGauge
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "inflight", "up", "down", "max", "min", "last", "labels",
                                     "max_inflight", "timeout_seconds", "engine"}));
-  } else {
-    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency, gauge");
   }
-  const bool gauge = m->type == "gauge";
+  const bool gauge = m->type == MetricType::kGauge;
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
   std::string engine;  // "" or absent: auto
@@ -914,11 +912,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".name",
                    "\"" + m->name + "\": the prefixes tracepoint_exporter_ and process_ are reserved for self-metrics");
   }
-  if (!profile && m->type == "counter" && !m->name.ends_with("_total")) {
+  if (!profile && m->type == MetricType::kCounter && !m->name.ends_with("_total")) {
     return c.Error(jp + ".name", "counter \"" + m->name + "\" must end in _total (e.g. \"" + m->name + "_total\")");
   }
-  if (!profile && m->type != "counter" && m->name.ends_with("_total")) {
-    return c.Error(jp + ".name", m->type + " \"" + m->name + "\" must not end in _total (reserved for counters)");
+  if (!profile && m->type != MetricType::kCounter && m->name.ends_with("_total")) {
+    return c.Error(jp + ".name", Name(m->type) + " \"" + m->name + "\" must not end in _total (reserved for counters)");
   }
   if (latency && !m->name.ends_with("_seconds")) {
     return c.Error(jp + ".name", "latency \"" + m->name + "\" is in seconds and must end in _seconds");
@@ -952,11 +950,12 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
               : m->gauge == "updown" ? m->up.event + " up, " + m->down.event + " down"
                                      : m->gauge + " of " + m->event + " " + m->value.field + " since the last scrape";
   }
-  if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
+  if (m->help.empty())
+    m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + Name(m->type);
   if (m->off_cpu && !j.contains("help")) m->help = "off-CPU time by stack (sched:sched_switch)";
   // histogram: required; counter, profile: optional (adds field x scale per event instead of 1).
   if (auto v = j.find("value");
-      m->type == "histogram" || (!latency && !gauge && m->type != "histogram" && v != j.end())) {
+      m->type == MetricType::kHistogram || (!latency && !gauge && m->type != MetricType::kHistogram && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
     if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
@@ -965,11 +964,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     if (!(m->value.scale != 0) || !std::isfinite(m->value.scale)) {
       return c.Error(jp + ".value.scale", "must be a finite non-zero number");
     }
-    if (m->type != "histogram" && m->value.scale < 0) {
-      return c.Error(jp + ".value.scale", "must be positive: a " + m->type + " never decreases");
+    if (m->type != MetricType::kHistogram && m->value.scale < 0) {
+      return c.Error(jp + ".value.scale", "must be positive: a " + Name(m->type) + " never decreases");
     }
   }
-  if (m->type == "histogram" || latency) TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
+  if (m->type == MetricType::kHistogram || latency) TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
   auto labels = j.find("labels");
   if (labels != j.end()) {
     if (!labels->is_array()) return c.Error(jp + ".labels", "must be an array of label objects");
@@ -985,7 +984,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       // Histogram and latency series carry le="<bound>"; a second le would make
       // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
       // an ordinary label, as client_golang allows. quantile is only reserved for summaries.)
-      if ((m->type == "histogram" || latency) && l.name == "le") {
+      if ((m->type == MetricType::kHistogram || latency) && l.name == "le") {
         return c.Error(lp + ".name",
                        "\"le\" is reserved for the bucket bound of histogram and latency series; choose another name");
       }
@@ -1051,7 +1050,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
   const json j = {
       {"name", m.name},
       {"help", m.help},
-      {"type", m.type},
+      {"type", Name(m.type)},
       {"engine", Name(m.engine)},
       {"event", m.event},
       {"args", m.args},
@@ -1088,9 +1087,9 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"min_block_seconds", m.min_block_seconds},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
-        {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},
-        {"profile_max_frames", m.type == "profile" ? s.profile_max_frames : 0},
-        {"profile_stack_bytes", m.type == "profile" && m.unwind == "dwarf" ? s.profile_stack_bytes : 0},
+        {"max_stacks_per_profile", m.type == MetricType::kProfile ? s.max_stacks_per_profile : 0},
+        {"profile_max_frames", m.type == MetricType::kProfile ? s.profile_max_frames : 0},
+        {"profile_stack_bytes", m.type == MetricType::kProfile && m.unwind == "dwarf" ? s.profile_stack_bytes : 0},
         {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
         {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };
@@ -1102,7 +1101,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
 // is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
 // as client_golang's registry.
 std::vector<std::string> ExportedNames(const MetricConfig& m) {
-  if (m.type == "counter" || m.type == "profile" || m.type == "gauge") return {m.name};
+  if (m.type == MetricType::kCounter || m.type == MetricType::kProfile || m.type == MetricType::kGauge) return {m.name};
   return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
 }
 
@@ -1239,12 +1238,12 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
         return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
       }
       if (k == 0) {
-        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + other.type + " \"" + other.name +
-                                         "\" at " + other.json_path + ".name (it exports " + SeriesList(other) +
-                                         "); rename one of them");
+        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + Name(other.type) + " \"" +
+                                         other.name + "\" at " + other.json_path + ".name (it exports " +
+                                         SeriesList(other) + "); rename one of them");
       }
-      return c.Error(jp + ".name", m.type + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
-                                       "\" collides with the " + other.type + " at " + other.json_path +
+      return c.Error(jp + ".name", Name(m.type) + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
+                                       "\" collides with the " + Name(other.type) + " at " + other.json_path +
                                        ".name; rename one of them");
     }
     for (size_t k = 0; k < names.size(); ++k) exported.emplace(names[k], Owner{cfg.metrics.size(), k > 0});

@@ -113,7 +113,7 @@ struct GaugeSideConfig {
 struct MetricConfig {
   std::string name;
   std::string help;
-  std::string type;  // counter | histogram | latency | gauge
+  MetricType type = MetricType::kCounter;  // a "profiles" entry: kProfile
   // gauge: inflight (starts/end, max_inflight, timeout_seconds as for latency), updown (up,
   // down) or max | min | last (event, filter, value as for a histogram).
   std::string gauge;

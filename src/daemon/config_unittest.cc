@@ -774,7 +774,7 @@ TEST(ConfigTest, Profiles) {
                        "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_EQ(c->metrics.size(), 2u);
-  EXPECT_EQ(c->metrics[0].type, "profile");
+  EXPECT_EQ(NameOf(c->metrics[0].type), "profile");
   EXPECT_EQ(c->metrics[0].stack, "both");
   EXPECT_EQ(c->metrics[0].json_path, "profiles[0]");
   EXPECT_EQ(c->metrics[0].help, "tcp:tcp_retransmit_skb profile");

@@ -250,7 +250,7 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
       std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
   if (!probe) return Status::Ok();
   m->probe = true;
-  if (m->type != "latency" && m->gauge != "inflight") {
+  if (m->type != MetricType::kLatency && m->gauge != "inflight") {
     return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
   }
   for (EndpointConfig& e : m->starts) {
@@ -716,25 +716,25 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     if (on_bpf) continue;
     plan->engines.push_back(Engine::kPerf);
     plan->engine_reasons.push_back(why);
-    if (m.type == "latency") {
+    if (m.type == MetricType::kLatency) {
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    if (m.type == "profile") {
+    if (m.type == MetricType::kProfile) {
       TPE_RETURN_IF_ERROR(PlanProfile(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    if (m.type == "gauge") {
+    if (m.type == MetricType::kGauge) {
       TPE_RETURN_IF_ERROR(PlanGauge(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
     // A counter that adds a field's value needs every sample, labels or not.
-    const bool counting = m.type == "counter" && m.labels.empty() && m.value.field.empty();
+    const bool counting = m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty();
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan.get(), cfg, m.event, m.filter, !counting, m.pid,
                                                                 m.json_path, tracefs, enums, check_filters));
     EventPlan* ep = eps[0];
     std::unique_ptr<Collector> c;
-    if (m.type == "histogram") {
+    if (m.type == MetricType::kHistogram) {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
       if (!f->IsNumeric()) {
         return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
@@ -770,7 +770,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   if (features.kallsyms_hidden.value_or(false)) {
     std::string names;
     for (const auto& m : cfg.metrics) {
-      if (m.type == "profile" && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
+      if (m.type == MetricType::kProfile && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
     }
     if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
   }

@@ -109,14 +109,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
-  if (m.type == "gauge" && m.probe) {
+  if (m.type == MetricType::kGauge && m.probe) {
     const std::string perf_only = "a gauge of probe events runs on the perf engine in this release";
     if (forced)
       return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + perf_only + "; use \"auto\" or \"perf\"");
     *why = perf_only;
     return false;
   }
-  if (m.type == "profile") {
+  if (m.type == MetricType::kProfile) {
     // "auto": perf. A callchain is taken whole with each sample, so its stacks are exact; a
     // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
     // cost per hit (no sample, no ring traffic): the user's choice.
@@ -161,7 +161,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
     }
   }
-  if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
+  if (!forced && m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;
   }
@@ -218,13 +218,25 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.max_inflight = m.max_inflight;
     spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
     spec.scale = m.value.scale;
-    spec.kind = m.type == "latency"     ? BpfMetricSpec::Kind::kLatency
-                : m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram
-                : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
-                : m.type == "gauge"     ? BpfMetricSpec::Kind::kGauge
-                                        : BpfMetricSpec::Kind::kCounter;
+    switch (m.type) {
+      case MetricType::kCounter:
+        spec.kind = BpfMetricSpec::Kind::kCounter;
+        break;
+      case MetricType::kHistogram:
+        spec.kind = BpfMetricSpec::Kind::kHistogram;
+        break;
+      case MetricType::kLatency:
+        spec.kind = BpfMetricSpec::Kind::kLatency;
+        break;
+      case MetricType::kGauge:
+        spec.kind = BpfMetricSpec::Kind::kGauge;
+        break;
+      case MetricType::kProfile:
+        spec.kind = BpfMetricSpec::Kind::kProfile;
+        break;
+    }
     spec.gauge = CollectorGaugeKind(m);
-    if (m.type == "profile") {
+    if (m.type == MetricType::kProfile) {
       spec.kernel_stack = m.stack != "user";
       spec.user_stack = m.stack != "kernel";
       spec.max_series = cfg.settings.max_stacks_per_profile;
@@ -314,7 +326,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   std::vector<PartPlan> parts;
   std::unique_ptr<EventPlan> end_ep;
   std::unique_ptr<EventPlan> clock_ep;  // a CPU profile's own clock event (EventPlan::bpf_profile)
-  if (m.type == "profile" && IsClockEvent(m.event)) {
+  if (m.type == MetricType::kProfile && IsClockEvent(m.event)) {
     // A CPU profile: a BPF_PROG_TYPE_PERF_EVENT program on per-CPU clock events of its own
     // (no tracefs, no format: labels from the current task), each sample weighing the period.
     clock_ep = MakeClockEvent(m);
@@ -330,7 +342,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!labels.ok()) return not_bpf(labels.status());
     part.spec.end.labels = std::move(*labels);
     parts.push_back(std::move(part));
-  } else if (m.type == "gauge") {
+  } else if (m.type == MetricType::kGauge) {
     // One part (no probe events: refused above). The value field of a side, as a counter's.
     auto value_of = [&](const EventPlan& ep, const ValueConfig& v, const std::string& json_path,
                         std::optional<bpf::FieldRef>* out) -> Status {
@@ -379,7 +391,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     if (!st.ok()) return not_bpf(st);
     parts.push_back(std::move(part));
-  } else if (m.type == "latency") {
+  } else if (m.type == MetricType::kLatency) {
     const std::vector<std::string> ends = variants(m.end.event);
     std::vector<std::string> end_identities;
     for (const auto& e : ends) end_identities.push_back(identity_of(e));
@@ -464,7 +476,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (!m.value.field.empty()) {
         auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
         if (!f.ok()) return not_bpf(f.status());
-        if (!(*f)->IsNumeric() || (m.type == "counter" && (*f)->kind != FieldKind::kInteger)) {
+        if (!(*f)->IsNumeric() || (m.type == MetricType::kCounter && (*f)->kind != FieldKind::kInteger)) {
           return not_bpf(InvalidArgument("value field"));  // the perf planning says why
         }
         auto ref = bpf::IntegerField(**f);
@@ -475,15 +487,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
   }
   if (parts.empty()) return not_bpf(InvalidArgument("no events"));
-  if (m.type == "profile" && parts.size() > 1) {
+  if (m.type == MetricType::kProfile && parts.size() > 1) {
     return not_bpf(
         Unimplemented("a profile of a probe whose binary was replaced while processes still run the old "
                       "file (one program per file)"));
   }
-  if (m.type != "counter" && m.type != "profile" && m.type != "gauge") {
+  if (m.type != MetricType::kCounter && m.type != MetricType::kProfile && m.type != MetricType::kGauge) {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
-    auto native = BuildNative(cfg, m.buckets, m.type == "latency" ? 1e-9 : m.value.scale);
+    auto native = BuildNative(cfg, m.buckets, m.type == MetricType::kLatency ? 1e-9 : m.value.scale);
     if (!native.ok()) return not_bpf(native.status());
     for (PartPlan& p : parts) {
       p.spec.buckets = *b;
@@ -530,9 +542,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   for (PartPlan& p : parts) {
     // A part the running pipeline has keeps its programs and maps (Pipeline::Reload): nothing to load.
     const bool part_running =
-        m.probe && m.type != "profile" ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
+        m.probe && m.type != MetricType::kProfile ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
     Status st = Status::Ok();
-    if (m.type == "profile") {
+    if (m.type == MetricType::kProfile) {
       auto made = part_running ? bpf::BpfProfile::CreateUnloaded(std::move(p.spec))
                                : bpf::BpfProfile::Create(std::move(p.spec));
       if (made.ok()) {
