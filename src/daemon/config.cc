@@ -662,9 +662,13 @@ Status ParseGaugeSide(const Checker& c, const json& j, const std::string& jp, Ga
 
 // type gauge (collectors/gauge.h): exactly one of "inflight", "up" + "down", "max", "min", "last".
 Status ParseGauge(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
-  std::vector<std::string> kinds;
-  for (const char* k : {"inflight", "up", "max", "min", "last"}) {
-    if (j.contains(k)) kinds.push_back(k);
+  // The key that makes a gauge of each kind: its name, but "up" (beside "down") for updown.
+  auto key_of = [](const EnumName<GaugeKind>& k) {
+    return k.value == GaugeKind::kUpDown ? std::string("up") : std::string(k.name);
+  };
+  std::vector<const EnumName<GaugeKind>*> kinds;
+  for (const EnumName<GaugeKind>& k : kGaugeKindNames) {
+    if (j.contains(key_of(k))) kinds.push_back(&k);
   }
   if (j.contains("down") && !j.contains("up")) return c.Error(jp + ".down", "needs \"up\" beside it");
   if (kinds.size() != 1) {
@@ -673,14 +677,14 @@ Status ParseGauge(const Checker& c, const json& j, const std::string& jp, Metric
                    "\"max\", \"min\", \"last\" (found " +
                        std::to_string(kinds.size()) + ")");
   }
-  const std::string kind = kinds[0];
-  if (kind != "inflight") {
+  m->gauge = kinds[0]->value;
+  const std::string kind = key_of(*kinds[0]);
+  if (m->gauge != GaugeKind::kInflight) {
     for (const char* k : {"max_inflight", "timeout_seconds"}) {
       if (j.contains(k)) return c.Error(jp + "." + k, "is for an inflight gauge");
     }
   }
-  if (kind == "inflight") {
-    m->gauge = "inflight";
+  if (m->gauge == GaugeKind::kInflight) {
     const json& in = j["inflight"];
     if (!in.is_object()) return c.Error(jp + ".inflight", "must be an object {\"start\": {...}, \"end\": {...}}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(in, jp + ".inflight", {"start", "end"}));
@@ -693,15 +697,13 @@ Status ParseGauge(const Checker& c, const json& j, const std::string& jp, Metric
     TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["end"], jp + ".inflight.end", &m->end));
     return ParsePairing(c, j, jp, m);
   }
-  if (kind == "up") {
-    m->gauge = "updown";
+  if (m->gauge == GaugeKind::kUpDown) {
     if (!j.contains("down")) return c.Error(jp + ".up", "needs \"down\" beside it");
     TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["up"], jp + ".up", &m->up));
     TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["down"], jp + ".down", &m->down));
     return Status::Ok();
   }
   // max, min, last: {"event", "field", "scale", "filter"}.
-  m->gauge = kind;
   const json& e = j[kind];
   const std::string ep = jp + "." + kind;
   if (!e.is_object()) return c.Error(ep, "must be an object like {\"event\": \"...\", \"field\": \"...\"}");
@@ -946,9 +948,10 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseGauge(c, j, jp, m));
   }
   if (m->help.empty() && gauge) {
-    m->help = m->gauge == "inflight" ? m->starts[0].event + " waiting for " + m->end.event
-              : m->gauge == "updown" ? m->up.event + " up, " + m->down.event + " down"
-                                     : m->gauge + " of " + m->event + " " + m->value.field + " since the last scrape";
+    m->help = m->gauge == GaugeKind::kInflight ? m->starts[0].event + " waiting for " + m->end.event
+              : m->gauge == GaugeKind::kUpDown
+                  ? m->up.event + " up, " + m->down.event + " down"
+                  : Name(m->gauge) + " of " + m->event + " " + m->value.field + " since the last scrape";
   }
   if (m->help.empty())
     m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + Name(m->type);
@@ -976,8 +979,8 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     for (size_t i = 0; i < labels->size(); ++i) {
       LabelConfig l;
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
-      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == "inflight", &l));
-      if (m->gauge == "inflight" && l.from != "start") {
+      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == GaugeKind::kInflight, &l));
+      if (m->gauge == GaugeKind::kInflight && l.from != "start") {
         return c.Error(lp + ".from", "an inflight gauge's labels are read at the start (the end may never come)");
       }
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
@@ -1073,7 +1076,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {"max_buckets", b.max_buckets}}},
       {"start", starts},
       {"end", endpoint(m.end)},
-      {"gauge", m.gauge},
+      {"gauge", Name(m.gauge)},
       {"up", gauge_side(m.up)},
       {"down", gauge_side(m.down)},
       {"max_inflight", m.max_inflight},

@@ -114,9 +114,9 @@ struct MetricConfig {
   std::string name;
   std::string help;
   MetricType type = MetricType::kCounter;  // a "profiles" entry: kProfile
-  // gauge: inflight (starts/end, max_inflight, timeout_seconds as for latency), updown (up,
-  // down) or max | min | last (event, filter, value as for a histogram).
-  std::string gauge;
+  // gauge: kInflight (starts/end, max_inflight, timeout_seconds as for latency), kUpDown (up,
+  // down) or kMax | kMin | kLast (event, filter, value as for a histogram). kNone: not a gauge.
+  GaugeKind gauge = GaugeKind::kNone;
   GaugeSideConfig up, down;
   // Which engine aggregates it (daemon/plan.h says how kAuto chooses).
   Engine engine = Engine::kAuto;

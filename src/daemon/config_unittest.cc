@@ -975,12 +975,12 @@ TEST(ConfigGaugeTest, KindsAndErrors) {
         {"name": "c", "type": "gauge", "max": {"event": "a:b", "field": "len", "scale": 2}}]})",
       "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->metrics[0].gauge, "inflight");
+  EXPECT_EQ(NameOf(c->metrics[0].gauge), "inflight");
   EXPECT_EQ(c->metrics[0].starts[0].event, "a:b");
   EXPECT_EQ(c->metrics[0].max_inflight, 10u);
-  EXPECT_EQ(c->metrics[1].gauge, "updown");
+  EXPECT_EQ(NameOf(c->metrics[1].gauge), "updown");
   EXPECT_EQ(c->metrics[1].down.value.field, "n");
-  EXPECT_EQ(c->metrics[2].gauge, "max");
+  EXPECT_EQ(NameOf(c->metrics[2].gauge), "max");
   EXPECT_EQ(c->metrics[2].event, "a:b");
   EXPECT_EQ(c->metrics[2].value.scale, 2);
   const std::string g = R"({"metrics": [{"name": "g", "type": "gauge", )";

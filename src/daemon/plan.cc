@@ -83,11 +83,20 @@ namespace plan_internal {
 
 GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m) {
   using Kind = GaugeCollector::Kind;
-  return m.gauge == "inflight" ? Kind::kInflight
-         : m.gauge == "updown" ? Kind::kUpDown
-         : m.gauge == "max"    ? Kind::kMax
-         : m.gauge == "min"    ? Kind::kMin
-                               : Kind::kLast;
+  switch (m.gauge) {
+    case GaugeKind::kInflight:
+      return Kind::kInflight;
+    case GaugeKind::kUpDown:
+      return Kind::kUpDown;
+    case GaugeKind::kMax:
+      return Kind::kMax;
+    case GaugeKind::kMin:
+      return Kind::kMin;
+    case GaugeKind::kLast:
+    case GaugeKind::kNone:  // not a gauge: read only for gauges
+      break;
+  }
+  return Kind::kLast;
 }
 
 Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
@@ -250,7 +259,7 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
       std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
   if (!probe) return Status::Ok();
   m->probe = true;
-  if (m->type != MetricType::kLatency && m->gauge != "inflight") {
+  if (m->type != MetricType::kLatency && m->gauge != GaugeKind::kInflight) {
     return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
   }
   for (EndpointConfig& e : m->starts) {
@@ -539,7 +548,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
   std::vector<GaugeCollector::Side> sides;
   std::vector<std::vector<EventPlan*>> side_eps;
   const Kind kind = CollectorGaugeKind(m);
-  if (m.gauge == "inflight") {
+  if (m.gauge == GaugeKind::kInflight) {
     const EndpointConfig& sc = m.starts[0];
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
                                                                       sc.json_path, tracefs, enums, check_filters));
@@ -555,7 +564,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     sides.push_back(std::move(end));
     side_eps.push_back(std::move(start_eps));
     side_eps.push_back(std::move(end_eps));
-  } else if (m.gauge == "updown") {
+  } else if (m.gauge == GaugeKind::kUpDown) {
     for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
       TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
                                                                   sc->json_path, tracefs, enums, check_filters));
@@ -579,7 +588,8 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
                          GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
     GaugeCollector::Side side;
     TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, "", eps[0], plan));
-    TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(cfg, m, *eps[0], "a " + m.gauge + " gauge reads"));
+    TPE_ASSIGN_OR_RETURN(FieldExtractor v,
+                         IntegerValueField(cfg, m, *eps[0], "a " + std::string(NameOf(m.gauge)) + " gauge reads"));
     side.value = std::move(v);
     side.scale = m.value.scale;
     sides.push_back(std::move(side));

@@ -357,7 +357,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     part.key = "gauge";
     std::unique_ptr<EventPlan> ep;
     Status st = Status::Ok();
-    if (m.gauge == "inflight") {
+    if (m.gauge == GaugeKind::kInflight) {
       const EndpointConfig& sc = m.starts.at(0);
       BpfEndpoint s;
       st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep);
@@ -371,7 +371,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       for (size_t i = 0; st.ok() && i < a.size(); ++i) {
         if (a.size() != b.size() || a[i].size != b[i].size) st = InvalidArgument("key fields differ");
       }
-    } else if (m.gauge == "updown") {
+    } else if (m.gauge == GaugeKind::kUpDown) {
       BpfEndpoint up;
       const GaugeSideConfig* sides[] = {&m.up, &m.down};
       BpfEndpoint* outs[] = {&up, &part.spec.end};
