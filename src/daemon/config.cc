@@ -858,27 +858,23 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       TPE_RETURN_IF_ERROR(ParseName(c, jp + ".type", name, &kind));
     }
     m->off_cpu = kind == ProfileKind::kOffCpu;
-    m->stack = "both";
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
-    if (m->stack.empty()) m->stack = "both";
-    if (m->stack != "kernel" && m->stack != "user" && m->stack != "both") {
-      return c.Error(jp + ".stack", Quote(m->stack) + " is not one of kernel, user, both");
-    }
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "unwind", false, &m->unwind));
-    m->unwind_given = !m->unwind.empty();
-    if (m->stack == "kernel") {
+    std::string stack;  // "" or absent: both
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &stack));
+    m->stack = ProfileStack::kBoth;
+    if (!stack.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".stack", stack, &m->stack));
+    std::string unwind;  // "" or absent: not given
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "unwind", false, &unwind));
+    m->unwind_given = !unwind.empty();
+    if (m->stack == ProfileStack::kKernel) {
       if (m->unwind_given) {
         return c.Error(jp + ".unwind",
                        "is for user stacks; this profile takes the kernel's stack only "
                        "(\"stack\": \"kernel\"), which the kernel walks itself");
       }
     } else if (!m->unwind_given) {
-      m->unwind = "dwarf";
-    } else if (m->unwind != "dwarf" && m->unwind != "frame_pointer") {
-      return c.Error(jp + ".unwind", Quote(m->unwind) +
-                                         " is not one of dwarf (the default: the code's unwind tables, whole on "
-                                         "binaries built without frame pointers), frame_pointer (the kernel's "
-                                         "frame-pointer walk: cheaper)");
+      m->unwind = UnwindMethod::kDwarf;
+    } else {
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".unwind", unwind, &m->unwind));
     }
   } else if (m->type == MetricType::kCounter) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
@@ -1081,8 +1077,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"down", gauge_side(m.down)},
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
-      {"stack", m.stack},
-      {"unwind", m.unwind},
+      {"stack", Name(m.stack)},
+      {"unwind", Name(m.unwind)},
       {"frequency_hz", m.frequency_hz},
       {"period", m.period_ns},
       {"include_idle", m.include_idle},
@@ -1092,7 +1088,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
        {{"max_series_per_metric", s.max_series_per_metric},
         {"max_stacks_per_profile", m.type == MetricType::kProfile ? s.max_stacks_per_profile : 0},
         {"profile_max_frames", m.type == MetricType::kProfile ? s.profile_max_frames : 0},
-        {"profile_stack_bytes", m.type == MetricType::kProfile && m.unwind == "dwarf" ? s.profile_stack_bytes : 0},
+        {"profile_stack_bytes",
+         m.type == MetricType::kProfile && m.unwind == UnwindMethod::kDwarf ? s.profile_stack_bytes : 0},
         {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
         {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };

@@ -135,15 +135,15 @@ struct MetricConfig {
   EndpointConfig end;                  // latency
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
-  // profile (a "profiles" entry, type "profile"): which stacks a sample carries: "kernel",
-  // "user" or "both".
-  std::string stack;
+  // profile (a "profiles" entry, type kProfile): which stacks a sample carries (kNone: not a
+  // profile).
+  ProfileStack stack = ProfileStack::kNone;
   // profile with a user stack: how it is unwound: "dwarf" (the default: from the unwind tables
   // of the code, with the sample's registers and a copy of its stack, settings.
   // profile_stack_bytes) or "frame_pointer" (the kernel's frame-pointer walk: cheaper, but whole
-  // only through code built with frame pointers). "" for a kernel-only profile.
+  // only through code built with frame pointers). kNone for a kernel-only profile (and not a profile).
   // `unwind_given`: the config said which (else the default was taken).
-  std::string unwind;
+  UnwindMethod unwind = UnwindMethod::kNone;
   bool unwind_given = false;
   // A CPU profile (a profile whose "event" is a software clock, IsClockEvent): "frequency_hz",
   // samples per second on each CPU (kDefaultProfileFrequencyHz when neither is given,

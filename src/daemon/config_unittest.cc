@@ -775,10 +775,10 @@ TEST(ConfigTest, Profiles) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_EQ(c->metrics.size(), 2u);
   EXPECT_EQ(NameOf(c->metrics[0].type), "profile");
-  EXPECT_EQ(c->metrics[0].stack, "both");
+  EXPECT_EQ(NameOf(c->metrics[0].stack), "both");
   EXPECT_EQ(c->metrics[0].json_path, "profiles[0]");
   EXPECT_EQ(c->metrics[0].help, "tcp:tcp_retransmit_skb profile");
-  EXPECT_EQ(c->metrics[1].stack, "user");
+  EXPECT_EQ(NameOf(c->metrics[1].stack), "user");
   EXPECT_EQ(c->metrics[1].value.field, "ret");
   EXPECT_EQ(c->settings.max_stacks_per_profile, 500u);
   EXPECT_EQ(c->settings.profile_max_frames, 64u);

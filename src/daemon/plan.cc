@@ -632,13 +632,13 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                    const KernelEnums& enums, bool check_filters) {
   // "dwarf": the user stack unwound here from the sample's registers and stack copy; the
   // kernel's callchain then only carries the kernel part (if any).
-  const bool dwarf = m.unwind == "dwarf";
-  const uint8_t callchain = (m.stack != "user" ? EventPlan::kCallchainKernel : 0) |
-                            (m.stack != "kernel" && !dwarf ? EventPlan::kCallchainUser : 0);
+  const bool dwarf = m.unwind == UnwindMethod::kDwarf;
+  const uint8_t callchain = (m.stack != ProfileStack::kUser ? EventPlan::kCallchainKernel : 0) |
+                            (m.stack != ProfileStack::kKernel && !dwarf ? EventPlan::kCallchainUser : 0);
   const uint32_t stack_user_bytes = dwarf ? static_cast<uint32_t>(cfg.settings.profile_stack_bytes) : 0;
   TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
   const auto max_stack = static_cast<uint16_t>(frames);  // at most kMaxProfileFrames
-  const bool user_stacks = m.stack != "kernel";
+  const bool user_stacks = m.stack != ProfileStack::kKernel;
   // A profile's collector: user frames unwound at most `frames` deep.
   auto prepared = [&](std::unique_ptr<ProfileCollector> c) {
     c->set_max_unwind_frames(frames);
@@ -780,7 +780,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   if (features.kallsyms_hidden.value_or(false)) {
     std::string names;
     for (const auto& m : cfg.metrics) {
-      if (m.type == MetricType::kProfile && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
+      if (m.type == MetricType::kProfile && m.stack != ProfileStack::kUser)
+        names += (names.empty() ? "" : ", ") + m.name;
     }
     if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
   }

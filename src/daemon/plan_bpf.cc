@@ -121,7 +121,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
     // cost per hit (no sample, no ring traffic): the user's choice.
     if (!forced) {
-      *why = m.stack != "kernel" && m.unwind == "dwarf"
+      *why = m.stack != ProfileStack::kKernel && m.unwind == UnwindMethod::kDwarf
                  ? "a profile with \"unwind\": \"dwarf\" (the default): user stacks are unwound from the code's "
                    "unwind tables with each sample's registers and stack copy, on the perf engine"
                  : "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
@@ -130,7 +130,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // User stacks on the bpf engine come from the kernel's frame-pointer walk
     // (bpf_get_stackid(BPF_F_USER_STACK)); "dwarf" unwinding is the perf engine's.
-    if (m.stack != "kernel" && m.unwind == "dwarf") {
+    if (m.stack != ProfileStack::kKernel && m.unwind == UnwindMethod::kDwarf) {
       const std::string fp =
           "user stacks on the bpf engine are walked by frame pointers (bpf_get_stackid), which stop at the first "
           "function built without them (most of a distribution's binaries)";
@@ -237,8 +237,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     spec.gauge = CollectorGaugeKind(m);
     if (m.type == MetricType::kProfile) {
-      spec.kernel_stack = m.stack != "user";
-      spec.user_stack = m.stack != "kernel";
+      spec.kernel_stack = m.stack != ProfileStack::kUser;
+      spec.user_stack = m.stack != ProfileStack::kKernel;
       spec.max_series = cfg.settings.max_stacks_per_profile;
       spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
       // ProfileFrames succeeded above (m is a profile): the frames stack_map_alloc accepts.
@@ -581,7 +581,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // User frames are named through the processes' mappings: learnt from the mmap tracking
     // event's records (EventPlan::mmap_tracker), in time order with the exec, fork and exit records.
-    if (m.stack != "kernel") AddMmapTracker(plan);
+    if (m.stack != ProfileStack::kKernel) AddMmapTracker(plan);
   } else if (m.probe) {
     plan->collectors.push_back(std::make_unique<BpfPartsMetric>(m.name, std::move(loaded)));
   } else {
