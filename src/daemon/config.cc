@@ -738,9 +738,11 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
     return c.Error(jp, "missing required key \"buckets\" (e.g. {\"type\": \"exp2\", \"min\": 1, \"max\": 65536})");
   if (!it->is_object()) return c.Error(bp, "must be an object");
   b->json_path = bp;
-  TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &b->type));
+  std::string type;
+  TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &type));
+  TPE_RETURN_IF_ERROR(ParseName(c, bp + ".type", type, &b->type));
   StatusOr<Buckets> built = InvalidArgument("");
-  if (b->type == "exp2") {
+  if (b->type == BucketType::kExp2) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "min", "max"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "min", true, &b->min));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "max", true, &b->max));
@@ -763,7 +765,7 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       if (v >= b->max) break;
     }
     built = Buckets::Exp2(b->min, b->max);
-  } else if (b->type == "linear") {
+  } else if (b->type == BucketType::kLinear) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "start", "width", "count"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "start", true, &b->start));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "width", true, &b->width));
@@ -784,7 +786,7 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       prev = v;
     }
     built = Buckets::Linear(b->start, b->width, b->count);
-  } else if (b->type == "explicit") {
+  } else if (b->type == BucketType::kExplicit) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "bounds"}));
     auto bounds = it->find("bounds");
     if (bounds == it->end() || !bounds->is_array())
@@ -808,12 +810,10 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       }
     }
     built = Buckets::Explicit(b->bounds);
-  } else if (b->type == "native") {
+  } else {  // BucketType::kNative
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "schema", "zero_threshold", "max_buckets"}));
     TPE_RETURN_IF_ERROR(ParseNative(c, *it, bp, b));
     built = Buckets::None();
-  } else {
-    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit, native");
   }
   // The collectors' own check, so that what passes here is what the plan accepts.
   if (!built.ok()) return c.Error(bp, built.status().message());
@@ -1059,7 +1059,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"labels", labels},
       {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},
       {"buckets",
-       {{"type", b.type},
+       {{"type", Name(b.type)},
         {"min", b.min},
         {"max", b.max},
         {"start", b.start},

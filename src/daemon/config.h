@@ -75,7 +75,7 @@ struct ValueConfig {
 // zero_threshold, max_buckets}; "native": true (or an object of those keys) beside classic buckets
 // adds native buckets to them (collectors/native_buckets.h).
 struct BucketsConfig {
-  std::string type;
+  BucketType type = BucketType::kNone;  // kNone: the metric has no buckets
   double min = 0, max = 0, start = 0, width = 0;
   uint64_t count = 0;
   std::vector<double> bounds;
@@ -83,7 +83,7 @@ struct BucketsConfig {
   uint64_t schema = 3;
   double zero_threshold = 0x1p-128;
   uint64_t max_buckets = 160;
-  bool classic() const { return type != "native"; }
+  bool classic() const { return type != BucketType::kNative; }
   std::string json_path;
 };
 

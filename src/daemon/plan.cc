@@ -414,10 +414,22 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
 
 StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
   StatusOr<Buckets> out = InvalidArgument("unknown bucket type");
-  if (b.type == "exp2") out = Buckets::Exp2(b.min, b.max);
-  if (b.type == "linear") out = Buckets::Linear(b.start, b.width, b.count);
-  if (b.type == "explicit") out = Buckets::Explicit(b.bounds);
-  if (b.type == "native") out = Buckets::None();
+  switch (b.type) {
+    case BucketType::kExp2:
+      out = Buckets::Exp2(b.min, b.max);
+      break;
+    case BucketType::kLinear:
+      out = Buckets::Linear(b.start, b.width, b.count);
+      break;
+    case BucketType::kExplicit:
+      out = Buckets::Explicit(b.bounds);
+      break;
+    case BucketType::kNative:
+      out = Buckets::None();
+      break;
+    case BucketType::kNone:  // a metric without buckets: not asked
+      break;
+  }
   if (!out.ok()) return out.status().WithContext(cfg.path + ": " + b.json_path);
   return out;
 }
