@@ -388,35 +388,32 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   if (!j.is_object()) return c.Error(jp, "a label must be an object like {\"name\": \"comm\", \"source\": \"comm\"}");
   if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode", "from"}));
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", false, &l->from));
-    if (l->from != "start" && l->from != "end") {
-      return c.Error(jp + ".from", Quote(l->from) + " is not one of start, end");
+    if (j.contains("from")) {
+      std::string from;
+      TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", true, &from));
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".from", from, &l->from));
     }
   } else {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode"}));
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &l->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "field", false, &l->field));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "source", false, &l->source));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "decode", false, &l->decode));
+  std::string source, decode;  // "" or absent: none (a field label), auto
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "source", false, &source));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "decode", false, &decode));
   l->json_path = jp;
   if (!IsValidLabelName(l->name)) {
     return c.Error(jp + ".name",
                    Quote(l->name) + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
-  if (l->field.empty() == l->source.empty()) {
-    return c.Error(
-        jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu, cgroup)");
+  if (l->field.empty() == source.empty()) {
+    return c.Error(jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (" +
+                           NameList<LabelSource>() + ")");
   }
-  if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu" &&
-      l->source != "cgroup") {
-    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu, cgroup");
-  }
-  if (!ParseLabelDecode(l->decode)) {
-    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of " + LabelDecodeNames());
-  }
-  if (!l->source.empty() && l->decode != "auto") {
-    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(l->source) + " has none");
+  if (!source.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".source", source, &l->source));
+  if (j.contains("decode")) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".decode", decode, &l->decode));
+  if (l->source != LabelSource::kField && l->decode != LabelDecode::kAuto) {
+    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(source) + " has none");
   }
   return Status::Ok();
 }
@@ -976,7 +973,7 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
       LabelConfig l;
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
       TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == GaugeKind::kInflight, &l));
-      if (m->gauge == GaugeKind::kInflight && l.from != "start") {
+      if (m->gauge == GaugeKind::kInflight && l.from != LabelFrom::kStart) {
         return c.Error(lp + ".from", "an inflight gauge's labels are read at the start (the end may never come)");
       }
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
@@ -1027,8 +1024,11 @@ namespace {
 std::string Canonical(const MetricConfig& m, const Settings& s) {
   json labels = json::array();
   for (const LabelConfig& l : m.labels) {
-    labels.push_back(
-        {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
+    labels.push_back({{"name", l.name},
+                      {"field", l.field},
+                      {"source", Name(l.source)},
+                      {"decode", Name(l.decode)},
+                      {"from", Name(l.from)}});
   }
   auto endpoint = [](const EndpointConfig& e) {
     return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter},
@@ -1038,7 +1038,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
   auto gauge_side = [&](const GaugeSideConfig& g) {
     json l = json::array();
-    for (const LabelConfig& lc : g.labels) l.push_back({lc.name, lc.field, lc.source, lc.decode});
+    for (const LabelConfig& lc : g.labels) l.push_back({lc.name, lc.field, Name(lc.source), Name(lc.decode)});
     return json{{"event", g.event},
                 {"filter", g.filter},
                 {"value", {{"field", g.value.field}, {"scale", g.value.scale}}},

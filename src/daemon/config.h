@@ -57,11 +57,11 @@ inline constexpr double kMaxCostPeriodSeconds = 86400;
 
 struct LabelConfig {
   std::string name;
-  std::string field;            // a tracepoint field, or
-  std::string source;           // comm | pid | tid | cpu | cgroup
-  std::string decode = "auto";  // auto | hex | inet | symbolic | syscall | errno | blkdev | ksym
-  std::string from = "start";   // latency only: start | end
-  std::string json_path;        // "metrics[0].labels[1]", for later error messages
+  std::string field;                         // a tracepoint field (source kField), or
+  LabelSource source = LabelSource::kField;  // a property of the sample
+  LabelDecode decode = LabelDecode::kAuto;   // how a field label's value is rendered
+  LabelFrom from = LabelFrom::kStart;        // latency and inflight gauge only: the side read
+  std::string json_path;                     // "metrics[0].labels[1]", for later error messages
 };
 
 // histogram: the observed value = field × scale. counter (optional): each event adds

@@ -41,7 +41,7 @@ TEST(ConfigTest, ParsesAValidConfig) {
   ASSERT_EQ(c->metrics.size(), 2u);
   EXPECT_EQ(c->metrics[0].filter, "common_pid != 1");
   ASSERT_EQ(c->metrics[0].labels.size(), 2u);
-  EXPECT_EQ(c->metrics[0].labels[1].decode, "hex");
+  EXPECT_EQ(NameOf(c->metrics[0].labels[1].decode), "hex");
   EXPECT_EQ(c->metrics[0].labels[1].json_path, "metrics[0].labels[1]");
   EXPECT_EQ(c->metrics[1].help, "sched:sched_switch counter");
 }
@@ -180,7 +180,7 @@ TEST(ConfigTest, HistogramAndLatency) {
   EXPECT_EQ(l.starts[1].filter, "prev_state == 0");
   EXPECT_EQ(l.starts[1].json_path, "metrics[1].start[1]");
   EXPECT_EQ(l.end.key, std::vector<std::string>{"next_pid"});
-  EXPECT_EQ(l.labels[0].from, "end");
+  EXPECT_EQ(NameOf(l.labels[0].from), "end");
   EXPECT_EQ(l.max_inflight, 500u);
   EXPECT_EQ(l.timeout_seconds, 2.5);
 }

@@ -348,17 +348,17 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 
 // Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format. A
 // "cgroup" label makes `ep` sample the cgroup id.
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, std::optional<LabelFrom> from,
                                EventPlan* sampled_ep, Plan* plan) {
   const EventPlan& ep = *sampled_ep;
   std::vector<std::string>* warnings = &plan->warnings;
   std::vector<LabelSpec> specs;
   for (const auto& l : labels) {
-    if (!from.empty() && l.from != from) continue;
+    if (from && l.from != *from) continue;
     LabelSpec s;
     s.name = l.name;
-    if (!l.source.empty()) {
-      s.source = *ParseLabelSource(l.source);
+    if (l.source != LabelSource::kField) {
+      s.source = l.source;
       if (s.source == LabelSource::kCgroup) {
         const KernelFeatures& kf = plan->features;
         if (!kf.cgroup.v2_labels) {
@@ -393,7 +393,7 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, l.field, l.json_path + ".field"));
       auto it = ep.symbols.find(l.field);
       const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
-      LabelDecode decode = *ParseLabelDecode(l.decode);
+      LabelDecode decode = l.decode;
       if (decode == LabelDecode::kSymbolic && table != nullptr && table->entries.empty() &&
           !table->unresolved.empty()) {
         // The format names enum constants and this kernel has no BTF to give their values:
@@ -491,7 +491,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   EventPlan* end_ep = end_eps[0];
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
-  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", end_ep, plan));
+  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, LabelFrom::kEnd, end_ep, plan));
   ShareSampling(end_eps);
   std::vector<LatencyEndpoint> starts;
   std::vector<std::vector<EventPlan*>> start_eps;
@@ -502,7 +502,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
     TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, s.key, end.key));
-    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", ep, plan));
+    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, ep, plan));
     ShareSampling(eps);
     starts.push_back(std::move(s));
     start_eps.push_back(std::move(eps));
@@ -571,7 +571,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     TPE_ASSIGN_OR_RETURN(start.key, BuildKey(cfg, sc, *start_eps[0]));
     TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_eps[0]));
     TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, start.key, end.key));
-    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, "start", start_eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, start_eps[0], plan));
     sides.push_back(std::move(start));
     sides.push_back(std::move(end));
     side_eps.push_back(std::move(start_eps));
@@ -582,7 +582,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
                                                                   sc->json_path, tracefs, enums, check_filters));
       GaugeCollector::Side side;
       const std::vector<LabelConfig>& labels = sc->has_labels ? sc->labels : m.labels;
-      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, "", eps[0], plan));
+      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, std::nullopt, eps[0], plan));
       if (!sc->value.field.empty()) {
         MetricConfig side_metric = m;
         side_metric.value = sc->value;
@@ -599,7 +599,7 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
                          GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
     GaugeCollector::Side side;
-    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, "", eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, std::nullopt, eps[0], plan));
     TPE_ASSIGN_OR_RETURN(FieldExtractor v,
                          IntegerValueField(cfg, m, *eps[0], "a " + std::string(NameOf(m.gauge)) + " gauge reads"));
     side.value = std::move(v);
@@ -658,7 +658,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   };
   if (IsClockEvent(m.event)) {
     EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack, stack_user_bytes);
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::nullopt, 1, ClockWeight{m.include_idle});
     AddSampledCollector(plan, {ep}, prepared(std::move(c)), m.canonical);
@@ -687,7 +687,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     OffCpuPairing pairing{*prev_pid, *next_pid, *prev_state};
     pairing.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
     pairing.own_pid = static_cast<uint32_t>(::getpid());
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::move(pairing));
     AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
@@ -697,7 +697,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   if (!m.value.field.empty()) {
     TPE_ASSIGN_OR_RETURN(value, IntegerValueField(cfg, m, *ep, "a profile sums"));
   }
-  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
   auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
   AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
@@ -765,13 +765,13 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       }
       TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
       TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, m.value.scale));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<HistogramCollector>(
           m.name, m.help, std::move(labels), *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
           std::move(buckets), std::move(native), cfg.settings.max_series_per_metric);
     } else if (!m.value.field.empty()) {
       TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(cfg, m, *ep, "a counter adds"));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric,
                                              std::move(value), m.value.scale);
     } else if (m.labels.empty()) {
@@ -783,7 +783,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       plan->counting_carried.push_back(0);
       continue;
     } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
     AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);

@@ -262,7 +262,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   // One side: its event (format), filter (parsed and compilable), labels and key fields.
   // `labels`: the side's own (an up/down gauge's side); null: the metric's.
   auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
-                  const std::string& json_path, const std::string& from, BpfEndpoint* out,
+                  const std::string& json_path, std::optional<LabelFrom> from, BpfEndpoint* out,
                   std::unique_ptr<EventPlan>* ep_out, const std::vector<LabelConfig>* labels = nullptr) -> Status {
     TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                          LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
@@ -338,7 +338,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     part.spec.end.event = clock_ep->display;
     part.spec.end.clock = true;
     part.spec.clock_period_ns = ClockSamplePeriodNs(m.frequency_hz, m.period_ns);
-    auto labels = BuildLabels(cfg, m.labels, "", clock_ep.get(), plan);
+    auto labels = BuildLabels(cfg, m.labels, std::nullopt, clock_ep.get(), plan);
     if (!labels.ok()) return not_bpf(labels.status());
     part.spec.end.labels = std::move(*labels);
     parts.push_back(std::move(part));
@@ -360,11 +360,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (m.gauge == GaugeKind::kInflight) {
       const EndpointConfig& sc = m.starts.at(0);
       BpfEndpoint s;
-      st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep);
+      st = side(sc.event, sc.filter, sc.key, sc.json_path, LabelFrom::kStart, &s, &ep);
       part.spec.starts.push_back(std::move(s));
       const std::vector<LabelConfig> none;  // labels come from the start
       if (st.ok()) {
-        st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep, &none);
+        st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, LabelFrom::kEnd, &part.spec.end, &end_ep,
+                  &none);
       }
       const auto& a = part.spec.starts.front().match;
       const auto& b = part.spec.end.match;
@@ -378,7 +379,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       std::unique_ptr<EventPlan> eps[2];
       for (int i = 0; i < 2 && st.ok(); ++i) {
         const GaugeSideConfig& sc = *sides[i];
-        st = side(sc.event, sc.filter, {}, sc.json_path, "", outs[i], &eps[i], sc.has_labels ? &sc.labels : nullptr);
+        st = side(sc.event, sc.filter, {}, sc.json_path, std::nullopt, outs[i], &eps[i],
+                  sc.has_labels ? &sc.labels : nullptr);
         if (st.ok()) st = value_of(*eps[i], sc.value, sc.json_path, &outs[i]->value);
         outs[i]->scale = sc.value.scale;
       }
@@ -386,7 +388,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (st.ok()) st = CheckUpDownLabels(cfg, m, eps[0]->format, eps[1]->format);
       part.spec.starts.push_back(std::move(up));
     } else {
-      st = side(m.event, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep);
+      st = side(m.event, m.filter, {}, m.json_path, std::nullopt, &part.spec.end, &end_ep);
       if (st.ok()) st = value_of(*end_ep, m.value, m.json_path, &part.spec.value);
     }
     if (!st.ok()) return not_bpf(st);
@@ -412,13 +414,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
           if (follows && identity_of(ev) != end_identities[k]) continue;
           BpfEndpoint s;
           std::unique_ptr<EventPlan> ep;
-          if (Status st = side(ev, sc.filter, sc.key, sc.json_path, "start", &s, &ep); !st.ok()) return not_bpf(st);
+          if (Status st = side(ev, sc.filter, sc.key, sc.json_path, LabelFrom::kStart, &s, &ep); !st.ok())
+            return not_bpf(st);
           part.spec.starts.push_back(std::move(s));
           starts_key += (starts_key.empty() ? "" : ",") + ev;
         }
       }
       if (part.spec.starts.empty()) continue;  // no start of this file: its processes pair nothing
-      if (Status st = side(ends[k], m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep);
+      if (Status st = side(ends[k], m.end.filter, m.end.key, m.end.json_path, LabelFrom::kEnd, &part.spec.end, &end_ep);
           !st.ok()) {
         return not_bpf(st);
       }
@@ -443,7 +446,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       PartPlan part;
       part.spec = base_spec();
       part.key = "end:" + ev;
-      if (Status st = side(ev, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep); !st.ok()) return not_bpf(st);
+      if (Status st = side(ev, m.filter, {}, m.json_path, std::nullopt, &part.spec.end, &end_ep); !st.ok())
+        return not_bpf(st);
       if (m.off_cpu) {
         // The switch's fields, read in the program (programs.h OffCpuShape); the switched-out
         // tasks wait in a map of at most 100,000, as on the perf engine (OffCpuPairing).
