@@ -442,9 +442,8 @@ Status CheckEventName(const Checker& c, const std::string& jp, const std::string
   }
   if (!ok) {
     return c.Error(jp, Quote(event) +
-                           " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (uprobe:, "
-                           "uretprobe:, usdt:, kprobe:, kretprobe:)" +
-                           (profile ? " nor a clock (\"cpu-clock\", \"task-clock\")" : ""));
+                           " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (" +
+                           ProbePrefixList() + ")" + (profile ? " nor a clock (\"cpu-clock\", \"task-clock\")" : ""));
   }
   return Status::Ok();
 }
@@ -506,8 +505,8 @@ Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const s
   auto it = j.find("args");
   if (it == j.end()) return Status::Ok();
   if (!IsProbeEvent(event)) {
-    return c.Error(jp + ".args", "args are for probe events (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:); " +
-                                     Quote(event) + " is a tracepoint, whose fields are in its format");
+    return c.Error(jp + ".args", "args are for probe events (" + ProbePrefixList() + "); " + Quote(event) +
+                                     " is a tracepoint, whose fields are in its format");
   }
   if (!it->is_object()) return c.Error(jp + ".args", "must be an object like {\"size\": \"arg1:u64\"}");
   auto ref = ParseProbeRef(event);
@@ -526,7 +525,8 @@ Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const s
 // "pid" of a uprobe or USDT probe: only that process's hits.
 Status ParsePid(const Checker& c, const json& j, const std::string& jp, const std::string& event, int* pid) {
   if (j.find("pid") == j.end()) return Status::Ok();
-  if (!event.starts_with("uprobe:") && !event.starts_with("uretprobe:") && !event.starts_with("usdt:")) {
+  const std::optional<ProbePrefix> prefix = ProbePrefixOf(event);
+  if (prefix != ProbePrefix::kUprobe && prefix != ProbePrefix::kUretprobe && prefix != ProbePrefix::kUsdt) {
     return c.Error(jp + ".pid",
                    "\"pid\" limits a uprobe, uretprobe or usdt probe to one process; " + Quote(event) + " is not one");
   }
@@ -540,7 +540,7 @@ Status ParsePid(const Checker& c, const json& j, const std::string& jp, const st
 Status ParseMaxactive(const Checker& c, const json& j, const std::string& jp, const std::string& event,
                       uint32_t* maxactive) {
   if (j.find("maxactive") == j.end()) return Status::Ok();
-  if (!event.starts_with("kretprobe:")) {
+  if (ProbePrefixOf(event) != ProbePrefix::kKretprobe) {
     return c.Error(jp + ".maxactive",
                    "\"maxactive\" (calls in flight whose return is caught) is for kretprobe: "
                    "events; " +

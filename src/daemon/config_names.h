@@ -82,6 +82,15 @@ inline constexpr EnumName<BucketType> kBucketTypeNames[] = {
 };
 constexpr std::span<const EnumName<BucketType>> NameTable(BucketType) { return kBucketTypeNames; }
 
+// What a probe event (daemon/probes.h) is attached to: the name before the first ':' of an
+// "event" such as "uprobe:PATH:SYMBOL", "usdt:PATH:PROVIDER:NAME" or "kprobe:FUNCTION".
+enum class ProbePrefix { kUprobe, kUretprobe, kUsdt, kKprobe, kKretprobe };
+inline constexpr EnumName<ProbePrefix> kProbePrefixNames[] = {
+    {ProbePrefix::kUprobe, "uprobe"}, {ProbePrefix::kUretprobe, "uretprobe"}, {ProbePrefix::kUsdt, "usdt"},
+    {ProbePrefix::kKprobe, "kprobe"}, {ProbePrefix::kKretprobe, "kretprobe"},
+};
+constexpr std::span<const EnumName<ProbePrefix>> NameTable(ProbePrefix) { return kProbePrefixNames; }
+
 // A latency (or inflight gauge) label's "from": which event of the pair it is read at.
 enum class LabelFrom { kStart, kEnd };
 inline constexpr EnumName<LabelFrom> kLabelFromNames[] = {

@@ -87,6 +87,10 @@ TEST(ConfigNamesTest, BucketType) {
 
 TEST(ConfigNamesTest, LabelFrom) { EXPECT_EQ(CheckTable<LabelFrom>(), (Names{"start", "end"})); }
 
+TEST(ConfigNamesTest, ProbePrefix) {
+  EXPECT_EQ(CheckTable<ProbePrefix>(), (Names{"uprobe", "uretprobe", "usdt", "kprobe", "kretprobe"}));
+}
+
 TEST(ConfigNamesTest, LabelSource) {
   EXPECT_EQ(CheckTable<LabelSource>(), (Names{"comm", "pid", "tid", "cpu", "cgroup"}));
   EXPECT_EQ(NameOf(LabelSource::kField), "");  // a field label has no "source"
