@@ -7,14 +7,7 @@
 
 namespace tpe {
 
-std::optional<LabelSource> ParseLabelSource(std::string_view s) {
-  if (s == "comm") return LabelSource::kComm;
-  if (s == "pid") return LabelSource::kPid;
-  if (s == "tid") return LabelSource::kTid;
-  if (s == "cpu") return LabelSource::kCpu;
-  if (s == "cgroup") return LabelSource::kCgroup;
-  return std::nullopt;
-}
+std::optional<LabelSource> ParseLabelSource(std::string_view s) { return FromName<LabelSource>(s); }
 
 LabelSet::LabelSet(std::vector<LabelSpec> labels) : labels_(std::move(labels)) {
   for (const auto& l : labels_) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectors/comm_table.h"
+#include "collectors/label_source.h"
 #include "collectors/snapshot.h"
 #include "common/cgroup_resolver.h"
 #include "decode/field_extractor.h"
@@ -22,11 +23,8 @@
 
 namespace tpe {
 
-// kCgroup: the task's cgroup v2 id (Sample::cgroup_id, PERF_SAMPLE_CGROUP), keyed as a u64 and
-// rendered as its path by a CgroupResolver at scrape time.
-enum class LabelSource { kField, kComm, kPid, kTid, kCpu, kCgroup };
-
-// "comm" | "pid" | "tid" | "cpu" | "cgroup"; nullopt otherwise.
+// The source named `s` in kLabelSourceNames (collectors/label_source.h: "comm", "pid", ...);
+// nullopt otherwise.
 std::optional<LabelSource> ParseLabelSource(std::string_view s);
 
 struct LabelSpec {

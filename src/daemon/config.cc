@@ -227,6 +227,26 @@ class Checker {
   std::string path_;
 };
 
+// The name of a table's value, as a string to build messages with.
+template <NamedEnum E>
+std::string Name(E value) {
+  return std::string(NameOf(value));
+}
+
+// A name table's value (daemon/config_names.h) named `name`, into *out; else an error at
+// `json_path` listing the valid names (those of the table but `except`).
+template <NamedEnum E>
+Status ParseName(const Checker& c, const std::string& json_path, const std::string& name, E* out,
+                 std::initializer_list<E> except = {}) {
+  std::optional<E> v = FromName<E>(name);
+  for (E x : except) {
+    if (v == x) v.reset();
+  }
+  if (!v) return c.Error(json_path, NotOneOf<E>(Quote(name), except));
+  *out = *v;
+  return Status::Ok();
+}
+
 // A JSON path segment for an object key: .key, or ["key"] when it is not an identifier.
 std::string KeySegment(const std::string& key, bool first) {
   bool ident = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0]));
@@ -368,35 +388,32 @@ Status ParseLabel(const Checker& c, const json& j, const std::string& jp, bool l
   if (!j.is_object()) return c.Error(jp, "a label must be an object like {\"name\": \"comm\", \"source\": \"comm\"}");
   if (latency) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode", "from"}));
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", false, &l->from));
-    if (l->from != "start" && l->from != "end") {
-      return c.Error(jp + ".from", Quote(l->from) + " is not one of start, end");
+    if (j.contains("from")) {
+      std::string from;
+      TPE_RETURN_IF_ERROR(c.GetString(j, jp, "from", true, &from));
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".from", from, &l->from));
     }
   } else {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp, {"name", "field", "source", "decode"}));
   }
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &l->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "field", false, &l->field));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "source", false, &l->source));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "decode", false, &l->decode));
+  std::string source, decode;  // "" or absent: none (a field label), auto
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "source", false, &source));
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "decode", false, &decode));
   l->json_path = jp;
   if (!IsValidLabelName(l->name)) {
     return c.Error(jp + ".name",
                    Quote(l->name) + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)");
   }
-  if (l->field.empty() == l->source.empty()) {
-    return c.Error(
-        jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (comm, pid, tid, cpu, cgroup)");
+  if (l->field.empty() == source.empty()) {
+    return c.Error(jp, "a label needs exactly one of \"field\" (a tracepoint field) or \"source\" (" +
+                           NameList<LabelSource>() + ")");
   }
-  if (!l->source.empty() && l->source != "comm" && l->source != "pid" && l->source != "tid" && l->source != "cpu" &&
-      l->source != "cgroup") {
-    return c.Error(jp + ".source", Quote(l->source) + " is not one of comm, pid, tid, cpu, cgroup");
-  }
-  if (!ParseLabelDecode(l->decode)) {
-    return c.Error(jp + ".decode", Quote(l->decode) + " is not one of " + LabelDecodeNames());
-  }
-  if (!l->source.empty() && l->decode != "auto") {
-    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(l->source) + " has none");
+  if (!source.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".source", source, &l->source));
+  if (j.contains("decode")) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".decode", decode, &l->decode));
+  if (l->source != LabelSource::kField && l->decode != LabelDecode::kAuto) {
+    return c.Error(jp + ".decode", "decode applies to \"field\" labels only; source " + Quote(source) + " has none");
   }
   return Status::Ok();
 }
@@ -425,9 +442,8 @@ Status CheckEventName(const Checker& c, const std::string& jp, const std::string
   }
   if (!ok) {
     return c.Error(jp, Quote(event) +
-                           " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (uprobe:, "
-                           "uretprobe:, usdt:, kprobe:, kretprobe:)" +
-                           (profile ? " nor a clock (\"cpu-clock\", \"task-clock\")" : ""));
+                           " is not of the form \"system:event\" (e.g. \"sched:sched_switch\") nor a probe (" +
+                           ProbePrefixList() + ")" + (profile ? " nor a clock (\"cpu-clock\", \"task-clock\")" : ""));
   }
   return Status::Ok();
 }
@@ -489,8 +505,8 @@ Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const s
   auto it = j.find("args");
   if (it == j.end()) return Status::Ok();
   if (!IsProbeEvent(event)) {
-    return c.Error(jp + ".args", "args are for probe events (uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:); " +
-                                     Quote(event) + " is a tracepoint, whose fields are in its format");
+    return c.Error(jp + ".args", "args are for probe events (" + ProbePrefixList() + "); " + Quote(event) +
+                                     " is a tracepoint, whose fields are in its format");
   }
   if (!it->is_object()) return c.Error(jp + ".args", "must be an object like {\"size\": \"arg1:u64\"}");
   auto ref = ParseProbeRef(event);
@@ -509,7 +525,8 @@ Status ParseArgs(const Checker& c, const json& j, const std::string& jp, const s
 // "pid" of a uprobe or USDT probe: only that process's hits.
 Status ParsePid(const Checker& c, const json& j, const std::string& jp, const std::string& event, int* pid) {
   if (j.find("pid") == j.end()) return Status::Ok();
-  if (!event.starts_with("uprobe:") && !event.starts_with("uretprobe:") && !event.starts_with("usdt:")) {
+  const std::optional<ProbePrefix> prefix = ProbePrefixOf(event);
+  if (prefix != ProbePrefix::kUprobe && prefix != ProbePrefix::kUretprobe && prefix != ProbePrefix::kUsdt) {
     return c.Error(jp + ".pid",
                    "\"pid\" limits a uprobe, uretprobe or usdt probe to one process; " + Quote(event) + " is not one");
   }
@@ -523,7 +540,7 @@ Status ParsePid(const Checker& c, const json& j, const std::string& jp, const st
 Status ParseMaxactive(const Checker& c, const json& j, const std::string& jp, const std::string& event,
                       uint32_t* maxactive) {
   if (j.find("maxactive") == j.end()) return Status::Ok();
-  if (!event.starts_with("kretprobe:")) {
+  if (ProbePrefixOf(event) != ProbePrefix::kKretprobe) {
     return c.Error(jp + ".maxactive",
                    "\"maxactive\" (calls in flight whose return is caught) is for kretprobe: "
                    "events; " +
@@ -642,9 +659,13 @@ Status ParseGaugeSide(const Checker& c, const json& j, const std::string& jp, Ga
 
 // type gauge (collectors/gauge.h): exactly one of "inflight", "up" + "down", "max", "min", "last".
 Status ParseGauge(const Checker& c, const json& j, const std::string& jp, MetricConfig* m) {
-  std::vector<std::string> kinds;
-  for (const char* k : {"inflight", "up", "max", "min", "last"}) {
-    if (j.contains(k)) kinds.push_back(k);
+  // The key that makes a gauge of each kind: its name, but "up" (beside "down") for updown.
+  auto key_of = [](const EnumName<GaugeKind>& k) {
+    return k.value == GaugeKind::kUpDown ? std::string("up") : std::string(k.name);
+  };
+  std::vector<const EnumName<GaugeKind>*> kinds;
+  for (const EnumName<GaugeKind>& k : kGaugeKindNames) {
+    if (j.contains(key_of(k))) kinds.push_back(&k);
   }
   if (j.contains("down") && !j.contains("up")) return c.Error(jp + ".down", "needs \"up\" beside it");
   if (kinds.size() != 1) {
@@ -653,14 +674,14 @@ Status ParseGauge(const Checker& c, const json& j, const std::string& jp, Metric
                    "\"max\", \"min\", \"last\" (found " +
                        std::to_string(kinds.size()) + ")");
   }
-  const std::string kind = kinds[0];
-  if (kind != "inflight") {
+  m->gauge = kinds[0]->value;
+  const std::string kind = key_of(*kinds[0]);
+  if (m->gauge != GaugeKind::kInflight) {
     for (const char* k : {"max_inflight", "timeout_seconds"}) {
       if (j.contains(k)) return c.Error(jp + "." + k, "is for an inflight gauge");
     }
   }
-  if (kind == "inflight") {
-    m->gauge = "inflight";
+  if (m->gauge == GaugeKind::kInflight) {
     const json& in = j["inflight"];
     if (!in.is_object()) return c.Error(jp + ".inflight", "must be an object {\"start\": {...}, \"end\": {...}}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(in, jp + ".inflight", {"start", "end"}));
@@ -673,15 +694,13 @@ Status ParseGauge(const Checker& c, const json& j, const std::string& jp, Metric
     TPE_RETURN_IF_ERROR(ParseEndpoint(c, in["end"], jp + ".inflight.end", &m->end));
     return ParsePairing(c, j, jp, m);
   }
-  if (kind == "up") {
-    m->gauge = "updown";
+  if (m->gauge == GaugeKind::kUpDown) {
     if (!j.contains("down")) return c.Error(jp + ".up", "needs \"down\" beside it");
     TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["up"], jp + ".up", &m->up));
     TPE_RETURN_IF_ERROR(ParseGaugeSide(c, j["down"], jp + ".down", &m->down));
     return Status::Ok();
   }
   // max, min, last: {"event", "field", "scale", "filter"}.
-  m->gauge = kind;
   const json& e = j[kind];
   const std::string ep = jp + "." + kind;
   if (!e.is_object()) return c.Error(ep, "must be an object like {\"event\": \"...\", \"field\": \"...\"}");
@@ -716,9 +735,11 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
     return c.Error(jp, "missing required key \"buckets\" (e.g. {\"type\": \"exp2\", \"min\": 1, \"max\": 65536})");
   if (!it->is_object()) return c.Error(bp, "must be an object");
   b->json_path = bp;
-  TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &b->type));
+  std::string type;
+  TPE_RETURN_IF_ERROR(c.GetString(*it, bp, "type", true, &type));
+  TPE_RETURN_IF_ERROR(ParseName(c, bp + ".type", type, &b->type));
   StatusOr<Buckets> built = InvalidArgument("");
-  if (b->type == "exp2") {
+  if (b->type == BucketType::kExp2) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "min", "max"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "min", true, &b->min));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "max", true, &b->max));
@@ -741,7 +762,7 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       if (v >= b->max) break;
     }
     built = Buckets::Exp2(b->min, b->max);
-  } else if (b->type == "linear") {
+  } else if (b->type == BucketType::kLinear) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "start", "width", "count"}));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "start", true, &b->start));
     TPE_RETURN_IF_ERROR(c.GetNumber(*it, bp, "width", true, &b->width));
@@ -762,7 +783,7 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       prev = v;
     }
     built = Buckets::Linear(b->start, b->width, b->count);
-  } else if (b->type == "explicit") {
+  } else if (b->type == BucketType::kExplicit) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "bounds"}));
     auto bounds = it->find("bounds");
     if (bounds == it->end() || !bounds->is_array())
@@ -786,12 +807,10 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
       }
     }
     built = Buckets::Explicit(b->bounds);
-  } else if (b->type == "native") {
+  } else {  // BucketType::kNative
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*it, bp, {"type", "schema", "zero_threshold", "max_buckets"}));
     TPE_RETURN_IF_ERROR(ParseNative(c, *it, bp, b));
     built = Buckets::None();
-  } else {
-    return c.Error(bp + ".type", Quote(b->type) + " is not one of exp2, linear, explicit, native");
   }
   // The collectors' own check, so that what passes here is what the plan accepts.
   if (!built.ok()) return c.Error(bp, built.status().message());
@@ -817,51 +836,47 @@ Status ParseBuckets(const Checker& c, const json& j, const std::string& jp, Buck
 Status ParseMetric(const Checker& c, const json& j, const std::string& jp, MetricConfig* m, bool profile = false) {
   if (!j.is_object()) return c.Error(jp, profile ? "a profile must be an object" : "a metric must be an object");
   if (profile) {
-    m->type = "profile";
+    m->type = MetricType::kProfile;
   } else {
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &m->type));
+    std::string type;
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &type));
+    TPE_RETURN_IF_ERROR(ParseName(c, jp + ".type", type, &m->type, {MetricType::kProfile}));
   }
-  const bool latency = m->type == "latency";
+  const bool latency = m->type == MetricType::kLatency;
   if (profile) {
     TPE_RETURN_IF_ERROR(
         c.OnlyKeys(j, jp,
                    {"name", "help", "type", "event", "filter", "stack", "unwind", "labels", "value", "engine", "args",
                     "pid", "maxactive", "frequency_hz", "period", "include_idle", "min_block_seconds"}));
-    std::string kind = "profile";
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", false, &kind));
-    if (kind == "off_cpu") {
-      m->off_cpu = true;
-    } else if (kind != "profile") {
-      return c.Error(jp + ".type", Quote(kind) +
-                                       " is not one of profile (the default: stacks of an event's hits), "
-                                       "off_cpu (time tasks spend switched out, by stack)");
+    ProfileKind kind = ProfileKind::kProfile;  // "type" absent
+    if (j.contains("type")) {
+      std::string name;
+      TPE_RETURN_IF_ERROR(c.GetString(j, jp, "type", true, &name));
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".type", name, &kind));
     }
-    m->stack = "both";
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &m->stack));
-    if (m->stack.empty()) m->stack = "both";
-    if (m->stack != "kernel" && m->stack != "user" && m->stack != "both") {
-      return c.Error(jp + ".stack", Quote(m->stack) + " is not one of kernel, user, both");
-    }
-    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "unwind", false, &m->unwind));
-    m->unwind_given = !m->unwind.empty();
-    if (m->stack == "kernel") {
+    m->off_cpu = kind == ProfileKind::kOffCpu;
+    std::string stack;  // "" or absent: both
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "stack", false, &stack));
+    m->stack = ProfileStack::kBoth;
+    if (!stack.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".stack", stack, &m->stack));
+    std::string unwind;  // "" or absent: not given
+    TPE_RETURN_IF_ERROR(c.GetString(j, jp, "unwind", false, &unwind));
+    m->unwind_given = !unwind.empty();
+    if (m->stack == ProfileStack::kKernel) {
       if (m->unwind_given) {
         return c.Error(jp + ".unwind",
                        "is for user stacks; this profile takes the kernel's stack only "
                        "(\"stack\": \"kernel\"), which the kernel walks itself");
       }
     } else if (!m->unwind_given) {
-      m->unwind = "dwarf";
-    } else if (m->unwind != "dwarf" && m->unwind != "frame_pointer") {
-      return c.Error(jp + ".unwind", Quote(m->unwind) +
-                                         " is not one of dwarf (the default: the code's unwind tables, whole on "
-                                         "binaries built without frame pointers), frame_pointer (the kernel's "
-                                         "frame-pointer walk: cheaper)");
+      m->unwind = UnwindMethod::kDwarf;
+    } else {
+      TPE_RETURN_IF_ERROR(ParseName(c, jp + ".unwind", unwind, &m->unwind));
     }
-  } else if (m->type == "counter") {
+  } else if (m->type == MetricType::kCounter) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(
         j, jp, {"name", "help", "type", "event", "filter", "labels", "value", "engine", "args", "pid", "maxactive"}));
-  } else if (m->type == "histogram") {
+  } else if (m->type == MetricType::kHistogram) {
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "event", "filter", "labels", "value", "buckets", "native",
                                     "engine", "args", "pid", "maxactive"}));
@@ -869,21 +884,17 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "start", "end", "labels", "buckets", "native",
                                     "max_inflight", "timeout_seconds", "engine"}));
-  } else if (m->type == "gauge") {
+  } else {  // MetricType::kGauge
     TPE_RETURN_IF_ERROR(c.OnlyKeys(j, jp,
                                    {"name", "help", "type", "inflight", "up", "down", "max", "min", "last", "labels",
                                     "max_inflight", "timeout_seconds", "engine"}));
-  } else {
-    return c.Error(jp + ".type", Quote(m->type) + " is not one of counter, histogram, latency, gauge");
   }
-  const bool gauge = m->type == "gauge";
+  const bool gauge = m->type == MetricType::kGauge;
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "name", true, &m->name));
   TPE_RETURN_IF_ERROR(c.GetString(j, jp, "help", false, &m->help, Text::kProse));
-  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &m->engine));
-  if (m->engine.empty()) m->engine = "auto";
-  if (m->engine != "auto" && m->engine != "bpf" && m->engine != "perf") {
-    return c.Error(jp + ".engine", Quote(m->engine) + " is not one of auto, bpf, perf");
-  }
+  std::string engine;  // "" or absent: auto
+  TPE_RETURN_IF_ERROR(c.GetString(j, jp, "engine", false, &engine));
+  if (!engine.empty()) TPE_RETURN_IF_ERROR(ParseName(c, jp + ".engine", engine, &m->engine));
   if (!latency && !gauge) {
     TPE_RETURN_IF_ERROR(c.GetString(j, jp, "event", !m->off_cpu, &m->event));
     TPE_RETURN_IF_ERROR(c.GetFilter(j, jp, &m->filter));
@@ -896,11 +907,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     return c.Error(jp + ".name",
                    "\"" + m->name + "\": the prefixes tracepoint_exporter_ and process_ are reserved for self-metrics");
   }
-  if (!profile && m->type == "counter" && !m->name.ends_with("_total")) {
+  if (!profile && m->type == MetricType::kCounter && !m->name.ends_with("_total")) {
     return c.Error(jp + ".name", "counter \"" + m->name + "\" must end in _total (e.g. \"" + m->name + "_total\")");
   }
-  if (!profile && m->type != "counter" && m->name.ends_with("_total")) {
-    return c.Error(jp + ".name", m->type + " \"" + m->name + "\" must not end in _total (reserved for counters)");
+  if (!profile && m->type != MetricType::kCounter && m->name.ends_with("_total")) {
+    return c.Error(jp + ".name", Name(m->type) + " \"" + m->name + "\" must not end in _total (reserved for counters)");
   }
   if (latency && !m->name.ends_with("_seconds")) {
     return c.Error(jp + ".name", "latency \"" + m->name + "\" is in seconds and must end in _seconds");
@@ -930,15 +941,17 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     TPE_RETURN_IF_ERROR(ParseGauge(c, j, jp, m));
   }
   if (m->help.empty() && gauge) {
-    m->help = m->gauge == "inflight" ? m->starts[0].event + " waiting for " + m->end.event
-              : m->gauge == "updown" ? m->up.event + " up, " + m->down.event + " down"
-                                     : m->gauge + " of " + m->event + " " + m->value.field + " since the last scrape";
+    m->help = m->gauge == GaugeKind::kInflight ? m->starts[0].event + " waiting for " + m->end.event
+              : m->gauge == GaugeKind::kUpDown
+                  ? m->up.event + " up, " + m->down.event + " down"
+                  : Name(m->gauge) + " of " + m->event + " " + m->value.field + " since the last scrape";
   }
-  if (m->help.empty()) m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + m->type;
+  if (m->help.empty())
+    m->help = (latency ? m->starts[0].event + " to " + m->end.event : m->event) + " " + Name(m->type);
   if (m->off_cpu && !j.contains("help")) m->help = "off-CPU time by stack (sched:sched_switch)";
   // histogram: required; counter, profile: optional (adds field x scale per event instead of 1).
   if (auto v = j.find("value");
-      m->type == "histogram" || (!latency && !gauge && m->type != "histogram" && v != j.end())) {
+      m->type == MetricType::kHistogram || (!latency && !gauge && m->type != MetricType::kHistogram && v != j.end())) {
     if (v == j.end()) return c.Error(jp, "missing required key \"value\" (e.g. {\"field\": \"len\"})");
     if (!v->is_object()) return c.Error(jp + ".value", "must be an object like {\"field\": \"len\", \"scale\": 1}");
     TPE_RETURN_IF_ERROR(c.OnlyKeys(*v, jp + ".value", {"field", "scale"}));
@@ -947,11 +960,11 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     if (!(m->value.scale != 0) || !std::isfinite(m->value.scale)) {
       return c.Error(jp + ".value.scale", "must be a finite non-zero number");
     }
-    if (m->type != "histogram" && m->value.scale < 0) {
-      return c.Error(jp + ".value.scale", "must be positive: a " + m->type + " never decreases");
+    if (m->type != MetricType::kHistogram && m->value.scale < 0) {
+      return c.Error(jp + ".value.scale", "must be positive: a " + Name(m->type) + " never decreases");
     }
   }
-  if (m->type == "histogram" || latency) TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
+  if (m->type == MetricType::kHistogram || latency) TPE_RETURN_IF_ERROR(ParseBuckets(c, j, jp, &m->buckets));
   auto labels = j.find("labels");
   if (labels != j.end()) {
     if (!labels->is_array()) return c.Error(jp + ".labels", "must be an array of label objects");
@@ -959,15 +972,15 @@ Status ParseMetric(const Checker& c, const json& j, const std::string& jp, Metri
     for (size_t i = 0; i < labels->size(); ++i) {
       LabelConfig l;
       std::string lp = jp + ".labels[" + std::to_string(i) + "]";
-      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == "inflight", &l));
-      if (m->gauge == "inflight" && l.from != "start") {
+      TPE_RETURN_IF_ERROR(ParseLabel(c, (*labels)[i], lp, latency || m->gauge == GaugeKind::kInflight, &l));
+      if (m->gauge == GaugeKind::kInflight && l.from != LabelFrom::kStart) {
         return c.Error(lp + ".from", "an inflight gauge's labels are read at the start (the end may never come)");
       }
       if (!seen.insert(l.name).second) return c.Error(lp + ".name", "duplicate label name \"" + l.name + "\"");
       // Histogram and latency series carry le="<bound>"; a second le would make
       // h_bucket{le="..",le=".."}, which Prometheus rejects. (A counter has no buckets: there le is
       // an ordinary label, as client_golang allows. quantile is only reserved for summaries.)
-      if ((m->type == "histogram" || latency) && l.name == "le") {
+      if ((m->type == MetricType::kHistogram || latency) && l.name == "le") {
         return c.Error(lp + ".name",
                        "\"le\" is reserved for the bucket bound of histogram and latency series; choose another name");
       }
@@ -1011,8 +1024,11 @@ namespace {
 std::string Canonical(const MetricConfig& m, const Settings& s) {
   json labels = json::array();
   for (const LabelConfig& l : m.labels) {
-    labels.push_back(
-        {{"name", l.name}, {"field", l.field}, {"source", l.source}, {"decode", l.decode}, {"from", l.from}});
+    labels.push_back({{"name", l.name},
+                      {"field", l.field},
+                      {"source", Name(l.source)},
+                      {"decode", Name(l.decode)},
+                      {"from", Name(l.from)}});
   }
   auto endpoint = [](const EndpointConfig& e) {
     return json{{"event", e.event}, {"key", e.key}, {"filter", e.filter},
@@ -1022,7 +1038,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
   for (const EndpointConfig& e : m.starts) starts.push_back(endpoint(e));
   auto gauge_side = [&](const GaugeSideConfig& g) {
     json l = json::array();
-    for (const LabelConfig& lc : g.labels) l.push_back({lc.name, lc.field, lc.source, lc.decode});
+    for (const LabelConfig& lc : g.labels) l.push_back({lc.name, lc.field, Name(lc.source), Name(lc.decode)});
     return json{{"event", g.event},
                 {"filter", g.filter},
                 {"value", {{"field", g.value.field}, {"scale", g.value.scale}}},
@@ -1033,8 +1049,8 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
   const json j = {
       {"name", m.name},
       {"help", m.help},
-      {"type", m.type},
-      {"engine", m.engine},
+      {"type", Name(m.type)},
+      {"engine", Name(m.engine)},
       {"event", m.event},
       {"args", m.args},
       {"pid", m.pid},
@@ -1043,7 +1059,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"labels", labels},
       {"value", {{"field", m.value.field}, {"scale", m.value.scale}}},
       {"buckets",
-       {{"type", b.type},
+       {{"type", Name(b.type)},
         {"min", b.min},
         {"max", b.max},
         {"start", b.start},
@@ -1056,13 +1072,13 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
         {"max_buckets", b.max_buckets}}},
       {"start", starts},
       {"end", endpoint(m.end)},
-      {"gauge", m.gauge},
+      {"gauge", Name(m.gauge)},
       {"up", gauge_side(m.up)},
       {"down", gauge_side(m.down)},
       {"max_inflight", m.max_inflight},
       {"timeout_seconds", m.timeout_seconds},
-      {"stack", m.stack},
-      {"unwind", m.unwind},
+      {"stack", Name(m.stack)},
+      {"unwind", Name(m.unwind)},
       {"frequency_hz", m.frequency_hz},
       {"period", m.period_ns},
       {"include_idle", m.include_idle},
@@ -1070,9 +1086,10 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
       {"min_block_seconds", m.min_block_seconds},
       {"settings",
        {{"max_series_per_metric", s.max_series_per_metric},
-        {"max_stacks_per_profile", m.type == "profile" ? s.max_stacks_per_profile : 0},
-        {"profile_max_frames", m.type == "profile" ? s.profile_max_frames : 0},
-        {"profile_stack_bytes", m.type == "profile" && m.unwind == "dwarf" ? s.profile_stack_bytes : 0},
+        {"max_stacks_per_profile", m.type == MetricType::kProfile ? s.max_stacks_per_profile : 0},
+        {"profile_max_frames", m.type == MetricType::kProfile ? s.profile_max_frames : 0},
+        {"profile_stack_bytes",
+         m.type == MetricType::kProfile && m.unwind == UnwindMethod::kDwarf ? s.profile_stack_bytes : 0},
         {"series_idle_timeout_seconds", s.series_idle_timeout_seconds},
         {"bpf_preallocate_max_bytes", s.bpf_preallocate_max_bytes}}},
   };
@@ -1084,7 +1101,7 @@ std::string Canonical(const MetricConfig& m, const Settings& s) {
 // is written under its name as is (text format 0.0.4: no suffix added). The same suffix check
 // as client_golang's registry.
 std::vector<std::string> ExportedNames(const MetricConfig& m) {
-  if (m.type == "counter" || m.type == "profile" || m.type == "gauge") return {m.name};
+  if (m.type == MetricType::kCounter || m.type == MetricType::kProfile || m.type == MetricType::kGauge) return {m.name};
   return {m.name, m.name + "_bucket", m.name + "_sum", m.name + "_count"};
 }
 
@@ -1221,12 +1238,12 @@ StatusOr<Config> ParseConfigUnchecked(const std::string& text, const std::string
         return c.Error(jp + ".name", "duplicate metric name \"" + m.name + "\"");
       }
       if (k == 0) {
-        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + other.type + " \"" + other.name +
-                                         "\" at " + other.json_path + ".name (it exports " + SeriesList(other) +
-                                         "); rename one of them");
+        return c.Error(jp + ".name", "\"" + m.name + "\" collides with a series of " + Name(other.type) + " \"" +
+                                         other.name + "\" at " + other.json_path + ".name (it exports " +
+                                         SeriesList(other) + "); rename one of them");
       }
-      return c.Error(jp + ".name", m.type + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
-                                       "\" collides with the " + other.type + " at " + other.json_path +
+      return c.Error(jp + ".name", Name(m.type) + " \"" + m.name + "\" exports " + SeriesList(m) + "; \"" + names[k] +
+                                       "\" collides with the " + Name(other.type) + " at " + other.json_path +
                                        ".name; rename one of them");
     }
     for (size_t k = 0; k < names.size(); ++k) exported.emplace(names[k], Owner{cfg.metrics.size(), k > 0});

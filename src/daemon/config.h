@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/config_names.h"
 
 namespace tpe {
 
@@ -56,11 +57,11 @@ inline constexpr double kMaxCostPeriodSeconds = 86400;
 
 struct LabelConfig {
   std::string name;
-  std::string field;            // a tracepoint field, or
-  std::string source;           // comm | pid | tid | cpu | cgroup
-  std::string decode = "auto";  // auto | hex | inet | symbolic | syscall | errno | blkdev | ksym
-  std::string from = "start";   // latency only: start | end
-  std::string json_path;        // "metrics[0].labels[1]", for later error messages
+  std::string field;                         // a tracepoint field (source kField), or
+  LabelSource source = LabelSource::kField;  // a property of the sample
+  LabelDecode decode = LabelDecode::kAuto;   // how a field label's value is rendered
+  LabelFrom from = LabelFrom::kStart;        // latency and inflight gauge only: the side read
+  std::string json_path;                     // "metrics[0].labels[1]", for later error messages
 };
 
 // histogram: the observed value = field × scale. counter (optional): each event adds
@@ -74,7 +75,7 @@ struct ValueConfig {
 // zero_threshold, max_buckets}; "native": true (or an object of those keys) beside classic buckets
 // adds native buckets to them (collectors/native_buckets.h).
 struct BucketsConfig {
-  std::string type;
+  BucketType type = BucketType::kNone;  // kNone: the metric has no buckets
   double min = 0, max = 0, start = 0, width = 0;
   uint64_t count = 0;
   std::vector<double> bounds;
@@ -82,7 +83,7 @@ struct BucketsConfig {
   uint64_t schema = 3;
   double zero_threshold = 0x1p-128;
   uint64_t max_buckets = 160;
-  bool classic() const { return type != "native"; }
+  bool classic() const { return type != BucketType::kNative; }
   std::string json_path;
 };
 
@@ -112,13 +113,13 @@ struct GaugeSideConfig {
 struct MetricConfig {
   std::string name;
   std::string help;
-  std::string type;  // counter | histogram | latency | gauge
-  // gauge: inflight (starts/end, max_inflight, timeout_seconds as for latency), updown (up,
-  // down) or max | min | last (event, filter, value as for a histogram).
-  std::string gauge;
+  MetricType type = MetricType::kCounter;  // a "profiles" entry: kProfile
+  // gauge: kInflight (starts/end, max_inflight, timeout_seconds as for latency), kUpDown (up,
+  // down) or kMax | kMin | kLast (event, filter, value as for a histogram). kNone: not a gauge.
+  GaugeKind gauge = GaugeKind::kNone;
   GaugeSideConfig up, down;
-  // auto | bpf | perf: which engine aggregates it (daemon/plan.h says how auto chooses).
-  std::string engine = "auto";
+  // Which engine aggregates it (daemon/plan.h says how kAuto chooses).
+  Engine engine = Engine::kAuto;
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
   // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
@@ -134,15 +135,15 @@ struct MetricConfig {
   EndpointConfig end;                  // latency
   uint64_t max_inflight = 100000;      // latency: starts waiting for their end, at most
   double timeout_seconds = 10;         // latency: a start older than this expires
-  // profile (a "profiles" entry, type "profile"): which stacks a sample carries: "kernel",
-  // "user" or "both".
-  std::string stack;
+  // profile (a "profiles" entry, type kProfile): which stacks a sample carries (kNone: not a
+  // profile).
+  ProfileStack stack = ProfileStack::kNone;
   // profile with a user stack: how it is unwound: "dwarf" (the default: from the unwind tables
   // of the code, with the sample's registers and a copy of its stack, settings.
   // profile_stack_bytes) or "frame_pointer" (the kernel's frame-pointer walk: cheaper, but whole
-  // only through code built with frame pointers). "" for a kernel-only profile.
+  // only through code built with frame pointers). kNone for a kernel-only profile (and not a profile).
   // `unwind_given`: the config said which (else the default was taken).
-  std::string unwind;
+  UnwindMethod unwind = UnwindMethod::kNone;
   bool unwind_given = false;
   // A CPU profile (a profile whose "event" is a software clock, IsClockEvent): "frequency_hz",
   // samples per second on each CPU (kDefaultProfileFrequencyHz when neither is given,

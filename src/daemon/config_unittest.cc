@@ -41,7 +41,7 @@ TEST(ConfigTest, ParsesAValidConfig) {
   ASSERT_EQ(c->metrics.size(), 2u);
   EXPECT_EQ(c->metrics[0].filter, "common_pid != 1");
   ASSERT_EQ(c->metrics[0].labels.size(), 2u);
-  EXPECT_EQ(c->metrics[0].labels[1].decode, "hex");
+  EXPECT_EQ(NameOf(c->metrics[0].labels[1].decode), "hex");
   EXPECT_EQ(c->metrics[0].labels[1].json_path, "metrics[0].labels[1]");
   EXPECT_EQ(c->metrics[1].help, "sched:sched_switch counter");
 }
@@ -180,7 +180,7 @@ TEST(ConfigTest, HistogramAndLatency) {
   EXPECT_EQ(l.starts[1].filter, "prev_state == 0");
   EXPECT_EQ(l.starts[1].json_path, "metrics[1].start[1]");
   EXPECT_EQ(l.end.key, std::vector<std::string>{"next_pid"});
-  EXPECT_EQ(l.labels[0].from, "end");
+  EXPECT_EQ(NameOf(l.labels[0].from), "end");
   EXPECT_EQ(l.max_inflight, 500u);
   EXPECT_EQ(l.timeout_seconds, 2.5);
 }
@@ -774,11 +774,11 @@ TEST(ConfigTest, Profiles) {
                        "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_EQ(c->metrics.size(), 2u);
-  EXPECT_EQ(c->metrics[0].type, "profile");
-  EXPECT_EQ(c->metrics[0].stack, "both");
+  EXPECT_EQ(NameOf(c->metrics[0].type), "profile");
+  EXPECT_EQ(NameOf(c->metrics[0].stack), "both");
   EXPECT_EQ(c->metrics[0].json_path, "profiles[0]");
   EXPECT_EQ(c->metrics[0].help, "tcp:tcp_retransmit_skb profile");
-  EXPECT_EQ(c->metrics[1].stack, "user");
+  EXPECT_EQ(NameOf(c->metrics[1].stack), "user");
   EXPECT_EQ(c->metrics[1].value.field, "ret");
   EXPECT_EQ(c->settings.max_stacks_per_profile, 500u);
   EXPECT_EQ(c->settings.profile_max_frames, 64u);
@@ -975,12 +975,12 @@ TEST(ConfigGaugeTest, KindsAndErrors) {
         {"name": "c", "type": "gauge", "max": {"event": "a:b", "field": "len", "scale": 2}}]})",
       "cfg.json");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c->metrics[0].gauge, "inflight");
+  EXPECT_EQ(NameOf(c->metrics[0].gauge), "inflight");
   EXPECT_EQ(c->metrics[0].starts[0].event, "a:b");
   EXPECT_EQ(c->metrics[0].max_inflight, 10u);
-  EXPECT_EQ(c->metrics[1].gauge, "updown");
+  EXPECT_EQ(NameOf(c->metrics[1].gauge), "updown");
   EXPECT_EQ(c->metrics[1].down.value.field, "n");
-  EXPECT_EQ(c->metrics[2].gauge, "max");
+  EXPECT_EQ(NameOf(c->metrics[2].gauge), "max");
   EXPECT_EQ(c->metrics[2].event, "a:b");
   EXPECT_EQ(c->metrics[2].value.scale, 2);
   const std::string g = R"({"metrics": [{"name": "g", "type": "gauge", )";

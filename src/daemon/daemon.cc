@@ -54,7 +54,7 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   RefreshRuntimeFacts(&features);
   std::set<std::string> running_bpf;
   for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
-    if (running->engines[i] != "bpf") continue;
+    if (running->engines[i] != Engine::kBpf) continue;
     running_bpf.insert(running->identities[i]);
     // A metric on probe events: the parts it runs (one per event of a replaced binary).
     if (auto* parts = dynamic_cast<const BpfPartsMetric*>(running->collectors[i].get())) {
@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   }
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
   for (size_t i = 0; i < plan->collectors.size(); ++i) {
-    TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), plan->engines[i], plan->engine_reasons[i]);
+    TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), NameOf(plan->engines[i]), plan->engine_reasons[i]);
   }
   return plan;
 }

@@ -98,7 +98,7 @@ TEST(KernelFeaturesPlanTest, CpusFiltersNeedLinux6_6OnTheBpfEngineToo) {
   auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{true, ""}, {},
                      On("6.1.0-18-amd64"));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ((*p)->engines[0], "perf");  // where the kernel itself refuses the filter at open
+  EXPECT_EQ(NameOf((*p)->engines[0]), "perf");  // where the kernel itself refuses the filter at open
   EXPECT_NE((*p)->engine_reasons[0].find("metrics[0].filter \"CPU & CPUS{0}\": CPUS{...} filters need Linux 6.6; "
                                          "this kernel (6.1.0-18-amd64) refuses them"),
             std::string::npos)
@@ -171,7 +171,7 @@ TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBp
     ASSERT_TRUE(cfg.ok());
     auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
     ASSERT_TRUE(p.ok()) << r.release << ": " << p.status().ToString();
-    EXPECT_EQ((*p)->engines[0], "perf") << r.release;
+    EXPECT_EQ(NameOf((*p)->engines[0]), "perf") << r.release;
     EXPECT_NE((*p)->engine_reasons[0].find(r.auto_reason), std::string::npos)
         << r.release << ": " << (*p)->engine_reasons[0];
     std::snprintf(metric, sizeof(metric), kComm, "bpf");
@@ -249,21 +249,21 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
   for (const KernelFeatures& f : {On("6.1.0-18-rt-amd64", true), On("5.10.0-32-rt-amd64", true), full}) {
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ((*p)->engines[0], "perf") << f.bpf.release;
+    EXPECT_EQ(NameOf((*p)->engines[0]), "perf") << f.bpf.release;
     EXPECT_NE((*p)->engine_reasons[0].find("skips a bpf program, uncounted, while one of the exporter's map "
                                            "syscalls is preempted on its CPU"),
               std::string::npos)
         << (*p)->engine_reasons[0];
     p = plan("bpf", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ((*p)->engines[0], "bpf");
+    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf");
     ASSERT_EQ((*p)->warnings.size(), 1u) << f.bpf.release;
     EXPECT_NE((*p)->warnings[0].find("its counts may fall short"), std::string::npos) << (*p)->warnings[0];
   }
   for (const KernelFeatures& f : {On("6.8.0-rt-amd64", true), On("6.1.0-18-amd64")}) {
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
     EXPECT_TRUE((*p)->warnings.empty());
   }
   // Where this process runs its map syscalls at SCHED_FIFO 99, no task preempts
@@ -272,7 +272,7 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
     f.bpf.fifo_map_syscalls = true;
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ((*p)->engines[0], "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
     EXPECT_NE((*p)->engine_reasons[0].find("the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one"),
               std::string::npos)
         << (*p)->engine_reasons[0];
@@ -287,7 +287,7 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
       "cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: Operation not permitted)";
   auto p = plan("auto", refused);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ((*p)->engines[0], "perf");
+  EXPECT_EQ(NameOf((*p)->engines[0]), "perf");
   EXPECT_NE(
       (*p)->engine_reasons[0].find("and the exporter cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: "),
       std::string::npos)

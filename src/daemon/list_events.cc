@@ -14,23 +14,24 @@ namespace {
 
 // --list-events='usdt:PATH:GLOB' (USDT probes whose "provider:name" matches, with their argument
 // specs) or 'uprobe:PATH:GLOB' / 'uretprobe:PATH:GLOB' (function symbols), from the ELF file.
-Status ListProbes(const std::string& glob, std::ostream& out) {
+Status ListProbes(ProbePrefix prefix, const std::string& glob, std::ostream& out) {
   const size_t colon = glob.find(':');
   const std::string kind = glob.substr(0, colon), rest = glob.substr(colon + 1);
-  if (kind == "kprobe" || kind == "kretprobe") {
+  if (prefix == ProbePrefix::kKprobe || prefix == ProbePrefix::kKretprobe) {
     return InvalidArgument("--list-events=" + glob + ": kernel functions are listed by the kernel (" +
                            "/sys/kernel/tracing/available_filter_functions), not here");
   }
   const size_t first = rest.find(':');
   if (!rest.starts_with("/") || first == std::string::npos) {
-    return InvalidArgument("--list-events=" + glob + ": give " + kind + ":PATH:GLOB, e.g. '" + kind +
-                           (kind == "usdt" ? ":/usr/bin/python3.11:*'" : ":/lib/x86_64-linux-gnu/libc.so.6:*mall*'"));
+    return InvalidArgument(
+        "--list-events=" + glob + ": give " + kind + ":PATH:GLOB, e.g. '" + kind +
+        (prefix == ProbePrefix::kUsdt ? ":/usr/bin/python3.11:*'" : ":/lib/x86_64-linux-gnu/libc.so.6:*mall*'"));
   }
   // PATH ends at the first ':' (a USDT GLOB is "provider:name" and may hold one).
   const std::string path = rest.substr(0, first), pattern = rest.substr(first + 1);
   TPE_ASSIGN_OR_RETURN(elf::ElfFile file, elf::ElfFile::Open(path));
   size_t matched = 0;
-  if (kind == "usdt") {
+  if (prefix == ProbePrefix::kUsdt) {
     for (const elf::UsdtProbe& p : file.UsdtProbes()) {
       if (::fnmatch(pattern.c_str(), p.FullName().c_str(), 0) != 0 &&
           ::fnmatch(pattern.c_str(), p.name.c_str(), 0) != 0) {
@@ -61,7 +62,7 @@ Status ListProbes(const std::string& glob, std::ostream& out) {
 }  // namespace
 
 Status ListEvents(const Tracefs& tracefs, const std::string& glob, std::ostream& out, const KernelEnums& enums) {
-  if (IsProbeEvent(glob)) return ListProbes(glob, out);
+  if (const std::optional<ProbePrefix> prefix = ProbePrefixOf(glob)) return ListProbes(*prefix, glob, out);
   TPE_ASSIGN_OR_RETURN(auto events, tracefs.ListEvents());
   size_t matched = 0;
   for (const auto& e : events) {

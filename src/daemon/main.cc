@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
       std::printf("%s: OK (%zu metrics, %zu tracepoints, every perf event opened and BPF program attached)\n",
                   config_file.c_str(), plan.collectors.size(), tracepoints);
       for (size_t i = 0; i < plan.collectors.size(); ++i) {
-        std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
-                    plan.engine_reasons[i].c_str());
+        std::printf("  %s: %s engine (%s)\n", plan.collectors[i]->name().c_str(),
+                    std::string(tpe::NameOf(plan.engines[i])).c_str(), plan.engine_reasons[i].c_str());
       }
       for (const auto& n : plan.kernel_notes) std::printf("  kernel: %s\n", n.c_str());
       opened->reset();
@@ -144,8 +144,8 @@ int main(int argc, char** argv) {
     }
     for (const auto& n : plan.kernel_notes) std::fprintf(stderr, "kernel: %s\n", n.c_str());
     for (size_t i = 0; i < plan.collectors.size(); ++i) {
-      std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(), plan.engines[i].c_str(),
-                   plan.engine_reasons[i].c_str());
+      std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(),
+                   std::string(tpe::NameOf(plan.engines[i])).c_str(), plan.engine_reasons[i].c_str());
     }
     // The kernel times every BPF program run while this fd is held (a short, interactive run).
     auto stats = tpe::bpf::EnableRunTimeStats();

@@ -538,7 +538,7 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
   for (size_t i = 0; i < plan_->collectors.size(); ++i) {
     const Collector* c = plan_->collectors[i].get();
     if (c == nullptr) continue;
-    const std::string engine = i < plan_->engines.size() ? plan_->engines[i] : "perf";
+    const std::string engine(NameOf(i < plan_->engines.size() ? plan_->engines[i] : Engine::kPerf));
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
       for (MetricSnapshot* f :

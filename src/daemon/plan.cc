@@ -81,13 +81,22 @@ std::string Quote(const std::vector<std::string>& names) {
 
 namespace plan_internal {
 
-GaugeCollector::Kind GaugeKind(const MetricConfig& m) {
+GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m) {
   using Kind = GaugeCollector::Kind;
-  return m.gauge == "inflight" ? Kind::kInflight
-         : m.gauge == "updown" ? Kind::kUpDown
-         : m.gauge == "max"    ? Kind::kMax
-         : m.gauge == "min"    ? Kind::kMin
-                               : Kind::kLast;
+  switch (m.gauge) {
+    case GaugeKind::kInflight:
+      return Kind::kInflight;
+    case GaugeKind::kUpDown:
+      return Kind::kUpDown;
+    case GaugeKind::kMax:
+      return Kind::kMax;
+    case GaugeKind::kMin:
+      return Kind::kMin;
+    case GaugeKind::kLast:
+    case GaugeKind::kNone:  // not a gauge: read only for gauges
+      break;
+  }
+  return Kind::kLast;
 }
 
 Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
@@ -250,7 +259,7 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
       std::any_of(m->starts.begin(), m->starts.end(), [](const EndpointConfig& e) { return IsProbeEvent(e.event); });
   if (!probe) return Status::Ok();
   m->probe = true;
-  if (m->type != "latency" && m->gauge != "inflight") {
+  if (m->type != MetricType::kLatency && m->gauge != GaugeKind::kInflight) {
     return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
   }
   for (EndpointConfig& e : m->starts) {
@@ -339,17 +348,17 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 
 // Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format. A
 // "cgroup" label makes `ep` sample the cgroup id.
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, std::optional<LabelFrom> from,
                                EventPlan* sampled_ep, Plan* plan) {
   const EventPlan& ep = *sampled_ep;
   std::vector<std::string>* warnings = &plan->warnings;
   std::vector<LabelSpec> specs;
   for (const auto& l : labels) {
-    if (!from.empty() && l.from != from) continue;
+    if (from && l.from != *from) continue;
     LabelSpec s;
     s.name = l.name;
-    if (!l.source.empty()) {
-      s.source = *ParseLabelSource(l.source);
+    if (l.source != LabelSource::kField) {
+      s.source = l.source;
       if (s.source == LabelSource::kCgroup) {
         const KernelFeatures& kf = plan->features;
         if (!kf.cgroup.v2_labels) {
@@ -384,7 +393,7 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, l.field, l.json_path + ".field"));
       auto it = ep.symbols.find(l.field);
       const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
-      LabelDecode decode = *ParseLabelDecode(l.decode);
+      LabelDecode decode = l.decode;
       if (decode == LabelDecode::kSymbolic && table != nullptr && table->entries.empty() &&
           !table->unresolved.empty()) {
         // The format names enum constants and this kernel has no BTF to give their values:
@@ -405,10 +414,22 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
 
 StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
   StatusOr<Buckets> out = InvalidArgument("unknown bucket type");
-  if (b.type == "exp2") out = Buckets::Exp2(b.min, b.max);
-  if (b.type == "linear") out = Buckets::Linear(b.start, b.width, b.count);
-  if (b.type == "explicit") out = Buckets::Explicit(b.bounds);
-  if (b.type == "native") out = Buckets::None();
+  switch (b.type) {
+    case BucketType::kExp2:
+      out = Buckets::Exp2(b.min, b.max);
+      break;
+    case BucketType::kLinear:
+      out = Buckets::Linear(b.start, b.width, b.count);
+      break;
+    case BucketType::kExplicit:
+      out = Buckets::Explicit(b.bounds);
+      break;
+    case BucketType::kNative:
+      out = Buckets::None();
+      break;
+    case BucketType::kNone:  // a metric without buckets: not asked
+      break;
+  }
   if (!out.ok()) return out.status().WithContext(cfg.path + ": " + b.json_path);
   return out;
 }
@@ -470,7 +491,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   EventPlan* end_ep = end_eps[0];
   LatencyEndpoint end;
   TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
-  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, "end", end_ep, plan));
+  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, LabelFrom::kEnd, end_ep, plan));
   ShareSampling(end_eps);
   std::vector<LatencyEndpoint> starts;
   std::vector<std::vector<EventPlan*>> start_eps;
@@ -481,7 +502,7 @@ Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     LatencyEndpoint s;
     TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
     TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, s.key, end.key));
-    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, "start", ep, plan));
+    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, ep, plan));
     ShareSampling(eps);
     starts.push_back(std::move(s));
     start_eps.push_back(std::move(eps));
@@ -538,8 +559,8 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
   using Kind = GaugeCollector::Kind;
   std::vector<GaugeCollector::Side> sides;
   std::vector<std::vector<EventPlan*>> side_eps;
-  const Kind kind = GaugeKind(m);
-  if (m.gauge == "inflight") {
+  const Kind kind = CollectorGaugeKind(m);
+  if (m.gauge == GaugeKind::kInflight) {
     const EndpointConfig& sc = m.starts[0];
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
                                                                       sc.json_path, tracefs, enums, check_filters));
@@ -550,18 +571,18 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     TPE_ASSIGN_OR_RETURN(start.key, BuildKey(cfg, sc, *start_eps[0]));
     TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_eps[0]));
     TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, start.key, end.key));
-    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, "start", start_eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, start_eps[0], plan));
     sides.push_back(std::move(start));
     sides.push_back(std::move(end));
     side_eps.push_back(std::move(start_eps));
     side_eps.push_back(std::move(end_eps));
-  } else if (m.gauge == "updown") {
+  } else if (m.gauge == GaugeKind::kUpDown) {
     for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
       TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
                                                                   sc->json_path, tracefs, enums, check_filters));
       GaugeCollector::Side side;
       const std::vector<LabelConfig>& labels = sc->has_labels ? sc->labels : m.labels;
-      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, "", eps[0], plan));
+      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, std::nullopt, eps[0], plan));
       if (!sc->value.field.empty()) {
         MetricConfig side_metric = m;
         side_metric.value = sc->value;
@@ -578,8 +599,9 @@ Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tra
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
                          GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
     GaugeCollector::Side side;
-    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, "", eps[0], plan));
-    TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(cfg, m, *eps[0], "a " + m.gauge + " gauge reads"));
+    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, std::nullopt, eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(FieldExtractor v,
+                         IntegerValueField(cfg, m, *eps[0], "a " + std::string(NameOf(m.gauge)) + " gauge reads"));
     side.value = std::move(v);
     side.scale = m.value.scale;
     sides.push_back(std::move(side));
@@ -622,13 +644,13 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
                    const KernelEnums& enums, bool check_filters) {
   // "dwarf": the user stack unwound here from the sample's registers and stack copy; the
   // kernel's callchain then only carries the kernel part (if any).
-  const bool dwarf = m.unwind == "dwarf";
-  const uint8_t callchain = (m.stack != "user" ? EventPlan::kCallchainKernel : 0) |
-                            (m.stack != "kernel" && !dwarf ? EventPlan::kCallchainUser : 0);
+  const bool dwarf = m.unwind == UnwindMethod::kDwarf;
+  const uint8_t callchain = (m.stack != ProfileStack::kUser ? EventPlan::kCallchainKernel : 0) |
+                            (m.stack != ProfileStack::kKernel && !dwarf ? EventPlan::kCallchainUser : 0);
   const uint32_t stack_user_bytes = dwarf ? static_cast<uint32_t>(cfg.settings.profile_stack_bytes) : 0;
   TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
   const auto max_stack = static_cast<uint16_t>(frames);  // at most kMaxProfileFrames
-  const bool user_stacks = m.stack != "kernel";
+  const bool user_stacks = m.stack != ProfileStack::kKernel;
   // A profile's collector: user frames unwound at most `frames` deep.
   auto prepared = [&](std::unique_ptr<ProfileCollector> c) {
     c->set_max_unwind_frames(frames);
@@ -636,7 +658,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   };
   if (IsClockEvent(m.event)) {
     EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack, stack_user_bytes);
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::nullopt, 1, ClockWeight{m.include_idle});
     AddSampledCollector(plan, {ep}, prepared(std::move(c)), m.canonical);
@@ -665,7 +687,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     OffCpuPairing pairing{*prev_pid, *next_pid, *prev_state};
     pairing.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
     pairing.own_pid = static_cast<uint32_t>(::getpid());
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
     auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                                 std::move(pairing));
     AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
@@ -675,7 +697,7 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
   if (!m.value.field.empty()) {
     TPE_ASSIGN_OR_RETURN(value, IntegerValueField(cfg, m, *ep, "a profile sums"));
   }
-  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan));
+  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
   auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
   AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
@@ -714,27 +736,27 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
     TPE_ASSIGN_OR_RETURN(bool on_bpf,
                          PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, running_bpf, &why));
     if (on_bpf) continue;
-    plan->engines.push_back("perf");
+    plan->engines.push_back(Engine::kPerf);
     plan->engine_reasons.push_back(why);
-    if (m.type == "latency") {
+    if (m.type == MetricType::kLatency) {
       TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    if (m.type == "profile") {
+    if (m.type == MetricType::kProfile) {
       TPE_RETURN_IF_ERROR(PlanProfile(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
-    if (m.type == "gauge") {
+    if (m.type == MetricType::kGauge) {
       TPE_RETURN_IF_ERROR(PlanGauge(plan.get(), cfg, m, tracefs, enums, check_filters));
       continue;
     }
     // A counter that adds a field's value needs every sample, labels or not.
-    const bool counting = m.type == "counter" && m.labels.empty() && m.value.field.empty();
+    const bool counting = m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty();
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan.get(), cfg, m.event, m.filter, !counting, m.pid,
                                                                 m.json_path, tracefs, enums, check_filters));
     EventPlan* ep = eps[0];
     std::unique_ptr<Collector> c;
-    if (m.type == "histogram") {
+    if (m.type == MetricType::kHistogram) {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
       if (!f->IsNumeric()) {
         return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
@@ -743,13 +765,13 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       }
       TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
       TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, m.value.scale));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<HistogramCollector>(
           m.name, m.help, std::move(labels), *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
           std::move(buckets), std::move(native), cfg.settings.max_series_per_metric);
     } else if (!m.value.field.empty()) {
       TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(cfg, m, *ep, "a counter adds"));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric,
                                              std::move(value), m.value.scale);
     } else if (m.labels.empty()) {
@@ -761,7 +783,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       plan->counting_carried.push_back(0);
       continue;
     } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, "", ep, plan.get()));
+      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
       c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
     }
     AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);
@@ -770,7 +792,8 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   if (features.kallsyms_hidden.value_or(false)) {
     std::string names;
     for (const auto& m : cfg.metrics) {
-      if (m.type == "profile" && m.stack != "user") names += (names.empty() ? "" : ", ") + m.name;
+      if (m.type == MetricType::kProfile && m.stack != ProfileStack::kUser)
+        names += (names.empty() ? "" : ", ") + m.name;
     }
     if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
   }

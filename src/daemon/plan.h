@@ -174,10 +174,10 @@ struct Plan {
   // be in the rings: their ids still dispatch to their consumers (metrics this plan kept), so no
   // sample is lost. Counts final (`retired`). Dropped at the next reload.
   std::vector<std::unique_ptr<EventPlan>> draining;
-  // Per collector: the engine that runs it ("bpf" or "perf") and why (for --config.check,
+  // Per collector: the engine that runs it (kBpf or kPerf) and why (for --config.check,
   // --print and tracepoint_exporter_metric_info), e.g. "perf: counting mode (a label-less
   // counter)" or "perf: the filter's glob pattern cannot be compiled (bpf)".
-  std::vector<std::string> engines;
+  std::vector<Engine> engines;
   std::vector<std::string> engine_reasons;
   bool needs_comm = false;            // some label uses source "comm"
   bool needs_ordering = false;        // comm labels or latency pairing

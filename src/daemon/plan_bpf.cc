@@ -103,25 +103,25 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   const bool running = running_bpf.count(m.canonical) > 0;
   using bpf::BpfEndpoint;
   using bpf::BpfMetricSpec;
-  const bool forced = m.engine == "bpf";
+  const bool forced = m.engine == Engine::kBpf;
   const std::string where = cfg.path + ": " + m.json_path + ".engine";
-  if (m.engine == "perf") {
+  if (m.engine == Engine::kPerf) {
     *why = "\"engine\": \"perf\" in the config";
     return false;
   }
-  if (m.type == "gauge" && m.probe) {
+  if (m.type == MetricType::kGauge && m.probe) {
     const std::string perf_only = "a gauge of probe events runs on the perf engine in this release";
     if (forced)
       return InvalidArgument(where + ": \"bpf\" for " + m.name + ": " + perf_only + "; use \"auto\" or \"perf\"");
     *why = perf_only;
     return false;
   }
-  if (m.type == "profile") {
+  if (m.type == MetricType::kProfile) {
     // "auto": perf. A callchain is taken whole with each sample, so its stacks are exact; a
     // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
     // cost per hit (no sample, no ring traffic): the user's choice.
     if (!forced) {
-      *why = m.stack != "kernel" && m.unwind == "dwarf"
+      *why = m.stack != ProfileStack::kKernel && m.unwind == UnwindMethod::kDwarf
                  ? "a profile with \"unwind\": \"dwarf\" (the default): user stacks are unwound from the code's "
                    "unwind tables with each sample's registers and stack copy, on the perf engine"
                  : "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
@@ -130,7 +130,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // User stacks on the bpf engine come from the kernel's frame-pointer walk
     // (bpf_get_stackid(BPF_F_USER_STACK)); "dwarf" unwinding is the perf engine's.
-    if (m.stack != "kernel" && m.unwind == "dwarf") {
+    if (m.stack != ProfileStack::kKernel && m.unwind == UnwindMethod::kDwarf) {
       const std::string fp =
           "user stacks on the bpf engine are walked by frame pointers (bpf_get_stackid), which stop at the first "
           "function built without them (most of a distribution's binaries)";
@@ -161,7 +161,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
     }
   }
-  if (!forced && m.type == "counter" && m.labels.empty() && m.value.field.empty()) {
+  if (!forced && m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty()) {
     *why = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
     return false;
   }
@@ -218,15 +218,27 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     spec.max_inflight = m.max_inflight;
     spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
     spec.scale = m.value.scale;
-    spec.kind = m.type == "latency"     ? BpfMetricSpec::Kind::kLatency
-                : m.type == "histogram" ? BpfMetricSpec::Kind::kHistogram
-                : m.type == "profile"   ? BpfMetricSpec::Kind::kProfile
-                : m.type == "gauge"     ? BpfMetricSpec::Kind::kGauge
-                                        : BpfMetricSpec::Kind::kCounter;
-    spec.gauge = GaugeKind(m);
-    if (m.type == "profile") {
-      spec.kernel_stack = m.stack != "user";
-      spec.user_stack = m.stack != "kernel";
+    switch (m.type) {
+      case MetricType::kCounter:
+        spec.kind = BpfMetricSpec::Kind::kCounter;
+        break;
+      case MetricType::kHistogram:
+        spec.kind = BpfMetricSpec::Kind::kHistogram;
+        break;
+      case MetricType::kLatency:
+        spec.kind = BpfMetricSpec::Kind::kLatency;
+        break;
+      case MetricType::kGauge:
+        spec.kind = BpfMetricSpec::Kind::kGauge;
+        break;
+      case MetricType::kProfile:
+        spec.kind = BpfMetricSpec::Kind::kProfile;
+        break;
+    }
+    spec.gauge = CollectorGaugeKind(m);
+    if (m.type == MetricType::kProfile) {
+      spec.kernel_stack = m.stack != ProfileStack::kUser;
+      spec.user_stack = m.stack != ProfileStack::kKernel;
       spec.max_series = cfg.settings.max_stacks_per_profile;
       spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
       // ProfileFrames succeeded above (m is a profile): the frames stack_map_alloc accepts.
@@ -250,7 +262,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   // One side: its event (format), filter (parsed and compilable), labels and key fields.
   // `labels`: the side's own (an up/down gauge's side); null: the metric's.
   auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
-                  const std::string& json_path, const std::string& from, BpfEndpoint* out,
+                  const std::string& json_path, std::optional<LabelFrom> from, BpfEndpoint* out,
                   std::unique_ptr<EventPlan>* ep_out, const std::vector<LabelConfig>* labels = nullptr) -> Status {
     TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
                          LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
@@ -314,7 +326,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   std::vector<PartPlan> parts;
   std::unique_ptr<EventPlan> end_ep;
   std::unique_ptr<EventPlan> clock_ep;  // a CPU profile's own clock event (EventPlan::bpf_profile)
-  if (m.type == "profile" && IsClockEvent(m.event)) {
+  if (m.type == MetricType::kProfile && IsClockEvent(m.event)) {
     // A CPU profile: a BPF_PROG_TYPE_PERF_EVENT program on per-CPU clock events of its own
     // (no tracefs, no format: labels from the current task), each sample weighing the period.
     clock_ep = MakeClockEvent(m);
@@ -326,11 +338,11 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     part.spec.end.event = clock_ep->display;
     part.spec.end.clock = true;
     part.spec.clock_period_ns = ClockSamplePeriodNs(m.frequency_hz, m.period_ns);
-    auto labels = BuildLabels(cfg, m.labels, "", clock_ep.get(), plan);
+    auto labels = BuildLabels(cfg, m.labels, std::nullopt, clock_ep.get(), plan);
     if (!labels.ok()) return not_bpf(labels.status());
     part.spec.end.labels = std::move(*labels);
     parts.push_back(std::move(part));
-  } else if (m.type == "gauge") {
+  } else if (m.type == MetricType::kGauge) {
     // One part (no probe events: refused above). The value field of a side, as a counter's.
     auto value_of = [&](const EventPlan& ep, const ValueConfig& v, const std::string& json_path,
                         std::optional<bpf::FieldRef>* out) -> Status {
@@ -345,28 +357,30 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     part.key = "gauge";
     std::unique_ptr<EventPlan> ep;
     Status st = Status::Ok();
-    if (m.gauge == "inflight") {
+    if (m.gauge == GaugeKind::kInflight) {
       const EndpointConfig& sc = m.starts.at(0);
       BpfEndpoint s;
-      st = side(sc.event, sc.filter, sc.key, sc.json_path, "start", &s, &ep);
+      st = side(sc.event, sc.filter, sc.key, sc.json_path, LabelFrom::kStart, &s, &ep);
       part.spec.starts.push_back(std::move(s));
       const std::vector<LabelConfig> none;  // labels come from the start
       if (st.ok()) {
-        st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep, &none);
+        st = side(m.end.event, m.end.filter, m.end.key, m.end.json_path, LabelFrom::kEnd, &part.spec.end, &end_ep,
+                  &none);
       }
       const auto& a = part.spec.starts.front().match;
       const auto& b = part.spec.end.match;
       for (size_t i = 0; st.ok() && i < a.size(); ++i) {
         if (a.size() != b.size() || a[i].size != b[i].size) st = InvalidArgument("key fields differ");
       }
-    } else if (m.gauge == "updown") {
+    } else if (m.gauge == GaugeKind::kUpDown) {
       BpfEndpoint up;
       const GaugeSideConfig* sides[] = {&m.up, &m.down};
       BpfEndpoint* outs[] = {&up, &part.spec.end};
       std::unique_ptr<EventPlan> eps[2];
       for (int i = 0; i < 2 && st.ok(); ++i) {
         const GaugeSideConfig& sc = *sides[i];
-        st = side(sc.event, sc.filter, {}, sc.json_path, "", outs[i], &eps[i], sc.has_labels ? &sc.labels : nullptr);
+        st = side(sc.event, sc.filter, {}, sc.json_path, std::nullopt, outs[i], &eps[i],
+                  sc.has_labels ? &sc.labels : nullptr);
         if (st.ok()) st = value_of(*eps[i], sc.value, sc.json_path, &outs[i]->value);
         outs[i]->scale = sc.value.scale;
       }
@@ -374,12 +388,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (st.ok()) st = CheckUpDownLabels(cfg, m, eps[0]->format, eps[1]->format);
       part.spec.starts.push_back(std::move(up));
     } else {
-      st = side(m.event, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep);
+      st = side(m.event, m.filter, {}, m.json_path, std::nullopt, &part.spec.end, &end_ep);
       if (st.ok()) st = value_of(*end_ep, m.value, m.json_path, &part.spec.value);
     }
     if (!st.ok()) return not_bpf(st);
     parts.push_back(std::move(part));
-  } else if (m.type == "latency") {
+  } else if (m.type == MetricType::kLatency) {
     const std::vector<std::string> ends = variants(m.end.event);
     std::vector<std::string> end_identities;
     for (const auto& e : ends) end_identities.push_back(identity_of(e));
@@ -400,13 +414,14 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
           if (follows && identity_of(ev) != end_identities[k]) continue;
           BpfEndpoint s;
           std::unique_ptr<EventPlan> ep;
-          if (Status st = side(ev, sc.filter, sc.key, sc.json_path, "start", &s, &ep); !st.ok()) return not_bpf(st);
+          if (Status st = side(ev, sc.filter, sc.key, sc.json_path, LabelFrom::kStart, &s, &ep); !st.ok())
+            return not_bpf(st);
           part.spec.starts.push_back(std::move(s));
           starts_key += (starts_key.empty() ? "" : ",") + ev;
         }
       }
       if (part.spec.starts.empty()) continue;  // no start of this file: its processes pair nothing
-      if (Status st = side(ends[k], m.end.filter, m.end.key, m.end.json_path, "end", &part.spec.end, &end_ep);
+      if (Status st = side(ends[k], m.end.filter, m.end.key, m.end.json_path, LabelFrom::kEnd, &part.spec.end, &end_ep);
           !st.ok()) {
         return not_bpf(st);
       }
@@ -431,7 +446,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       PartPlan part;
       part.spec = base_spec();
       part.key = "end:" + ev;
-      if (Status st = side(ev, m.filter, {}, m.json_path, "", &part.spec.end, &end_ep); !st.ok()) return not_bpf(st);
+      if (Status st = side(ev, m.filter, {}, m.json_path, std::nullopt, &part.spec.end, &end_ep); !st.ok())
+        return not_bpf(st);
       if (m.off_cpu) {
         // The switch's fields, read in the program (programs.h OffCpuShape); the switched-out
         // tasks wait in a map of at most 100,000, as on the perf engine (OffCpuPairing).
@@ -464,7 +480,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (!m.value.field.empty()) {
         auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
         if (!f.ok()) return not_bpf(f.status());
-        if (!(*f)->IsNumeric() || (m.type == "counter" && (*f)->kind != FieldKind::kInteger)) {
+        if (!(*f)->IsNumeric() || (m.type == MetricType::kCounter && (*f)->kind != FieldKind::kInteger)) {
           return not_bpf(InvalidArgument("value field"));  // the perf planning says why
         }
         auto ref = bpf::IntegerField(**f);
@@ -475,15 +491,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
   }
   if (parts.empty()) return not_bpf(InvalidArgument("no events"));
-  if (m.type == "profile" && parts.size() > 1) {
+  if (m.type == MetricType::kProfile && parts.size() > 1) {
     return not_bpf(
         Unimplemented("a profile of a probe whose binary was replaced while processes still run the old "
                       "file (one program per file)"));
   }
-  if (m.type != "counter" && m.type != "profile" && m.type != "gauge") {
+  if (m.type != MetricType::kCounter && m.type != MetricType::kProfile && m.type != MetricType::kGauge) {
     auto b = BuildBuckets(cfg, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
-    auto native = BuildNative(cfg, m.buckets, m.type == "latency" ? 1e-9 : m.value.scale);
+    auto native = BuildNative(cfg, m.buckets, m.type == MetricType::kLatency ? 1e-9 : m.value.scale);
     if (!native.ok()) return not_bpf(native.status());
     for (PartPlan& p : parts) {
       p.spec.buckets = *b;
@@ -530,9 +546,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   for (PartPlan& p : parts) {
     // A part the running pipeline has keeps its programs and maps (Pipeline::Reload): nothing to load.
     const bool part_running =
-        m.probe && m.type != "profile" ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
+        m.probe && m.type != MetricType::kProfile ? running_bpf.count(m.canonical + "\n" + p.key) > 0 : running;
     Status st = Status::Ok();
-    if (m.type == "profile") {
+    if (m.type == MetricType::kProfile) {
       auto made = part_running ? bpf::BpfProfile::CreateUnloaded(std::move(p.spec))
                                : bpf::BpfProfile::Create(std::move(p.spec));
       if (made.ok()) {
@@ -569,7 +585,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // User frames are named through the processes' mappings: learnt from the mmap tracking
     // event's records (EventPlan::mmap_tracker), in time order with the exec, fork and exit records.
-    if (m.stack != "kernel") AddMmapTracker(plan);
+    if (m.stack != ProfileStack::kKernel) AddMmapTracker(plan);
   } else if (m.probe) {
     plan->collectors.push_back(std::make_unique<BpfPartsMetric>(m.name, std::move(loaded)));
   } else {
@@ -578,7 +594,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   plan->identities.push_back(m.canonical);
   plan->counting_events.emplace_back();
   plan->counting_carried.push_back(0);
-  plan->engines.push_back("bpf");
+  plan->engines.push_back(Engine::kBpf);
   std::string reason =
       forced ? "\"engine\": \"bpf\" in the config" : "in-kernel aggregation: exact at any event rate, no samples";
   if (fifo_syscalls) {

@@ -23,12 +23,12 @@ StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::str
 // The field `field` of `ep`, or NotFound listing its fields.
 StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, const std::string& field,
                                       const std::string& json_path);
-// The labels with `from` == from ("" = all) compiled against `sampled_ep`'s format; a cgroup
+// The labels with `from` == from (nullopt: all) compiled against `sampled_ep`'s format; a cgroup
 // label sets sampled_ep->cgroup and creates plan->cgroups.
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, const std::string& from,
+StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, std::optional<LabelFrom> from,
                                EventPlan* sampled_ep, Plan* plan);
 // The kind of a gauge metric (its config's "gauge": inflight, updown, max, min, last).
-GaugeCollector::Kind GaugeKind(const MetricConfig& m);
+GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m);
 // An up/down gauge's sides (their events' formats): the same labels — name, source, decode —
 // from fields of one type, so one series is one label set whichever side built it. Errors:
 // InvalidArgument naming the down side's label and what it must match.

@@ -187,13 +187,13 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   Config autocfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter"})");
   auto auto_plan = BuildPlan(autocfg, kTracefs, KernelEnums(), false, bpf_ok);
   ASSERT_TRUE(auto_plan.ok()) << auto_plan.status().ToString();
-  EXPECT_EQ((*auto_plan)->engines[0], "perf");
+  EXPECT_EQ(NameOf((*auto_plan)->engines[0]), "perf");
   EXPECT_NE((*auto_plan)->engine_reasons[0].find("\"unwind\": \"dwarf\" (the default)"), std::string::npos)
       << (*auto_plan)->engine_reasons[0];
   Config fpcfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "unwind": "frame_pointer"})");
   auto fp_plan = BuildPlan(fpcfg, kTracefs, KernelEnums(), false, bpf_ok);
   ASSERT_TRUE(fp_plan.ok()) << fp_plan.status().ToString();
-  EXPECT_EQ((*fp_plan)->engines[0], "perf");
+  EXPECT_EQ(NameOf((*fp_plan)->engines[0]), "perf");
   EXPECT_NE((*fp_plan)->engine_reasons[0].find("hash collisions"), std::string::npos);
 
   // "dwarf" is the perf engine's: on "bpf" it is refused when asked for, and the default
@@ -211,7 +211,7 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   auto bpf_plan = BuildPlan(bpfcfg, kTracefs, KernelEnums(), false, bpf_ok, {bpfcfg.metrics[0].canonical});
   ASSERT_TRUE(bpf_plan.ok()) << bpf_plan.status().ToString();
   const Plan& p = **bpf_plan;
-  EXPECT_EQ(p.engines[0], "bpf");
+  EXPECT_EQ(NameOf(p.engines[0]), "bpf");
   ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
   EXPECT_FALSE(p.collectors[0]->stack_profile()->stamped());
   ASSERT_EQ(p.events.size(), 1u);  // no tracepoint event: the mmap tracker only
@@ -279,7 +279,7 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   EXPECT_EQ(e.consumers.size(), 2u);
   EXPECT_EQ(p.events[1]->frequency_hz, 99u);
   EXPECT_TRUE(p.events[1]->include_idle);
-  EXPECT_EQ(p.engines, (std::vector<std::string>{"perf", "perf", "perf"}));
+  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kPerf, Engine::kPerf, Engine::kPerf}));
   ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
   EXPECT_EQ(p.collectors[0]->stack_profile()->value_type(), "cpu");
   EXPECT_EQ(p.collectors[0]->stack_profile()->value_unit(), "nanoseconds");
@@ -310,7 +310,7 @@ TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
   auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Plan& p = **plan;
-  EXPECT_EQ(p.engines, (std::vector<std::string>{"bpf", "perf"}));
+  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kBpf, Engine::kPerf}));
   ASSERT_EQ(p.events.size(), 3u);  // b's clock; a's clock and the mmap tracker
   const EventPlan* bpf_clock = nullptr;
   const EventPlan* perf_clock = nullptr;
@@ -354,7 +354,7 @@ TEST(PlanTest, ABpfOffCpuProfilePairsInTheKernel) {
   auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Plan& p = **plan;
-  EXPECT_EQ(p.engines, (std::vector<std::string>{"bpf"}));
+  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kBpf}));
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_TRUE(p.events[0]->mmap_tracker);
   const auto* profile = dynamic_cast<const bpf::BpfProfile*>(p.collectors[0].get());

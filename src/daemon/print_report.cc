@@ -104,8 +104,9 @@ void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std:
   char line[256];
   for (const MetricCost& c : costs) {
     const double rate = seconds > 0 ? static_cast<double>(c.events) / seconds : 0;
-    std::snprintf(line, sizeof(line), "  %-40s %-4s %12llu %s (%.1f/s)", c.name.c_str(), c.engine.c_str(),
-                  static_cast<unsigned long long>(c.events), c.engine == "bpf" ? "runs" : "events", rate);
+    std::snprintf(line, sizeof(line), "  %-40s %-4s %12llu %s (%.1f/s)", c.name.c_str(),
+                  std::string(NameOf(c.engine)).c_str(), static_cast<unsigned long long>(c.events),
+                  c.engine == Engine::kBpf ? "runs" : "events", rate);
     out << line;
     if (c.profile_sample_ns || c.profile_render_ns) {
       // A profile: the exporter's own time on it (on bpf its programs' time comes on top).
@@ -115,7 +116,7 @@ void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std:
                     seconds > 0 ? 100 * ns * 1e-9 / seconds : 0.0);
       out << line;
     }
-    if (c.engine != "bpf") {
+    if (c.engine != Engine::kBpf) {
       out << ", ns/event: see docs/PERFORMANCE.md \"Cost per event\" (perf output is not timed per event)\n";
     } else if (!c.kernel_ns) {
       out << ", ns/event unknown: " << why_no_stats << "\n";
@@ -136,8 +137,8 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
     MetricCost c;
     const Collector* collector = plan.collectors[i].get();
     c.name = collector->name();
-    c.engine = i < plan.engines.size() ? plan.engines[i] : "perf";
-    if (c.engine == "bpf") {
+    c.engine = i < plan.engines.size() ? plan.engines[i] : Engine::kPerf;
+    if (c.engine == Engine::kBpf) {
       double ns = 0;
       for (const EngineStat& st : collector->EngineStats()) {
         if (st.family == "tracepoint_exporter_bpf_program_runs_total") c.events += static_cast<uint64_t>(st.value);

@@ -24,7 +24,7 @@ void PrintReport(const std::vector<MetricSnapshot>& metrics, std::ostream& out);
 // What one metric cost during a --print run.
 struct MetricCost {
   std::string name;
-  std::string engine;  // "bpf", "perf"
+  Engine engine = Engine::kPerf;  // kBpf or kPerf
   // bpf: runs of the metric's programs (every hit, before its filter; a latency's start and end
   // runs added up). perf: hits of its perf events that passed the kernel filter (samples, or the
   // counting-mode count; a latency's start and end events added up).

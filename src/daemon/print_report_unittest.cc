@@ -23,10 +23,10 @@ TEST(ParseDurationTest, UnitsAndBounds) {
 
 TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
   std::ostringstream out;
-  PrintCosts({{"a_total", "bpf", 2000, 100000.0, std::nullopt, std::nullopt},
-              {"b_seconds", "perf", 50, std::nullopt, std::nullopt, std::nullopt},
-              {"c_total", "bpf", 0, 0.0, std::nullopt, std::nullopt},
-              {"cpu", "perf", 38, std::nullopt, 1.5e6, 4e6}},
+  PrintCosts({{"a_total", Engine::kBpf, 2000, 100000.0, std::nullopt, std::nullopt},
+              {"b_seconds", Engine::kPerf, 50, std::nullopt, std::nullopt, std::nullopt},
+              {"c_total", Engine::kBpf, 0, 0.0, std::nullopt, std::nullopt},
+              {"cpu", Engine::kPerf, 38, std::nullopt, 1.5e6, 4e6}},
              2.0, "", out);
   const std::string s = out.str();
   EXPECT_NE(s.find("a_total"), std::string::npos) << s;
@@ -38,7 +38,7 @@ TEST(PrintCostsTest, RatesNsPerEventAndWhyNot) {
             std::string::npos)
       << s;
   std::ostringstream no;
-  PrintCosts({{"a_total", "bpf", 10, std::nullopt, std::nullopt, std::nullopt}}, 1.0,
+  PrintCosts({{"a_total", Engine::kBpf, 10, std::nullopt, std::nullopt, std::nullopt}}, 1.0,
              "BPF_ENABLE_STATS: Operation not permitted", no);
   EXPECT_NE(no.str().find("ns/event unknown: BPF_ENABLE_STATS: Operation not permitted"), std::string::npos)
       << no.str();

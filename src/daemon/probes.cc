@@ -61,11 +61,18 @@ bool IsStringType(const std::string& t) { return t == "ustring" || t == "string"
 
 }  // namespace
 
-bool IsProbeEvent(const std::string& event) {
-  for (const char* p : {"uprobe:", "uretprobe:", "usdt:", "kprobe:", "kretprobe:"}) {
-    if (event.starts_with(p)) return true;
-  }
-  return false;
+std::optional<ProbePrefix> ProbePrefixOf(std::string_view event) {
+  const size_t colon = event.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  return FromName<ProbePrefix>(event.substr(0, colon));
+}
+
+bool IsProbeEvent(const std::string& event) { return ProbePrefixOf(event).has_value(); }
+
+std::string ProbePrefixList() {
+  std::string out;
+  for (const EnumName<ProbePrefix>& p : kProbePrefixNames) out += (out.empty() ? "" : ", ") + std::string(p.name) + ":";
+  return out;
 }
 
 StatusOr<ProbeRef> ParseProbeRef(const std::string& event) {
@@ -76,8 +83,9 @@ StatusOr<ProbeRef> ParseProbeRef(const std::string& event) {
   auto bad = [&](const std::string& why) {
     return InvalidArgument("\"" + event + "\" " + why + " (valid forms: " + kForms + ")");
   };
-  if (kind == "kprobe" || kind == "kretprobe") {
-    ref.kind = kind == "kprobe" ? ProbeKind::kKprobe : ProbeKind::kKretprobe;
+  const std::optional<ProbePrefix> prefix = FromName<ProbePrefix>(kind);
+  if (prefix == ProbePrefix::kKprobe || prefix == ProbePrefix::kKretprobe) {
+    ref.kind = prefix == ProbePrefix::kKprobe ? ProbeKind::kKprobe : ProbeKind::kKretprobe;
     TPE_RETURN_IF_ERROR(SplitOffset(event, rest, &ref));
     if (ref.symbol.empty()) {
       return bad("names no kernel function");
@@ -85,11 +93,11 @@ StatusOr<ProbeRef> ParseProbeRef(const std::string& event) {
     if (ref.kind == ProbeKind::kKretprobe && ref.offset != 0) return bad("has an offset: a return probe takes none");
     return ref;
   }
-  if (kind != "uprobe" && kind != "uretprobe" && kind != "usdt") return bad("is not a probe name");
+  if (!prefix) return bad("is not a probe name");
   if (!rest.starts_with("/")) return bad("needs an absolute PATH after \"" + kind + ":\"");
   const size_t last = rest.rfind(':');
   if (last == std::string::npos || last + 1 >= rest.size()) return bad("names no symbol after the path");
-  if (kind == "usdt") {
+  if (prefix == ProbePrefix::kUsdt) {
     ref.usdt = true;
     const size_t prev = rest.rfind(':', last - 1);
     if (prev == std::string::npos || prev == 0) return bad("needs PATH:PROVIDER:NAME");
@@ -99,7 +107,7 @@ StatusOr<ProbeRef> ParseProbeRef(const std::string& event) {
     if (ref.provider.empty()) return bad("names no provider");
     return ref;
   }
-  ref.kind = kind == "uprobe" ? ProbeKind::kUprobe : ProbeKind::kUretprobe;
+  ref.kind = prefix == ProbePrefix::kUprobe ? ProbeKind::kUprobe : ProbeKind::kUretprobe;
   ref.path = rest.substr(0, last);
   TPE_RETURN_IF_ERROR(SplitOffset(event, rest.substr(last + 1), &ref));
   if (ref.symbol.empty()) return bad("names no symbol");

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -31,14 +32,22 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/config_names.h"
 #include "elf/usdt.h"
 #include "tracefs/probe_events.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe {
 
-// Whether `event` names a probe (starts with uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:).
+// The prefix of the probe `event` names: its text before the first ':' when that is one of
+// kProbePrefixNames (daemon/config_names.h: uprobe, uretprobe, usdt, kprobe, kretprobe);
+// nullopt for a tracepoint, a clock or anything else.
+std::optional<ProbePrefix> ProbePrefixOf(std::string_view event);
+// Whether `event` names a probe (ProbePrefixOf has a value).
 bool IsProbeEvent(const std::string& event);
+// "uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:" (the prefixes of kProbePrefixNames, in
+// order), for messages.
+std::string ProbePrefixList();
 
 // A parsed probe name.
 struct ProbeRef {

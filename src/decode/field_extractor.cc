@@ -10,54 +10,9 @@
 
 namespace tpe {
 
-std::optional<LabelDecode> ParseLabelDecode(std::string_view s) {
-  if (s == "auto") return LabelDecode::kAuto;
-  if (s == "hex") return LabelDecode::kHex;
-  if (s == "inet") return LabelDecode::kInet;
-  if (s == "symbolic") return LabelDecode::kSymbolic;
-  if (s == "syscall") return LabelDecode::kSyscall;
-  if (s == "errno") return LabelDecode::kErrno;
-  if (s == "blkdev") return LabelDecode::kBlkdev;
-  if (s == "ksym") return LabelDecode::kKsym;
-  return std::nullopt;
-}
+std::optional<LabelDecode> ParseLabelDecode(std::string_view s) { return FromName<LabelDecode>(s); }
 
-namespace {
-constexpr LabelDecode kAllDecodes[] = {LabelDecode::kAuto,     LabelDecode::kHex,     LabelDecode::kInet,
-                                       LabelDecode::kSymbolic, LabelDecode::kSyscall, LabelDecode::kErrno,
-                                       LabelDecode::kBlkdev,   LabelDecode::kKsym};
-}  // namespace
-
-const char* LabelDecodeName(LabelDecode d) {
-  switch (d) {
-    case LabelDecode::kAuto:
-      return "auto";
-    case LabelDecode::kHex:
-      return "hex";
-    case LabelDecode::kInet:
-      return "inet";
-    case LabelDecode::kSymbolic:
-      return "symbolic";
-    case LabelDecode::kSyscall:
-      return "syscall";
-    case LabelDecode::kErrno:
-      return "errno";
-    case LabelDecode::kBlkdev:
-      return "blkdev";
-    case LabelDecode::kKsym:
-      return "ksym";
-  }
-  return "?";
-}
-
-std::string LabelDecodeNames() {
-  std::string out;
-  for (LabelDecode d : kAllDecodes) {
-    if (!out.empty()) out += ", ";
-    out += LabelDecodeName(d);
-  }
-  return out;
-}
+std::string LabelDecodeNames() { return NameList<LabelDecode>(); }
 
 std::string ErrnoName(int64_t v) {
   if (v >= 0 || v < -static_cast<int64_t>(INT_MAX)) return "";
@@ -202,8 +157,10 @@ bool Suggested(const FieldFormat& f, LabelDecode d) {
 
 std::vector<std::string> FittingDecodes(const FieldFormat& field, const SymbolTable* symbols) {
   std::vector<std::string> out;
-  for (LabelDecode d : kAllDecodes) {
-    if (FieldExtractor::CheckFits(field, d, symbols).ok() && Suggested(field, d)) out.push_back(LabelDecodeName(d));
+  for (const EnumName<LabelDecode>& d : kLabelDecodeNames) {
+    if (FieldExtractor::CheckFits(field, d.value, symbols).ok() && Suggested(field, d.value)) {
+      out.emplace_back(d.name);
+    }
   }
   return out;
 }

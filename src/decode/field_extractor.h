@@ -31,26 +31,15 @@
 #include "common/byte_reader.h"
 #include "common/status.h"
 #include "decode/kernel_names.h"
+#include "decode/label_decode.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
 
 namespace tpe {
 
-enum class LabelDecode {
-  kAuto,      // integers in decimal (pointers in hex), strings as text, arrays as hex bytes
-  kHex,       // integers as 0x<hex>
-  kInet,      // 4-byte (IPv4) or 16-byte (IPv6) address arrays, or a 4-byte integer (IPv4)
-  kSymbolic,  // the name from the format's __print_symbolic / __print_flags table
-  kSyscall,   // a system call number as its name on this architecture (libseccomp), e.g. "read"
-  kErrno,     // a negative errno as its name (glibc strerrorname_np), -2 -> "ENOENT"; else the number
-  kBlkdev,    // a kernel dev_t (MAJOR = dev >> 20) as the disk name from /sys/dev/block, or "M:m"
-  kKsym,      // a kernel address as "symbol" or "symbol+0xoff" from /proc/kallsyms
-};
-
-// "auto" | "hex" | "inet" | "symbolic" | "syscall" | "errno" | "blkdev" | "ksym"; nullopt otherwise.
+// The decode named `s` in kLabelDecodeNames (decode/label_decode.h); nullopt otherwise.
 std::optional<LabelDecode> ParseLabelDecode(std::string_view s);
-const char* LabelDecodeName(LabelDecode d);
-// All decode names, in the order above, comma-separated ("auto, hex, ...") for error messages.
+// All decode names, in table order, comma-separated ("auto, hex, ...") for error messages.
 std::string LabelDecodeNames();
 
 // Longest string kept in a key (bytes); longer __data_loc strings are cut.

@@ -47,7 +47,7 @@ TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
     {"name": "d_total", "type": "counter", "event": "sched:sched_switch", "engine": "perf",
      "labels": [{"name": "cpu", "source": "cpu"}]}]})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ((*plan)->engines, (std::vector<std::string>{"bpf", "perf", "perf", "perf"}));
+  EXPECT_EQ((*plan)->engines, (std::vector<Engine>{Engine::kBpf, Engine::kPerf, Engine::kPerf, Engine::kPerf}));
   EXPECT_NE((*plan)->engine_reasons[1].find("counting mode"), std::string::npos);
   EXPECT_NE((*plan)->engine_reasons[2].find("glob"), std::string::npos) << (*plan)->engine_reasons[2];
   EXPECT_NE((*plan)->engine_reasons[3].find("\"perf\" in the config"), std::string::npos);

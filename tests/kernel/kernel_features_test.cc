@@ -159,7 +159,7 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
   ASSERT_TRUE(cfg.ok());
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ((*plan)->engines[0], "perf");
+  EXPECT_EQ(NameOf((*plan)->engines[0]), "perf");
   EXPECT_NE((*plan)->engine_reasons[0].find("Argument list too long (larger than this kernel allows"),
             std::string::npos)
       << (*plan)->engine_reasons[0];
@@ -194,8 +194,8 @@ TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
   const bool uncounted_skips = f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses && !f.bpf.fifo_map_syscalls;
   std::printf("%s: preemptible map syscalls %d, misses counted %d, map syscalls at SCHED_FIFO %d: auto runs on %s\n",
               f.bpf.release.c_str(), f.bpf.preemptible_syscalls, f.bpf.tracepoint_misses, f.bpf.fifo_map_syscalls,
-              (*plan)->engines[0].c_str());
-  EXPECT_EQ((*plan)->engines[0], uncounted_skips ? "perf" : "bpf") << (*plan)->engine_reasons[0];
+              std::string(NameOf((*plan)->engines[0])).c_str());
+  EXPECT_EQ(NameOf((*plan)->engines[0]), uncounted_skips ? "perf" : "bpf") << (*plan)->engine_reasons[0];
   if (uncounted_skips) {
     EXPECT_NE((*plan)->engine_reasons[0].find("skips a bpf program, uncounted"), std::string::npos)
         << (*plan)->engine_reasons[0];

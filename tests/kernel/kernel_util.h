@@ -253,7 +253,7 @@ inline std::vector<MetricSnapshot> RunPipelineWith(const std::string& config,
   EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
   if (!cfg.ok()) return {};
   if (CurrentEngine() != "auto") {
-    for (auto& m : cfg->metrics) m.engine = CurrentEngine();
+    for (auto& m : cfg->metrics) m.engine = FromName<Engine>(CurrentEngine()).value();
   }
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), /*check_filters=*/true, Bpf(), {}, features);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();

@@ -174,12 +174,12 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
     const auto& engines = (*plan)->engines;
     const auto& why = (*plan)->engine_reasons;
     ASSERT_EQ(engines.size(), 4u);
-    EXPECT_EQ(engines[0], "bpf") << why[0];
-    EXPECT_EQ(engines[1], "perf") << why[1];  // counting mode
+    EXPECT_EQ(NameOf(engines[0]), "bpf") << why[0];
+    EXPECT_EQ(NameOf(engines[1]), "perf") << why[1];  // counting mode
     EXPECT_NE(why[1].find("counting mode"), std::string::npos) << why[1];
-    EXPECT_EQ(engines[2], "perf") << why[2];
+    EXPECT_EQ(NameOf(engines[2]), "perf") << why[2];
     EXPECT_NE(why[2].find("__probe_ip"), std::string::npos) << why[2];
-    EXPECT_EQ(engines[3], "perf") << why[3];
+    EXPECT_EQ(NameOf(engines[3]), "perf") << why[3];
     EXPECT_NE(why[3].find("user memory"), std::string::npos) << why[3];
   }
   auto cfg = ParseConfig(config("bpf"), "bpf.json");
