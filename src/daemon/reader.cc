@@ -184,7 +184,10 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       LostRecord l;
       if (!ParseLostRecord(p.type, p.bytes, &l)) return;
       // A full ring drops task records too (a LOST_SAMPLES record counts samples only).
-      if (p.type == PERF_RECORD_LOST) comms_.OnLost();
+      if (p.type == PERF_RECORD_LOST) {
+        comms_.OnLost();
+        if (images_ != nullptr) images_->OnLost();
+      }
       for (auto& r : *rings_) {
         if (r.cpu == static_cast<int>(cpu)) r.lost_samples.Add(l.lost);
       }

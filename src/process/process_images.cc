@@ -194,6 +194,17 @@ void ProcessImages::OnExit(uint64_t /*time_ns*/, uint32_t pid, uint32_t tid) {
   }
 }
 
+void ProcessImages::OnLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [pid, p] : procs_) {
+    Image* img = CurrentOf(&p);
+    if (p.exited || img == nullptr || img->ended) continue;
+    img->doubted = true;
+    img->complete = false;
+    p.proc_tried_ns = 0;  // read at the next sample that needs it, however recent the last read
+  }
+}
+
 bool ProcessImages::ReadProc(uint32_t pid, Process* p, uint64_t now_ns) {
   if (p->exited) return false;
   if (p->proc_tried_ns != 0 && now_ns < p->proc_tried_ns + kProcRetryNs) return false;
@@ -229,6 +240,7 @@ bool ProcessImages::ReadProc(uint32_t pid, Process* p, uint64_t now_ns) {
   }
   img->mappings = std::move(mappings);
   img->complete = true;
+  img->doubted = false;
   Refile(pid, img);
   return true;
 }
@@ -290,7 +302,7 @@ void ProcessImages::Frames(uint32_t pid, Process* p, Image* img, bool current, s
     const uint64_t lookup = i == 0 ? ips[i] : ips[i] - 1;  // a return address: the call before it
     Mapping* m = nullptr;
     for (int attempt = 0; attempt < 2 && m == nullptr; ++attempt) {
-      if (img != nullptr && !img->evicted) {
+      if (img != nullptr && !img->evicted && !img->doubted) {
         auto it = std::upper_bound(img->mappings.begin(), img->mappings.end(), lookup,
                                    [](uint64_t a, const Mapping& x) { return a < x.start; });
         if (it != img->mappings.begin() && lookup < std::prev(it)->end) m = &*std::prev(it);

@@ -15,7 +15,10 @@
 //  - PERF_RECORD_EXIT of the thread-group leader (tid == pid): the current image ends.
 // A process first needed by a sample (it predates the daemon, or its records were lost in a full
 // ring) is read from /proc/PID/maps then, at most once a second per process; an image that
-// predates what was learnt starts at time 0.
+// predates what was learnt starts at time 0. A full ring (OnLost: PERF_RECORD_LOST) may have
+// dropped any process's exec or mmap records: every live process's current image is then in
+// doubt, read again from /proc when a sample next needs it, and unused (kNoFile frames) while
+// that read fails (the process is gone) — never the image of the program it ran before.
 //
 // Frames: Normalize (the perf engine, at sample time: the process's current image is the
 // sample's) turns user instruction addresses into (file, offset) frames (UserFrame,
@@ -77,6 +80,8 @@ class ProcessImages {
   void OnExec(uint64_t time_ns, uint32_t pid);
   void OnFork(uint64_t time_ns, uint32_t ppid, uint32_t pid);
   void OnExit(uint64_t time_ns, uint32_t pid, uint32_t tid);
+  // A ring lost records (PERF_RECORD_LOST): the current images of live processes are in doubt.
+  void OnLost();
 
   // Appends the frames of `ips` (user instruction addresses, leaf first: ips[0] the exact pc,
   // the others return addresses, looked up at ip - 1) to `out`, with `pid`'s current image, and
@@ -132,6 +137,7 @@ class ProcessImages {
     uint64_t id = 0;
     uint64_t start_ns = 0;
     bool complete = false, ended = false, sampled = false, evicted = false;
+    bool doubted = false;  // current when a ring lost records, not read from /proc since
     std::vector<Mapping> mappings;               // sorted by start, not overlapping
     std::tuple<int, uint64_t> evict_key{-1, 0};  // (tier, seq) in evict_order_; tier -1: not in it
     size_t bytes = 0;

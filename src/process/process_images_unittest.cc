@@ -170,6 +170,28 @@ TEST_F(ProcessImagesProcTest, APreForkingServerOlderThanTheDaemon) {
   EXPECT_EQ(t.stats().proc_reads, 2u);
 }
 
+// After a full ring (records lost, an exec among them perhaps), a process's image is read again
+// from /proc; a process gone by then has no frames rather than its old program's.
+TEST_F(ProcessImagesProcTest, AfterALossImagesAreReadAgainOrUnused) {
+  MappedFiles files;
+  ProcessImages t(&files, {.proc_root = root_});
+  t.OnExec(100, 42);  // known from records: the old program, at the range /proc now shows server
+  t.OnMmap(101, 42, 0x55d1c2a01000, 0x1000, 0x1000, 8, 1, 5, kRX, "/usr/bin/old");
+  t.OnExec(100, 50);  // another one, which exits unseen (its EXIT record lost)
+  t.OnMmap(101, 50, 0x400000, 0x1000, 0, 8, 1, 6, kRX, "/usr/bin/gone");
+  EXPECT_EQ(files.Get(Now(&t, 42, {0x55d1c2a01010})[0].file)->path, "/usr/bin/old");
+  EXPECT_EQ(files.Get(Now(&t, 50, {0x400010})[0].file)->path, "/usr/bin/gone");
+  EXPECT_EQ(t.stats().proc_reads, 0u);
+  t.OnLost();
+  auto f = Now(&t, 42, {0x55d1c2a01010});
+  ASSERT_NE(f[0].file, kNoFile);
+  EXPECT_EQ(files.Get(f[0].file)->path, "/usr/bin/server") << "read again: what it runs now";
+  EXPECT_EQ(Now(&t, 50, {0x400010})[0].file, kNoFile) << "gone from /proc: not its old program";
+  EXPECT_EQ(t.stats().proc_reads, 2u);
+  EXPECT_EQ(Now(&t, 42, {0x55d1c2a01010})[0].file, f[0].file);
+  EXPECT_EQ(t.stats().proc_reads, 2u) << "once per loss";
+}
+
 // A file overwritten in place (same inode) after its process exited is another identity.
 TEST(MappedFilesTest, IdentityIncludesContentAndTheTableIsBounded) {
   MappedFiles files(2);
