@@ -1,4 +1,4 @@
-// Fuzzes ParseConfig (src/daemon/config.h): any text must give a Config or an error Status that
+// Fuzzes ParseConfig (src/config/config.h): any text must give a Config or an error Status that
 // names the file, never an exception or a crash.
 //
 // Known and being fixed in config.cc (not here): nlohmann::json throws out_of_range 406 "number
@@ -11,7 +11,7 @@
 #include <exception>
 #include <string>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace tpe;

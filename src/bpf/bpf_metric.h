@@ -93,7 +93,7 @@ struct BpfEndpoint {
   // A CPU profile's software clock (kProfile only; tracepoint_id, filter, match and probe
   // unused): its program is a BPF_PROG_TYPE_PERF_EVENT one, which the pipeline attaches to the
   // per-CPU clock events it opens (PERF_EVENT_IOC_SET_BPF at each open, CPU hotplug included;
-  // daemon/plan.h EventPlan::bpf_profile) and which returns 0, so the kernel writes no sample
+  // plan/plan.h EventPlan::bpf_profile) and which returns 0, so the kernel writes no sample
   // for the overflow (bpf_overflow_handler, kernel/events/core.c). Attach() attaches nothing.
   bool clock = false;
 };

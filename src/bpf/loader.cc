@@ -169,7 +169,7 @@ BpfFeatures BpfFeaturesFromUname(const std::string& release, const std::string& 
   };
   f.preempt_rt = version.find("PREEMPT_RT") != std::string::npos || realtime.starts_with("1");
   // "#1 SMP PREEMPT Debian ..." is a fully preemptible kernel; PREEMPT_DYNAMIC says nothing of the
-  // mode it runs in (ProbeBpfFeatures reads it).
+  // mode it runs in (DetectBpfFeatures reads it).
   const bool full_preempt = (" " + version + " ").find(" PREEMPT ") != std::string::npos;
   f.preemptible_syscalls = f.preempt_rt || full_preempt;
   f.probe_read_kernel_str = at_least(5, 5);
@@ -197,13 +197,13 @@ void DecideByLoad(const char* name, const StatusOr<std::vector<bpf_insn>>& insns
 }
 }  // namespace
 
-BpfFeatures ProbeBpfFeatures() {
+BpfFeatures DetectBpfFeatures() {
   utsname u{};
   ::uname(&u);
   std::string realtime;
   std::ifstream rt("/sys/kernel/realtime");
   std::getline(rt, realtime);
-  BpfFeatures f = ProbeBpfFeatures(u.release, u.version, realtime);
+  BpfFeatures f = DetectBpfFeatures(u.release, u.version, realtime);
   // PREEMPT_DYNAMIC: the mode it was booted in or switched to, as debugfs shows it ("none
   // voluntary (full)"), else the command line's preempt=; Debian's and Ubuntu's default is
   // voluntary.
@@ -292,7 +292,7 @@ void DecideMemlockCharged(bool* charged) {
 
 }  // namespace
 
-BpfFeatures ProbeBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime) {
+BpfFeatures DetectBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime) {
   BpfFeatures f = BpfFeaturesFromUname(release, version, realtime);
   // Each probe does what the engine will do, and the kernel's refusal decides: a backport can
   // make the version wrong in either direction.

@@ -36,7 +36,7 @@ struct BpfSupport {
 };
 BpfSupport ProbeBpf();
 
-// Kernel version facts the bpf engine depends on, probed once at startup (ProbeBpfFeatures).
+// Kernel version facts the bpf engine depends on, probed once at startup (DetectBpfFeatures).
 struct BpfFeatures {
   std::string release;       // uname -r
   int major = 0, minor = 0;  // parsed from `release` (0.0 when unparsable)
@@ -48,7 +48,7 @@ struct BpfFeatures {
   // (trace_call_bpf), counted as misses only from Linux 6.7 (tracepoint_misses).
   bool preemptible_syscalls = false;
   // Where preemptible_syscalls: the exporter's map syscalls run at SCHED_FIFO 99, so no task
-  // preempts one and no program is skipped for one (map_syscall_priority.h; ProbeBpfFeatures()
+  // preempts one and no program is skipped for one (map_syscall_priority.h; DetectBpfFeatures()
   // enables it). fifo_map_syscalls_note: why not, when it could not be enabled.
   bool fifo_map_syscalls = false;
   std::string fifo_map_syscalls_note;
@@ -62,7 +62,7 @@ struct BpfFeatures {
   // allocation") and taint; RT kernels refuse the load; earlier ones kmalloc in any tracepoint.
   bool runtime_alloc_safe = true;
   // BPF maps and programs are charged to RLIMIT_MEMLOCK (before Linux 5.11; later to the memory
-  // cgroup). ProbeBpfFeatures then raises RLIMIT_MEMLOCK to infinity when allowed.
+  // cgroup). DetectBpfFeatures then raises RLIMIT_MEMLOCK to infinity when allowed.
   bool memlock_charged = false;
   // BPF_ATOMIC BPF_XCHG (Linux 5.12, kernel commit 5ffa25502b5a "bpf: Add instructions for
   // atomic_[cmp]xchg"): probe programs take their record's guard with it (probe_record.h).
@@ -88,10 +88,10 @@ struct BpfFeatures {
 // RLIMIT_RTPRIO; from then on this process's map syscalls run at SCHED_FIFO 99), its result in
 // fifo_map_syscalls(_note).
 // Never fails; a probe that cannot decide (EPERM) leaves the version's answer.
-BpfFeatures ProbeBpfFeatures();
+BpfFeatures DetectBpfFeatures();
 // The same for a given uname -r, uname -v and /sys/kernel/realtime content (tests: a fleet
 // kernel's answers come through the fault seam).
-BpfFeatures ProbeBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime);
+BpfFeatures DetectBpfFeatures(const std::string& release, const std::string& version, const std::string& realtime);
 // The pure part: the facts that follow from a release ("5.10.0-28-amd64"), a version string
 // (uname -v) and /sys/kernel/realtime's content ("" when absent): the answer where no probe can
 // decide (runtime_alloc_safe, tracepoint_misses: the kernel sources' versions), and the fallback

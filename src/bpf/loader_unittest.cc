@@ -66,7 +66,7 @@ TEST(BpfFeaturesTest, EachKernelOfTheFleetByItsAnswers) {
   };
   for (const FleetKernel& k : fleet) {
     Fault f(k);
-    BpfFeatures got = ProbeBpfFeatures(k.release, k.version, k.realtime);
+    BpfFeatures got = DetectBpfFeatures(k.release, k.version, k.realtime);
     EXPECT_EQ(got.probe_read_kernel_str, k.helper_115) << k.release;
     EXPECT_EQ(got.atomic_xchg, k.xchg) << k.release;
     EXPECT_EQ(got.map_lookup_and_delete, k.hash_lookup_and_delete) << k.release;
@@ -80,13 +80,13 @@ TEST(BpfFeaturesTest, EachKernelOfTheFleetByItsAnswers) {
   backported.xchg = true;
   {
     Fault f(backported);
-    EXPECT_TRUE(ProbeBpfFeatures(backported.release, backported.version, "").atomic_xchg);
+    EXPECT_TRUE(DetectBpfFeatures(backported.release, backported.version, "").atomic_xchg);
   }
   FleetKernel refused = fleet[5];
   refused.hash_lookup_and_delete = false;
   {
     Fault f(refused);
-    EXPECT_FALSE(ProbeBpfFeatures(refused.release, refused.version, "").map_lookup_and_delete);
+    EXPECT_FALSE(DetectBpfFeatures(refused.release, refused.version, "").map_lookup_and_delete);
   }
 }
 
@@ -126,18 +126,18 @@ TEST(BpfFeaturesTest, VerifierRefusingXchgMeansNoXchg) {
     }
     return EPERM;
   });
-  EXPECT_FALSE(ProbeBpfFeatures().atomic_xchg);
+  EXPECT_FALSE(DetectBpfFeatures().atomic_xchg);
 }
 
 TEST(BpfFeaturesTest, VerifierRefusingTheHelperMeansNoProbeReadKernelStr) {
   // Linux 5.4's verifier: "invalid func unknown#115", EINVAL.
   Fault f([](const BpfCall& c) { return c.CallsHelper(BPF_FUNC_probe_read_kernel_str) ? EINVAL : EPERM; });
-  EXPECT_FALSE(ProbeBpfFeatures().probe_read_kernel_str);
+  EXPECT_FALSE(DetectBpfFeatures().probe_read_kernel_str);
 }
 
 TEST(BpfFeaturesTest, AnUndecidedHelperProbeAssumesTheVersion) {
   Fault f([](const BpfCall&) { return EPERM; });  // no CAP_BPF: the version decides (this kernel's)
-  BpfFeatures probed = ProbeBpfFeatures();
+  BpfFeatures probed = DetectBpfFeatures();
   EXPECT_EQ(probed.probe_read_kernel_str, BpfFeaturesFromUname(probed.release, "", "").probe_read_kernel_str);
 }
 

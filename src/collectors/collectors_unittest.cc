@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <string>
 #include <random>
 #include <set>
+#include <string>
 
 #include "collectors/comm_table.h"
 #include "collectors/counter.h"
@@ -89,7 +89,7 @@ TEST(CommTableTest, NamesSetBeforeALossAreCheckedOnce) {
   reads = 0;
   t.OnLost();
   EXPECT_EQ(t.Lookup(2), "[unknown]");  // gone from /proc: not "bash"
-  EXPECT_EQ(t.Lookup(3), "python3");     // alive: /proc agrees
+  EXPECT_EQ(t.Lookup(3), "python3");    // alive: /proc agrees
   EXPECT_EQ(t.Lookup(4), "done");
   EXPECT_EQ(reads, 2);
   EXPECT_EQ(t.Lookup(3), "python3");  // checked once per loss

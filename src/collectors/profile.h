@@ -67,7 +67,7 @@ std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::
 // across a reload from its replacement. Thread-safe.
 uint64_t NextProfileInstance();
 
-// What serves a profile (daemon/profiles.h), whichever engine collects it: ProfileCollector
+// What serves a profile (daemon/profile_pages.h), whichever engine collects it: ProfileCollector
 // (perf samples with callchains) or bpf::BpfProfile (stack maps). Thread-safety: every method
 // from any thread.
 class StackProfile {

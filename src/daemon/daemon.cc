@@ -6,11 +6,11 @@
 #include <string>
 
 #include "common/log.h"
-#include "daemon/bpf_parts.h"
-#include "daemon/config.h"
-#include "daemon/plan.h"
-#include "daemon/probes.h"
-#include "daemon/profiles.h"
+#include "config/config.h"
+#include "daemon/profile_pages.h"
+#include "plan/bpf_parts.h"
+#include "plan/plan.h"
+#include "plan/probes.h"
 
 namespace tpe {
 namespace {
@@ -46,8 +46,8 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   // Filters are checked by the kernel when the perf events are opened (PERF_EVENT_IOC_SET_FILTER);
   // only a rejected one costs a tracefs instance, to tell the kernel's reason.
   // Once: privileges do not grow later, and the kernel does not change. The features first:
-  // ProbeBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
-  static const KernelFeatures probed = ProbeKernelFeatures(tracefs.root());
+  // DetectBpfFeatures raises RLIMIT_MEMLOCK where BPF memory is charged to it.
+  static const KernelFeatures probed = DetectKernelFeatures(tracefs.root());
   static const bpf::BpfSupport bpf = bpf::ProbeBpf();
   // Except what a sysctl or a dropped privilege changes meanwhile (perf_event_max_stack, kallsyms).
   KernelFeatures features = probed;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "collectors/snapshot.h"
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/pipeline.h"
 #include "exporter/http_server.h"
 #include "symbols/debuginfod.h"
@@ -67,7 +67,7 @@ class Daemon {
 
   // The current pipeline's metrics plus the reload self-metrics.
   std::vector<MetricSnapshot> Snapshot();
-  // GET /debug/pprof/<name>[?seconds=N] (daemon/profiles.h ServeProfile on the running
+  // GET /debug/pprof/<name>[?seconds=N] (daemon/profile_pages.h ServeProfile on the running
   // pipeline; a reply's `later` is valid for the daemon's life). Same threads as Snapshot.
   PprofReply Profile(const PprofRequest& request);
   // The running config's profile names, in config order (the landing page's links). Same threads.

@@ -2,11 +2,11 @@
 
 #include <fnmatch.h>
 
-#include "daemon/probes.h"
 #include "decode/field_extractor.h"
 #include "elf/elf_file.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
+#include "plan/probes.h"
 
 namespace tpe {
 

@@ -44,10 +44,10 @@
 #include "collectors/snapshot.h"
 #include "collectors/sweeper.h"
 #include "common/scoped_fd.h"
-#include "daemon/bpf_parts.h"
-#include "daemon/plan.h"
 #include "daemon/reader.h"
 #include "perf/cpu_hotplug.h"
+#include "plan/bpf_parts.h"
+#include "plan/plan.h"
 #include "process/mapped_files.h"
 #include "process/process_images.h"
 #include "profile/renderer.h"
@@ -99,7 +99,7 @@ class Pipeline {
   std::optional<bool> ProfileStamped(const std::string& name) const;
   // The names of the running plan's profiles, in config order. Any thread.
   std::vector<std::string> ProfileNames() const;
-  // What the last render of profile `name` (daemon/profiles.h) made of its frames
+  // What the last render of profile `name` (daemon/profile_pages.h) made of its frames
   // (Symbolizer::Stats: all, no symbol in a known mapping, in no known mapping), for the
   // self-metric tracepoint_exporter_profile_render_frames{profile, frames}. Any thread.
   // `cpu_ns`: the rendering thread's CPU time for it (CLOCK_THREAD_CPUTIME_ID: symbolization,
@@ -113,7 +113,7 @@ class Pipeline {
   // What the reader learnt of processes' mappings, over time (profiles' user frames are
   // normalized with it). Any thread.
   const ProcessImages& process_images() const { return process_images_; }
-  // Renders profiles (daemon/profiles.h): its caches live as long as the pipeline. Any thread.
+  // Renders profiles (daemon/profile_pages.h): its caches live as long as the pipeline. Any thread.
   ProfileRenderer& renderer() const { return renderer_; }
 
   // Main thread only (a reload replaces it).

@@ -7,8 +7,8 @@
 #include "collectors/counter.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "daemon/bpf_parts.h"
 #include "daemon/pipeline.h"
+#include "plan/bpf_parts.h"
 
 namespace tpe {
 

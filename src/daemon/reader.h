@@ -40,8 +40,8 @@
 
 #include "collectors/comm_table.h"
 #include "common/scoped_fd.h"
-#include "daemon/plan.h"
 #include "perf/ring_buffer.h"
+#include "plan/plan.h"
 #include "process/process_images.h"
 #include "unwind/cfi_cache.h"
 

@@ -56,7 +56,7 @@ void SetPerfOpenFaultForTesting(PerfOpenFault fault) {
   fault_hook = fault ? new PerfOpenFault(std::move(fault)) : nullptr;
 }
 
-PerfFeatures ProbePerfFeatures() {
+PerfFeatures DetectPerfFeatures() {
   PerfFeatures out;
   perf_event_attr attr;
   std::memset(&attr, 0, sizeof(attr));
@@ -207,7 +207,7 @@ StatusOr<ScopedFd> OpenPerfEvent(const perf_event_attr& attr, int cpu, int pid) 
     if (err == EMFILE) return Unavailable(what + ": too many open files; raise LimitNOFILE / ulimit -n");
     if (err == EINVAL && (attr.read_format & PERF_FORMAT_LOST)) {
       return InvalidArgument(what + ": " + std::strerror(err) +
-                             "; read_format has PERF_FORMAT_LOST, which needs Linux 6.0 (ProbePerfFeatures decides "
+                             "; read_format has PERF_FORMAT_LOST, which needs Linux 6.0 (DetectPerfFeatures decides "
                              "whether to set it)");
     }
     if (err == EINVAL && (attr.sample_type & PERF_SAMPLE_CGROUP)) {

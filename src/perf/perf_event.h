@@ -93,7 +93,7 @@ struct TracepointEventOptions {
   bool bpf_overflow = false;
 };
 
-// What this kernel's perf_event_open accepts, probed once at startup (ProbePerfFeatures).
+// What this kernel's perf_event_open accepts, probed once at startup (DetectPerfFeatures).
 // perf_copy_attr() (kernel/events/core.c) refuses unknown read_format and sample_type bits with
 // EINVAL whatever the event type, so a per-task PERF_COUNT_SW_DUMMY event (pid 0, cpu -1: no
 // privilege beyond the caller's own task, no tracefs) decides both.
@@ -112,14 +112,14 @@ struct PerfFeatures {
 };
 // Three perf_event_open calls (through the fault seam below), and ReadPerfEventMaxStack. Never
 // fails.
-PerfFeatures ProbePerfFeatures();
+PerfFeatures DetectPerfFeatures();
 
 // The value of kernel.perf_event_max_stack read from `path` (Documentation/admin-guide/sysctl/
 // kernel.rst), or -1 when it cannot be read or is not a number.
 int ReadPerfEventMaxStack(const std::string& path = "/proc/sys/kernel/perf_event_max_stack");
 
 // The fault seam for kernels we cannot boot: while set, every perf_event_open this folder makes
-// (OpenPerfEvent, ProbePerfFeatures) first calls `fault(attr, pid, cpu)`; a nonzero return is
+// (OpenPerfEvent, DetectPerfFeatures) first calls `fault(attr, pid, cpu)`; a nonzero return is
 // taken as that call's errno and the syscall is not made. Pass nullptr to clear. Process-wide;
 // set it only while no other thread opens perf events (tests, before and after the code under
 // test). Example: EINVAL when attr.read_format has PERF_FORMAT_LOST, as Linux 5.x answers.

@@ -35,7 +35,7 @@ class InjectedKernel {
 
 TEST(PerfFeaturesTest, Linux5_4HasNeitherFormatLostNorSampleCgroup) {  // 4.18 and 5.4 answer alike
   InjectedKernel k(PERF_FORMAT_LOST, PERF_SAMPLE_CGROUP);
-  PerfFeatures f = ProbePerfFeatures();
+  PerfFeatures f = DetectPerfFeatures();
   EXPECT_FALSE(f.format_lost);
   EXPECT_FALSE(f.sample_cgroup);
   EXPECT_FALSE(f.inherit_thread);
@@ -44,7 +44,7 @@ TEST(PerfFeaturesTest, Linux5_4HasNeitherFormatLostNorSampleCgroup) {  // 4.18 a
 
 TEST(PerfFeaturesTest, Linux5_10HasSampleCgroupButNotFormatLost) {  // 5.7 .. 5.19
   InjectedKernel k(PERF_FORMAT_LOST, 0);
-  PerfFeatures f = ProbePerfFeatures();
+  PerfFeatures f = DetectPerfFeatures();
   EXPECT_FALSE(f.format_lost);
   EXPECT_TRUE(f.sample_cgroup);  // EACCES: undecided, assumed present, and said so
   EXPECT_NE(f.probe_error.find("PERF_SAMPLE_CGROUP probe: Permission denied"), std::string::npos) << f.probe_error;
@@ -53,7 +53,7 @@ TEST(PerfFeaturesTest, Linux5_10HasSampleCgroupButNotFormatLost) {  // 5.7 .. 5.
 
 TEST(PerfFeaturesTest, Linux5_13HasInheritThread) {
   InjectedKernel k(PERF_FORMAT_LOST, 0, /*no_inherit_thread=*/false);
-  EXPECT_TRUE(ProbePerfFeatures().inherit_thread);  // EACCES: assumed present
+  EXPECT_TRUE(DetectPerfFeatures().inherit_thread);  // EACCES: assumed present
 }
 
 TEST(PerfFeaturesTest, InheritAttrs) {

@@ -137,7 +137,7 @@ class ProcessImages {
     uint64_t id = 0;
     uint64_t start_ns = 0;
     bool complete = false, ended = false, sampled = false, evicted = false;
-    bool doubted = false;  // current when a ring lost records, not read from /proc since
+    bool doubted = false;                        // current when a ring lost records, not read from /proc since
     std::vector<Mapping> mappings;               // sorted by start, not overlapping
     std::tuple<int, uint64_t> evict_key{-1, 0};  // (tier, seq) in evict_order_; tier -1: not in it
     size_t bytes = 0;

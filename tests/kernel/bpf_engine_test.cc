@@ -436,7 +436,7 @@ TEST(BpfEngineTest, ScrapesDuringForkChurnNeverCountTwice) {
 // program run, uncounted, while one of our map syscalls holds bpf_prog_active on its CPU; where
 // kernel code is preemptible (PREEMPT_RT, full preemption) the counted task preempts the scrape's
 // syscall there and its getppid() calls went uncounted (5.10-rt guest: 41,129 of 50,000 calls
-// over 16 scrapes; e2e in the 6.1-rt guest: 397,500 of 400,000). ProbeBpfFeatures runs map
+// over 16 scrapes; e2e in the 6.1-rt guest: 397,500 of 400,000). DetectBpfFeatures runs map
 // syscalls at SCHED_FIFO 99 there (bpf/map_syscall_priority.h), so no task preempts one. The
 // pipeline's threads, this scraping thread and the child share CPU 0; the child calls until the
 // scrapes are done, so every scrape overlaps its calls, and counts its calls itself.

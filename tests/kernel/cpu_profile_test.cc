@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/profiles.h"
+#include "daemon/profile_pages.h"
 #include "kernel/gunzip.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"

@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/pipeline.h"
-#include "daemon/plan.h"
 #include "kernel/kernel_util.h"
+#include "plan/plan.h"
 #include "testing/test_util.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"

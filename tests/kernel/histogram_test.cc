@@ -12,10 +12,10 @@
 #include <fstream>
 #include <functional>
 
-#include "daemon/config.h"
+#include "config/config.h"
 #include "daemon/pipeline.h"
-#include "daemon/plan.h"
 #include "kernel/kernel_util.h"
+#include "plan/plan.h"
 #include "testing/test_util.h"
 #include "tracefs/kernel_enums.h"
 

@@ -44,7 +44,7 @@ TEST(KernelFeaturesTest, PerfWithoutFormatLost) {
     return (a.read_format & PERF_FORMAT_LOST) ? EINVAL : 0;  // as perf_copy_attr() before 6.0
   });
   KernelFeatures f = testing::Probed();
-  f.perf = ProbePerfFeatures();
+  f.perf = DetectPerfFeatures();
   EXPECT_FALSE(f.perf.format_lost);
   constexpr int kCalls = 3000;
   Child child("tpe_nolost", kCalls);
@@ -101,7 +101,7 @@ TEST(KernelFeaturesTest, BpfOnLinux5_4) {
     return 0;
   });
   KernelFeatures f = testing::Probed();
-  f.bpf = bpf::ProbeBpfFeatures();
+  f.bpf = bpf::DetectBpfFeatures();
   EXPECT_FALSE(f.bpf.probe_read_kernel_str);
   f.bpf.runtime_alloc_safe = false;
   f.bpf.tracepoint_misses = false;

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "bpf/loader.h"
-#include "daemon/config.h"
-#include "daemon/kernel_features.h"
+#include "config/config.h"
 #include "daemon/pipeline.h"
-#include "daemon/plan.h"
+#include "plan/kernel_features.h"
+#include "plan/plan.h"
 #include "testing/test_util.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
@@ -41,11 +41,11 @@ inline const bpf::BpfSupport& Bpf() {
   return support;
 }
 
-// The running kernel's features (ProbeKernelFeatures, probed once): what the daemon plans for.
+// The running kernel's features (DetectKernelFeatures, probed once): what the daemon plans for.
 inline const KernelFeatures& ProbedAsIs() {
   static const KernelFeatures features = [] {
     auto tracefs = Tracefs::Discover("auto");
-    return ProbeKernelFeatures(tracefs.ok() ? tracefs->root() : "");
+    return DetectKernelFeatures(tracefs.ok() ? tracefs->root() : "");
   }();
   return features;
 }

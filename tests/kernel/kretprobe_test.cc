@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/probes.h"
 #include "kernel/kernel_util.h"
+#include "plan/probes.h"
 
 namespace tpe {
 namespace {

@@ -17,9 +17,9 @@
 #include <sstream>
 #include <string>
 
-#include "daemon/probes.h"
 #include "elf/elf_file.h"
 #include "kernel_util.h"
+#include "plan/probes.h"
 
 namespace tpe::testing {
 namespace {

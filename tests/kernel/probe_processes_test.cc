@@ -17,8 +17,8 @@
 
 #include "common/file_util.h"
 #include "daemon/daemon.h"
-#include "daemon/probes.h"
 #include "kernel/kernel_util.h"
+#include "plan/probes.h"
 
 namespace tpe {
 namespace {

@@ -1,7 +1,7 @@
-// Probe events from config (daemon/probes.h) through the whole pipeline on the live kernel:
+// Probe events from config (plan/probes.h) through the whole pipeline on the live kernel:
 // uprobes and uretprobes on tests/triggers/uprobe_target, CPython's USDT probes, and no probe
 // event left behind after a run or a reload that drops it.
-#include "daemon/probes.h"
+#include "plan/probes.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

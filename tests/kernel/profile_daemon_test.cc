@@ -17,11 +17,11 @@
 
 #include "common/file_util.h"
 #include "daemon/daemon.h"
-#include "daemon/probes.h"
-#include "daemon/profiles.h"
+#include "daemon/profile_pages.h"
 #include "kernel/gunzip.h"
 #include "kernel/kernel_util.h"
 #include "kernel/stack_paths_trigger.h"
+#include "plan/probes.h"
 #include "pprof/profile.pb.h"
 #include "testing/test_util.h"
 

@@ -28,7 +28,7 @@
 #include <thread>
 
 #include "daemon/daemon.h"
-#include "daemon/profiles.h"
+#include "daemon/profile_pages.h"
 #include "kernel/gunzip.h"
 #include "kernel/kernel_util.h"
 #include "pprof/profile.pb.h"

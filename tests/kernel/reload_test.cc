@@ -16,8 +16,8 @@
 #include "common/scoped_fd.h"
 #include "daemon/daemon.h"
 #include "daemon/pipeline.h"
-#include "daemon/plan.h"
 #include "kernel/kernel_util.h"
+#include "plan/plan.h"
 #include "testing/test_util.h"
 
 namespace tpe {

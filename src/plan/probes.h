@@ -1,6 +1,7 @@
-// Probe events from the config: uprobes, uretprobes, USDT probes, kprobes and kretprobes, named as
-// bpftrace names them, turned into dynamic trace events (tracefs/probe_events.h) that the rest of
-// the plan opens like any tracepoint (docs/ARCHITECTURE.md "Probe events are dynamic trace events").
+// Probe events from the config (their references: config/probe_ref.h): uprobes, uretprobes, USDT
+// probes, kprobes and kretprobes, named as bpftrace names them, turned into dynamic trace events
+// (tracefs/probe_events.h) that the rest of the plan opens like any tracepoint (docs/ARCHITECTURE.md "Probe events are
+// dynamic trace events").
 //
 //   uprobe:PATH:SYMBOL            entry of a function (an OFFSET is parsed but refused by
 //                                 ResolveProbe: no disassembler checks the instruction boundary)
@@ -32,47 +33,12 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/config_names.h"
+#include "config/probe_ref.h"
 #include "elf/usdt.h"
 #include "tracefs/probe_events.h"
 #include "tracefs/tracefs.h"
 
 namespace tpe {
-
-// The prefix of the probe `event` names: its text before the first ':' when that is one of
-// kProbePrefixNames (daemon/config_names.h: uprobe, uretprobe, usdt, kprobe, kretprobe);
-// nullopt for a tracepoint, a clock or anything else.
-std::optional<ProbePrefix> ProbePrefixOf(std::string_view event);
-// Whether `event` names a probe (ProbePrefixOf has a value).
-bool IsProbeEvent(const std::string& event);
-// "uprobe:, uretprobe:, usdt:, kprobe:, kretprobe:" (the prefixes of kProbePrefixNames, in
-// order), for messages.
-std::string ProbePrefixList();
-
-// A parsed probe name.
-struct ProbeRef {
-  ProbeKind kind = ProbeKind::kUprobe;
-  bool usdt = false;
-  std::string path;      // uprobes
-  std::string symbol;    // uprobes: the function; kprobes: the kernel function
-  std::string provider;  // usdt
-  std::string name;      // usdt
-  uint64_t offset = 0;   // bytes into the function ("+OFFSET", decimal or 0x hex)
-};
-// Parses a probe name (above). Errors: InvalidArgument quoting `event` and the valid forms.
-StatusOr<ProbeRef> ParseProbeRef(const std::string& event);
-
-// One "args" entry: field name -> "argN[:TYPE]" | "retval[:TYPE]".
-struct ProbeArg {
-  std::string field;
-  bool retval = false;
-  int index = 0;     // argN
-  std::string type;  // "" = the default
-};
-// Errors: InvalidArgument naming the field and what is valid (a field name
-// [A-Za-z_][A-Za-z0-9_]* of at most 32 characters, not common_* or __probe_*; argN with N 0-5, or
-// 0-11 for USDT; retval only on return probes; TYPE as above).
-StatusOr<ProbeArg> ParseProbeArg(const ProbeRef& probe, const std::string& field, const std::string& spec);
 
 // The kernel fetch args (Documentation/trace/uprobetracer.rst "FETCHARGS") of `args`, in order:
 // {field, "%di:u64"}, {field, "+0(%si):string"}, {field, "$retval:s32"}, and for USDT from the

@@ -11,7 +11,7 @@
 
 #include "collectors/snapshot.h"
 #include "common/status.h"
-#include "daemon/plan.h"
+#include "plan/plan.h"
 
 namespace tpe {
 
@@ -39,7 +39,7 @@ struct MetricCost {
 };
 
 // A profile's `top` heaviest stacks, bpftrace-style (frames leaf first, one per line, then the
-// count), from its folded stacks ("root;...;leaf count" lines, daemon/profiles.h), after a header
+// count), from its folded stacks ("root;...;leaf count" lines, daemon/profile_pages.h), after a header
 // with the profile's name, its distinct stacks and samples.
 void PrintTopStacks(const std::string& name, const std::string& folded, size_t top, std::ostream& out);
 

@@ -1,5 +1,5 @@
-// Probe names, args and the fetch args they become (daemon/probes.h): pure, no root.
-#include "daemon/probes.h"
+// Probe names, args and the fetch args they become (plan/probes.h): pure, no root.
+#include "plan/probes.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "daemon/config.h"
+#include "config/config.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>

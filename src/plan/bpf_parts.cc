@@ -1,4 +1,4 @@
-#include "daemon/bpf_parts.h"
+#include "plan/bpf_parts.h"
 
 #include <algorithm>
 

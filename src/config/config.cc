@@ -1,4 +1,4 @@
-#include "daemon/config.h"
+#include "config/config.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "collectors/buckets.h"
 #include "collectors/native_buckets.h"
 #include "common/scoped_fd.h"
-#include "daemon/probes.h"
+#include "config/probe_ref.h"
 #include "decode/field_extractor.h"
 #include "filter/filter.h"
 
@@ -233,7 +233,7 @@ std::string Name(E value) {
   return std::string(NameOf(value));
 }
 
-// A name table's value (daemon/config_names.h) named `name`, into *out; else an error at
+// A name table's value (config/config_names.h) named `name`, into *out; else an error at
 // `json_path` listing the valid names (those of the table but `except`).
 template <NamedEnum E>
 Status ParseName(const Checker& c, const std::string& json_path, const std::string& name, E* out,

@@ -1,4 +1,4 @@
-#include "daemon/config_names.h"
+#include "config/config_names.h"
 
 #include <gtest/gtest.h>
 

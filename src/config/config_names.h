@@ -1,6 +1,6 @@
 // The config's keyword values (a metric's "type", "engine", a profile's "stack", ...) as enums,
 // each with its one name table (common/name_table.h: FromName, NameOf, NameList, NotOneOf). The
-// parser (daemon/config.cc) turns each string into its enum once; planning, the pipeline, the
+// parser (config/config.cc) turns each string into its enum once; planning, the pipeline, the
 // reports and the canonical form (MetricConfig::canonical) use the enums and print with NameOf,
 // so a name is written once, here. docs/CONFIGURATION.md documents every value.
 //
@@ -43,7 +43,7 @@ inline constexpr EnumName<GaugeKind> kGaugeKindNames[] = {
 };
 constexpr std::span<const EnumName<GaugeKind>> NameTable(GaugeKind) { return kGaugeKindNames; }
 
-// A metric's "engine" (daemon/plan.h says how kAuto chooses). Plan::engines holds the one a
+// A metric's "engine" (plan/plan.h says how kAuto chooses). Plan::engines holds the one a
 // collector runs on: kBpf or kPerf.
 enum class Engine { kAuto, kBpf, kPerf };
 inline constexpr EnumName<Engine> kEngineNames[] = {
@@ -82,7 +82,7 @@ inline constexpr EnumName<BucketType> kBucketTypeNames[] = {
 };
 constexpr std::span<const EnumName<BucketType>> NameTable(BucketType) { return kBucketTypeNames; }
 
-// What a probe event (daemon/probes.h) is attached to: the name before the first ':' of an
+// What a probe event (plan/probes.h) is attached to: the name before the first ':' of an
 // "event" such as "uprobe:PATH:SYMBOL", "usdt:PATH:PROVIDER:NAME" or "kprobe:FUNCTION".
 enum class ProbePrefix { kUprobe, kUretprobe, kUsdt, kKprobe, kKretprobe };
 inline constexpr EnumName<ProbePrefix> kProbePrefixNames[] = {

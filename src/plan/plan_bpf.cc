@@ -14,10 +14,10 @@
 #include "bpf/image_stamps.h"
 #include "common/file_util.h"
 #include "common/utf8.h"
-#include "daemon/bpf_parts.h"
-#include "daemon/plan_internal.h"
 #include "filter/filter.h"
 #include "perf/perf_event.h"
+#include "plan/bpf_parts.h"
+#include "plan/plan_internal.h"
 
 namespace tpe::plan_internal {
 namespace {

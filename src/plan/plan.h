@@ -24,12 +24,12 @@
 #include "collectors/collector.h"
 #include "common/cgroup_resolver.h"
 #include "common/scoped_fd.h"
-#include "daemon/config.h"
-#include "daemon/kernel_features.h"
-#include "daemon/probes.h"
+#include "config/config.h"
 #include "format/event_format.h"
 #include "format/print_symbols.h"
 #include "perf/perf_event.h"
+#include "plan/kernel_features.h"
+#include "plan/probes.h"
 #include "tracefs/kernel_enums.h"
 #include "tracefs/tracefs.h"
 
@@ -222,7 +222,7 @@ struct Plan {
 // (a counting-mode counter adds their counts), on bpf the metric is a BpfPartsMetric with a part
 // per file.
 //
-// `features` (ProbeKernelFeatures; the default is a current kernel) decides the fallbacks: the
+// `features` (DetectKernelFeatures; the default is a current kernel) decides the fallbacks: the
 // loader's options (bpf::SetLoadOptions: preallocated maps, probe_read helpers), perf events
 // without PERF_FORMAT_LOST, cgroup labels left out (with a warning) where cgroup v2 holds no
 // tasks, and a refusal of a cgroup label on the perf engine without PERF_SAMPLE_CGROUP

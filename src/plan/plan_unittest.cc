@@ -1,4 +1,4 @@
-#include "daemon/plan.h"
+#include "plan/plan.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

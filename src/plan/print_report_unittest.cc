@@ -1,4 +1,4 @@
-#include "daemon/print_report.h"
+#include "plan/print_report.h"
 
 #include <gtest/gtest.h>
 

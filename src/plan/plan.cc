@@ -1,4 +1,4 @@
-#include "daemon/plan.h"
+#include "plan/plan.h"
 
 #include <unistd.h>
 
@@ -10,8 +10,8 @@
 #include "collectors/latency.h"
 #include "collectors/profile.h"
 #include "common/file_util.h"
-#include "daemon/plan_internal.h"
 #include "decode/field_extractor.h"
+#include "plan/plan_internal.h"
 
 namespace tpe {
 

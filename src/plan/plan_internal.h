@@ -11,7 +11,7 @@
 #include "bpf/loader.h"
 #include "collectors/gauge.h"
 #include "collectors/native_buckets.h"
-#include "daemon/plan.h"
+#include "plan/plan.h"
 
 namespace tpe::plan_internal {
 
@@ -51,7 +51,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                              const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
                              const std::set<std::string>& running_bpf, std::string* why);
 
-// Probe events (daemon/probes.h) of `m` created or shared through ProbeRegistry and renamed in
+// Probe events (plan/probes.h) of `m` created or shared through ProbeRegistry and renamed in
 // `m` to their "group:event"; sets m->probe. Errors name the file, the JSON path and the probe.
 Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m);
 

@@ -1,11 +1,11 @@
-// The kernel's features, probed once at startup by the floor that owns each syscall (perf/
+// The kernel's features, detected once at startup by the floor that owns each syscall (perf/
 // for perf_event_open bits, bpf/ for helpers and map behaviour) and gathered here into the one
 // value the plan reads (Plan::features). The plan, never a collector, chooses each fallback; it
 // records what is unavailable and what that costs in Plan::kernel_notes, which the log,
 // --config.check and --print show, and tracepoint_exporter_kernel_feature{feature,since} exports
 // as 0|1.
 //
-// Thread-safety: values; ProbeKernelFeatures is called once on the main thread.
+// Thread-safety: values; DetectKernelFeatures is called once on the main thread.
 #pragma once
 
 #include <optional>
@@ -45,10 +45,10 @@ struct KernelFeatures {
   std::optional<bool> kallsyms_hidden;
 };
 
-// Probes everything (perf: ProbePerfFeatures; bpf: ProbeBpfFeatures, which also raises
+// Detects everything (perf: DetectPerfFeatures; bpf: DetectBpfFeatures, which also raises
 // RLIMIT_MEMLOCK where it is charged; cgroup: the /proc files; probe syntax: <tracefs_root>/README
 // when a root is given; RefreshRuntimeFacts). Never fails.
-KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root = "");
+KernelFeatures DetectKernelFeatures(const std::string& tracefs_root = "");
 
 // Reads again the facts a sysctl or a privilege can change while the daemon runs:
 // perf.max_stack (kernel.perf_event_max_stack) and kallsyms_hidden (from `kallsyms_path`). Cheap

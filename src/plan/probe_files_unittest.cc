@@ -1,4 +1,4 @@
-// The files probes depend on (daemon/probes.h): /proc/PID/maps identities (which processes still
+// The files probes depend on (plan/probes.h): /proc/PID/maps identities (which processes still
 // run a replaced binary), <tracefs>/kprobe_profile (kretprobe misses), FileIdentity. Pure, no root.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "daemon/probes.h"
+#include "plan/probes.h"
 
 namespace tpe {
 namespace {

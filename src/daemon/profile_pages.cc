@@ -1,4 +1,4 @@
-#include "daemon/profiles.h"
+#include "daemon/profile_pages.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // The plan's fallbacks for each feature a kernel of the fleet lacks (values as the probes would
 // return them there; the probes' own injection tests are in perf/ and bpf/).
-#include "daemon/kernel_features.h"
+#include "plan/kernel_features.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 
 #include "bpf/bpf_profile.h"
 #include "common/file_util.h"
-#include "daemon/plan.h"
+#include "plan/plan.h"
 #include "testing/test_util.h"
 
 namespace tpe {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/config_names.h"
+#include "config/config_names.h"
 
 namespace tpe {
 
@@ -92,11 +92,11 @@ struct EndpointConfig {
   std::string event;             // "system:event"
   std::vector<std::string> key;  // integer fields matched between start and end
   std::string filter;            // kernel filter for this side
-  // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]", in config order.
+  // Probe events (plan/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]", in config order.
   std::vector<std::pair<std::string, std::string>> args;
   int pid = 0;  // uprobe/usdt: only this process (0: every process)
   // kretprobe: MAXACTIVE, calls in flight whose return is caught (0: kDefaultMaxactive,
-  // daemon/probes.h; at most 4096, the kernel's KRETPROBE_MAXACTIVE_MAX).
+  // plan/probes.h; at most 4096, the kernel's KRETPROBE_MAXACTIVE_MAX).
   uint32_t maxactive = 0;
   std::string json_path;  // "metrics[3].start[1]"
 };
@@ -118,11 +118,11 @@ struct MetricConfig {
   // down) or kMax | kMin | kLast (event, filter, value as for a histogram). kNone: not a gauge.
   GaugeKind gauge = GaugeKind::kNone;
   GaugeSideConfig up, down;
-  // Which engine aggregates it (daemon/plan.h says how kAuto chooses).
+  // Which engine aggregates it (plan/plan.h says how kAuto chooses).
   Engine engine = Engine::kAuto;
   std::string event;   // "system:event" (counter, histogram)
   std::string filter;  // kernel filter syntax; empty = none (counter, histogram)
-  // Probe events (daemon/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
+  // Probe events (plan/probes.h): field name -> "argN[:TYPE]" | "retval[:TYPE]" (counter, histogram).
   std::vector<std::pair<std::string, std::string>> args;
   int pid = 0;             // uprobe/usdt (counter, histogram): only this process (0: every process)
   uint32_t maxactive = 0;  // kretprobe (counter, histogram): as EndpointConfig::maxactive

@@ -1,4 +1,4 @@
-#include "daemon/kernel_features.h"
+#include "plan/kernel_features.h"
 
 #include <sstream>
 
@@ -45,10 +45,10 @@ CgroupFacts DetectCgroupFacts(const std::string& mountinfo, const std::string& p
   return out;
 }
 
-KernelFeatures ProbeKernelFeatures(const std::string& tracefs_root) {
+KernelFeatures DetectKernelFeatures(const std::string& tracefs_root) {
   KernelFeatures f;
-  f.perf = ProbePerfFeatures();
-  f.bpf = bpf::ProbeBpfFeatures();
+  f.perf = DetectPerfFeatures();
+  f.bpf = bpf::DetectBpfFeatures();
   auto mi = ReadFileToString("/proc/self/mountinfo");
   auto pc = ReadFileToString("/proc/self/cgroup");
   if (mi.ok() && pc.ok()) f.cgroup = DetectCgroupFacts(*mi, *pc);
