@@ -7,11 +7,11 @@
 
 namespace tpe {
 
-void Sweeper::Start(const std::vector<std::unique_ptr<Collector>>* collectors, uint64_t idle_ns, CostWindows cost) {
+void Sweeper::Start(const std::vector<Collector*>& collectors, uint64_t idle_ns, CostWindows cost) {
   Stop();
   std::vector<Collector*> mine;
-  for (const auto& c : *collectors) {
-    if (c && c->SweepsOffReader()) mine.push_back(c.get());
+  for (Collector* c : collectors) {
+    if (c && c->SweepsOffReader()) mine.push_back(c);
   }
   if (mine.empty()) return;
   {

@@ -45,8 +45,8 @@ class Sweeper {
   ~Sweeper() { Stop(); }
 
   // Starts the thread if some collector SweepsOffReader(). `idle_ns`: 0 = never idle.
-  void Start(const std::vector<std::unique_ptr<Collector>>* collectors, uint64_t idle_ns,
-             CostWindows cost = CostWindows{});
+  // `collectors`: null entries are skipped.
+  void Start(const std::vector<Collector*>& collectors, uint64_t idle_ns, CostWindows cost = CostWindows{});
   // Joins the thread (an in-progress sweep finishes first). Idempotent.
   void Stop();
   // Sweeps done so far (for tests).

@@ -10,6 +10,12 @@
 namespace tpe {
 namespace {
 
+std::vector<Collector*> Ptrs(const std::vector<std::unique_ptr<Collector>>& cs) {
+  std::vector<Collector*> out;
+  for (const auto& c : cs) out.push_back(c.get());
+  return out;
+}
+
 class FakeCollector : public Collector {
  public:
   explicit FakeCollector(bool off_reader) : off_reader_(off_reader) {}
@@ -55,7 +61,7 @@ TEST(SweeperTest, SweepsOffReaderCollectorsAndStopsCleanly) {
   auto* off = static_cast<FakeCollector*>(cs[0].get());
   auto* on = static_cast<FakeCollector*>(cs[1].get());
   Sweeper s;
-  s.Start(&cs, 7);
+  s.Start(Ptrs(cs), 7);
   off->dropped = 1;
   EXPECT_TRUE(Eventually([&] { return off->sweeps.load() >= 1; }));
   s.Stop();
@@ -66,7 +72,7 @@ TEST(SweeperTest, SweepsOffReaderCollectorsAndStopsCleanly) {
   EXPECT_EQ(on->sweeps.load(), 0u);
   s.Stop();  // idempotent
   // Restart (as after a reload's swap), then destruction stops it.
-  s.Start(&cs, 7);
+  s.Start(Ptrs(cs), 7);
   off->dropped = 3;
   EXPECT_TRUE(Eventually([&] { return off->sweeps.load() > after; }));
 }
@@ -75,7 +81,7 @@ TEST(SweeperTest, NoThreadWithoutSuchCollectors) {
   std::vector<std::unique_ptr<Collector>> cs;
   cs.push_back(std::make_unique<FakeCollector>(false));
   Sweeper s;
-  s.Start(&cs, 7);
+  s.Start(Ptrs(cs), 7);
   EXPECT_EQ(s.sweeps(), 0u);
   s.Stop();
 }
@@ -97,7 +103,7 @@ TEST(SweeperTest, CostWindowsHoldTheStatsHandleAndFollowThePeriod) {
     return ScopedFd(::dup(0));  // stands for the BPF_ENABLE_STATS fd
   };
   Sweeper s;
-  s.Start(&cs, 7, cost);
+  s.Start(Ptrs(cs), 7, cost);
   EXPECT_TRUE(Eventually([&] { return c->closed.load() >= 3; }));
   s.Stop();
   EXPECT_EQ(static_cast<uint64_t>(enables.load()), c->opened.load());  // a window per handle
@@ -113,7 +119,7 @@ TEST(SweeperTest, CostWindowsHoldTheStatsHandleAndFollowThePeriod) {
     return PermissionDenied("BPF_ENABLE_STATS: Operation not permitted");
   };
   Sweeper f;
-  f.Start(&cs, 7, cost);
+  f.Start(Ptrs(cs), 7, cost);
   d->dropped = 5;
   EXPECT_TRUE(Eventually([&] { return d->sweeps.load() >= 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(700));  // two periods

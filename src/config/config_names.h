@@ -43,7 +43,7 @@ inline constexpr EnumName<GaugeKind> kGaugeKindNames[] = {
 };
 constexpr std::span<const EnumName<GaugeKind>> NameTable(GaugeKind) { return kGaugeKindNames; }
 
-// A metric's "engine" (plan/plan.h says how kAuto chooses). Plan::engines holds the one a
+// A metric's "engine" (plan/plan.h says how kAuto chooses). MetricPlan::engine holds the one a
 // collector runs on: kBpf or kPerf.
 enum class Engine { kAuto, kBpf, kPerf };
 inline constexpr EnumName<Engine> kEngineNames[] = {

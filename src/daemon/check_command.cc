@@ -16,11 +16,10 @@ Status CheckConfig(const std::string& config_file, const Tracefs& tracefs, const
   const Plan& plan = (*opened)->plan();
   const size_t tracepoints = static_cast<size_t>(
       std::count_if(plan.events.begin(), plan.events.end(), [](const auto& ep) { return !ep->mmap_tracker; }));
-  out << config_file << ": OK (" << plan.collectors.size() << " metrics, " << tracepoints
+  out << config_file << ": OK (" << plan.metrics.size() << " metrics, " << tracepoints
       << " tracepoints, every perf event opened and BPF program attached)\n";
-  for (size_t i = 0; i < plan.collectors.size(); ++i) {
-    out << "  " << plan.collectors[i]->name() << ": " << NameOf(plan.engines[i]) << " engine ("
-        << plan.engine_reasons[i] << ")\n";
+  for (const MetricPlan& m : plan.metrics) {
+    out << "  " << m.collector->name() << ": " << NameOf(m.engine) << " engine (" << m.engine_reason << ")\n";
   }
   for (const auto& n : plan.kernel_notes) out << "  kernel: " << n << "\n";
   out.flush();

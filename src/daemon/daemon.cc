@@ -53,12 +53,13 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   KernelFeatures features = probed;
   RefreshRuntimeFacts(&features);
   std::set<std::string> running_bpf;
-  for (size_t i = 0; running != nullptr && i < running->identities.size(); ++i) {
-    if (running->engines[i] != Engine::kBpf) continue;
-    running_bpf.insert(running->identities[i]);
+  static const std::vector<MetricPlan> kNone;
+  for (const MetricPlan& m : running != nullptr ? running->metrics : kNone) {
+    if (m.engine != Engine::kBpf) continue;
+    running_bpf.insert(m.identity);
     // A metric on probe events: the parts it runs (one per event of a replaced binary).
-    if (auto* parts = dynamic_cast<const BpfPartsMetric*>(running->collectors[i].get())) {
-      for (const std::string& key : parts->keys()) running_bpf.insert(running->identities[i] + "\n" + key);
+    if (auto* parts = dynamic_cast<const BpfPartsMetric*>(m.collector.get())) {
+      for (const std::string& key : parts->keys()) running_bpf.insert(m.identity + "\n" + key);
     }
   }
   TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
@@ -67,8 +68,8 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
     for (const auto& n : plan->kernel_notes) TPE_LOG_WARN("kernel: {}", n);
   }
   for (const auto& w : plan->warnings) TPE_LOG_WARN("{}", w);
-  for (size_t i = 0; i < plan->collectors.size(); ++i) {
-    TPE_LOG_INFO("{}: {} engine ({})", plan->collectors[i]->name(), NameOf(plan->engines[i]), plan->engine_reasons[i]);
+  for (const MetricPlan& m : plan->metrics) {
+    TPE_LOG_INFO("{}: {} engine ({})", m.collector->name(), NameOf(m.engine), m.engine_reason);
   }
   return plan;
 }
@@ -174,7 +175,7 @@ void Daemon::Stop() {
   if (pipeline_) pipeline_->Stop();
 }
 
-size_t Daemon::metric_count() { return pipeline_ ? pipeline_->plan().collectors.size() : 0; }
+size_t Daemon::metric_count() { return pipeline_ ? pipeline_->plan().metrics.size() : 0; }
 
 std::vector<std::string> Daemon::warnings() {
   return pipeline_ ? pipeline_->plan().warnings : std::vector<std::string>{};

@@ -106,7 +106,7 @@ Status Pipeline::Open(std::unique_ptr<Plan> plan) {
     TPE_RETURN_IF_ERROR(OpenTaskEvents(ep.get(), -1, /*must_exist=*/true));
     TPE_RETURN_IF_ERROR(EnableAll(ep.get(), -1));
   }
-  for (auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     if (c) TPE_RETURN_IF_ERROR(c->Attach());  // the bpf engine's programs; nothing for perf
   }
   reader_->SetPlan(plan_.get());
@@ -129,7 +129,7 @@ Status Pipeline::StartThread() {
   running_ = true;
   thread_ = std::thread([this] { Run(); });
   const double idle_s = plan_->settings.series_idle_timeout_seconds;
-  sweeper_.Start(&plan_->collectors, idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0, CostWindowsOf(*plan_));
+  sweeper_.Start(plan_->Collectors(), idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0, CostWindowsOf(*plan_));
   return Status::Ok();
 }
 
@@ -353,7 +353,7 @@ void Pipeline::Stop() {
   stopped_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& c : plan_->collectors) {
+    for (Collector* c : plan_->Collectors()) {
       if (c) c->Detach();  // bpf: counts freeze; maps stay readable
     }
     for (auto& ep : plan_->events) DisableAll(ep.get());

@@ -13,7 +13,7 @@
 //  * Probe events of a replaced binary (Plan::probe_replaced): a kept metric keeps the perf
 //    events (and bpf programs) of the events it still has, gets new ones on the events it did
 //    not have, and the counts of events it no longer has (no process maps their file) carry on
-//    (counting mode: Plan::counting_carried; samples still in the rings: Plan::draining).
+//    (counting mode: MetricPlan::counting_carried; samples still in the rings: Plan::draining).
 //  * "pid" events: a perf event per thread of the process (EventPlan::task_fds), inherited by
 //    the threads it creates later; see OpenTaskEvents in pipeline.cc.
 //  * CPU hotplug: a per-CPU perf event dies when its CPU goes offline and stays dead when the

@@ -67,9 +67,9 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
 }
 
 StatusOr<int> Pipeline::BpfProgramOf(const EventPlan& ep) const {
-  for (size_t i = 0; i < plan_->identities.size() && i < plan_->collectors.size(); ++i) {
-    if (plan_->identities[i] != ep.bpf_profile) continue;
-    const auto* profile = dynamic_cast<const bpf::BpfProfile*>(plan_->collectors[i].get());
+  for (const MetricPlan& m : plan_->metrics) {
+    if (m.identity != ep.bpf_profile) continue;
+    const auto* profile = dynamic_cast<const bpf::BpfProfile*>(m.collector.get());
     const int fd = profile != nullptr ? profile->metric().end_program_fd() : -1;
     if (fd >= 0) return fd;
   }

@@ -37,7 +37,7 @@ void Add(MetricSnapshot* m, LabelPairs labels, double v) {
 }  // namespace
 
 std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const std::string& name) {
-  for (const auto& c : plan.collectors) {
+  for (const Collector* c : plan.Collectors()) {
     if (c && c->stack_profile() != nullptr && c->name() == name) {
       const StackProfile& p = *c->stack_profile();
       return ProfileData{p.value_type(), p.value_unit(), p.scale(), p.instance(), p.Stacks()};
@@ -78,7 +78,7 @@ uint64_t Pipeline::RenderCpuNs(const std::string& name) const {
 std::optional<bool> Pipeline::ProfileStamped(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!plan_) return std::nullopt;
-  for (const auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     if (c && c->stack_profile() != nullptr && c->name() == name) return c->stack_profile()->stamped();
   }
   return std::nullopt;
@@ -88,7 +88,7 @@ std::vector<std::string> Pipeline::ProfileNames() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   if (!plan_) return out;
-  for (const auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     if (c && c->is_profile()) out.push_back(c->name());
   }
   return out;
@@ -98,7 +98,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<MetricSnapshot> out;
   if (!plan_) return out;
-  for (const auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     if (!c->is_profile()) out.push_back(c->Snapshot());
   }
 
@@ -224,7 +224,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                         "task_exited (its pid/tid label names a task that exited; removed once its final value "
                         "was scraped, or at once when the metric is full and a new series needs the room).",
                         MetricKind::kCounter);
-  for (const auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     Add(&decode, {{"metric", c->name()}}, static_cast<double>(c->decode_errors()));
     Add(&dropped, {{"metric", c->name()}}, static_cast<double>(c->series_dropped()));
     auto [idle, exited] = c->series_removed();
@@ -242,7 +242,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   auto inflight =
       Family("tracepoint_exporter_latency_inflight",
              "Latency starts waiting for their end (at most the metric's max_inflight).", MetricKind::kGauge);
-  for (const auto& c : plan_->collectors) {
+  for (Collector* c : plan_->Collectors()) {
     if (c == nullptr || !c->is_latency()) continue;
     for (int r = 0; r < LatencyUnmatched::kReasonCount; ++r) {
       auto reason = static_cast<LatencyUnmatched::Reason>(r);
@@ -297,8 +297,8 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   out.push_back(std::move(reopens));
   out.push_back(std::move(untraced));
 
-  if (std::any_of(plan_->collectors.begin(), plan_->collectors.end(),
-                  [](const auto& c) { return c && c->is_profile(); })) {
+  const std::vector<Collector*> collectors = plan_->Collectors();
+  if (std::any_of(collectors.begin(), collectors.end(), [](const Collector* c) { return c && c->is_profile(); })) {
     const ProcessImages::Stats images = process_images_.stats();
     auto learnt = Family("tracepoint_exporter_profile_learnt_processes",
                          "Processes whose mappings are known (from PERF_RECORD_MMAP2 and the task records, or read "
@@ -535,10 +535,10 @@ void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
                             "bad_rule (a rule that cannot be evaluated), no_progress (a corrupt stack), "
                             "no_registers (a kernel thread).",
                             MetricKind::kCounter);
-  for (size_t i = 0; i < plan_->collectors.size(); ++i) {
-    const Collector* c = plan_->collectors[i].get();
+  for (const MetricPlan& m : plan_->metrics) {
+    const Collector* c = m.collector.get();
     if (c == nullptr) continue;
-    const std::string engine(NameOf(i < plan_->engines.size() ? plan_->engines[i] : Engine::kPerf));
+    const std::string engine(NameOf(m.engine));
     Add(&info, {{"metric", c->name()}, {"engine", engine}}, 1);
     for (EngineStat& st : c->EngineStats()) {
       for (MetricSnapshot* f :

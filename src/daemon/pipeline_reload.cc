@@ -35,7 +35,9 @@ void FoldIntoGroup(const EventPlan& d, Plan* plan) {
 // program nor a perf event, and it would count nothing from then on. Its series restart (a counter
 // reset).
 bool SameMetric(const Plan& running, size_t j, const Plan& next, size_t i) {
-  return running.collectors[j] && running.identities[j] == next.identities[i] && running.engines[j] == next.engines[i];
+  const MetricPlan& r = running.metrics[j];
+  const MetricPlan& n = next.metrics[i];
+  return r.collector && r.identity == n.identity && r.engine == n.engine;
 }
 }  // namespace
 
@@ -85,11 +87,11 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     //     if the reload fails.
     std::vector<Collector*> detached;
     if (result.ok()) {
-      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-        Collector* b = plan_->collectors[j].get();
+      for (size_t j = 0; j < plan_->metrics.size(); ++j) {
+        Collector* b = plan_->metrics[j].collector.get();
         if (b == nullptr || !b->attached()) continue;
         bool kept_metric = false;
-        for (size_t i = 0; i < next->collectors.size(); ++i) kept_metric |= SameMetric(*plan_, j, *next, i);
+        for (size_t i = 0; i < next->metrics.size(); ++i) kept_metric |= SameMetric(*plan_, j, *next, i);
         if (kept_metric) continue;
         b->Detach();
         detached.push_back(b);
@@ -98,12 +100,12 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
     // 2b. Attach the programs of new bpf metrics (kept ones stay attached, with their maps). A
     //     kept metric on probe events gets programs on the events it did not have (a binary
     //     replaced since), beside its running ones.
-    for (size_t i = 0; i < next->collectors.size() && result.ok(); ++i) {
-      Collector* b = next->collectors[i].get();
+    for (size_t i = 0; i < next->metrics.size() && result.ok(); ++i) {
+      Collector* b = next->metrics[i].collector.get();
       if (b == nullptr) continue;
       const Collector* running = nullptr;
-      for (size_t j = 0; j < plan_->collectors.size(); ++j) {
-        if (SameMetric(*plan_, j, *next, i)) running = plan_->collectors[j].get();
+      for (size_t j = 0; j < plan_->metrics.size(); ++j) {
+        if (SameMetric(*plan_, j, *next, i)) running = plan_->metrics[j].collector.get();
       }
       if (running == nullptr) {
         result = b->Attach();  // on error `next` is destroyed: its programs detach
@@ -113,7 +115,7 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       }
     }
     if (!result.ok()) {
-      for (auto& c : next->collectors) {  // free their tracepoints' program slots first
+      for (Collector* c : next->Collectors()) {  // free their tracepoints' program slots first
         if (c != nullptr) c->Detach();
       }
       for (Collector* b : detached) {
@@ -159,12 +161,12 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       };
       std::vector<Rebase> rebased;
       std::vector<Collector*> adopted_collectors;
-      for (auto& c : next->collectors) c->set_active_since_ns(swap_ns);
-      for (size_t i = 0; i < next->collectors.size(); ++i) {
-        for (size_t j = 0; j < plan_->collectors.size(); ++j) {
+      for (Collector* c : next->Collectors()) c->set_active_since_ns(swap_ns);
+      for (size_t i = 0; i < next->metrics.size(); ++i) {
+        for (size_t j = 0; j < plan_->metrics.size(); ++j) {
           if (!SameMetric(*plan_, j, *next, i)) continue;
-          Collector* fresh = next->collectors[i].get();
-          std::unique_ptr<Collector> adopted = std::move(plan_->collectors[j]);
+          Collector* fresh = next->metrics[i].collector.get();
+          std::unique_ptr<Collector> adopted = std::move(plan_->metrics[j].collector);
           adopted_collectors.push_back(adopted.get());
           if (auto* parts = dynamic_cast<BpfPartsMetric*>(fresh); parts != nullptr && adopted != nullptr) {
             // The running programs and maps go on in the next plan's metric, with the programs
@@ -181,10 +183,10 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
               if (consumer.first == fresh) consumer.first = adopted.get();
             }
           }
-          if (!next->counting_events[i].empty()) {
+          if (!next->metrics[i].counting_events.empty()) {
             rebased.push_back({static_cast<CounterCollector*>(adopted.get()), i, j});
           }
-          next->collectors[i] = std::move(adopted);
+          next->metrics[i].collector = std::move(adopted);
           break;
         }
       }
@@ -197,13 +199,13 @@ Status Pipeline::Reload(std::unique_ptr<Plan> next) {
       // that no process maps any more is closed): it goes on from their final counts, read now
       // that they are disabled, plus what its remaining and new events count.
       for (const Rebase& r : rebased) {
-        uint64_t carried = plan_->counting_carried[r.running_index];
-        for (EventPlan* oep : plan_->counting_events[r.running_index]) {
+        uint64_t carried = plan_->metrics[r.running_index].counting_carried;
+        for (EventPlan* oep : plan_->metrics[r.running_index].counting_events) {
           const bool moved = std::any_of(kept.begin(), kept.end(), [&](const EventPlan* k) { return k == oep; });
           if (!moved) carried += oep->ReadKernelCounts().count;
         }
-        next->counting_carried[r.next_index] = carried;
-        std::vector<EventPlan*> eps = next->counting_events[r.next_index];
+        next->metrics[r.next_index].counting_carried = carried;
+        std::vector<EventPlan*> eps = next->metrics[r.next_index].counting_events;
         r.counter->RebindKernelCount([eps, carried] { return KernelCount(eps, carried); });
       }
       // Sampled events closed here whose samples a kept metric still needs (an event of a

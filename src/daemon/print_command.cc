@@ -28,9 +28,9 @@ Status PrintFor(const std::string& config_file, const std::string& duration_text
   Pipeline& pipeline = **opened;
   const Plan& plan = pipeline.plan();
   for (const auto& n : plan.kernel_notes) std::fprintf(stderr, "kernel: %s\n", n.c_str());
-  for (size_t i = 0; i < plan.collectors.size(); ++i) {
-    std::fprintf(stderr, "%s: %s engine (%s)\n", plan.collectors[i]->name().c_str(),
-                 std::string(NameOf(plan.engines[i])).c_str(), plan.engine_reasons[i].c_str());
+  for (const MetricPlan& m : plan.metrics) {
+    std::fprintf(stderr, "%s: %s engine (%s)\n", m.collector->name().c_str(), std::string(NameOf(m.engine)).c_str(),
+                 m.engine_reason.c_str());
   }
   // The kernel times every BPF program run while this fd is held (a short, interactive run).
   auto stats = bpf::EnableRunTimeStats();
@@ -46,7 +46,7 @@ Status PrintFor(const std::string& config_file, const std::string& duration_text
   std::vector<MetricCost> costs = MetricCosts(pipeline.plan(), stats.ok());
   auto snap = pipeline.Snapshot();
   const std::vector<std::string> profiles = pipeline.ProfileNames();
-  snap.resize(pipeline.plan().collectors.size() - profiles.size());  // user metrics only
+  snap.resize(pipeline.plan().metrics.size() - profiles.size());  // user metrics only
   PrintReport(snap, out);
   for (const std::string& name : profiles) {
     PrintTopStacks(name, RenderProfile(pipeline, name, "folded").body, 10, out);

@@ -31,8 +31,8 @@ void Reader::SetPlan(Plan* plan) {
     }
   }
   std::sort(by_id_.begin(), by_id_.end());
-  for (auto& c : plan_->collectors) {
-    if (c != nullptr) c->set_user_stacks(images_, tables_);
+  for (auto& m : plan_->metrics) {
+    if (m.collector != nullptr) m.collector->set_user_stacks(images_, tables_);
   }
   // 100 ms while a metric (not a profile: renders catch up with a mark) counts ring samples.
   idle_ns_ = kIdleNs;
@@ -287,15 +287,16 @@ void Reader::Round(bool flush_all) {
     if (all_dispatched) FinishGapCheck();
   }
   for (auto& r : *rings_) HoldAndRelease(&r);
-  for (auto& c : plan_->collectors) {
-    if (c) c->OnRoundEnd();  // null once a reload moved it to the next pipeline
+  for (auto& m : plan_->metrics) {
+    if (m.collector) m.collector->OnRoundEnd();  // null once a reload moved it to the next pipeline
   }
   if (now - last_sweep_ns_ >= 1'000'000'000ULL || flush_all) {
     last_sweep_ns_ = now;
     const double idle_s = plan_->settings.series_idle_timeout_seconds;
     const uint64_t idle_ns = idle_s > 0 ? static_cast<uint64_t>(idle_s * 1e9) : 0;
     const TaskExited exited = [this](uint32_t tid) { return comms_.HasExited(tid); };
-    for (auto& c : plan_->collectors) {
+    for (auto& m : plan_->metrics) {
+      Collector* c = m.collector.get();
       if (c && !c->SweepsOffReader()) c->Sweep(now, idle_ns, exited);  // the others: collectors/sweeper.h
     }
   }

@@ -98,7 +98,7 @@ struct Fixture {
     e->consumers.emplace_back(c.get(), 0);
     ev = e.get();
     plan.events.push_back(std::move(e));
-    plan.collectors.push_back(std::move(c));
+    plan.AddMetric(std::move(c), "");
     plan.needs_comm = true;
   }
   void MapRings() {
@@ -261,7 +261,7 @@ TEST(ReaderTest, LatencyPairsAcrossCpusReadOutOfOrder) {
   end_ev->consumers.emplace_back(c.get(), 1);
   plan.events.push_back(std::move(start_ev));
   plan.events.push_back(std::move(end_ev));
-  plan.collectors.push_back(std::move(c));
+  plan.AddMetric(std::move(c), "");
   plan.needs_ordering = true;
 
   FakeMmap m0, m1;
@@ -304,7 +304,7 @@ TEST(ReaderTest, CgroupAndPlainSamplesShareARing) {
     e->consumers.emplace_back(c.get(), 0);
     CounterCollector* raw = c.get();
     plan.events.push_back(std::move(e));
-    plan.collectors.push_back(std::move(c));
+    plan.AddMetric(std::move(c), "");
     return raw;
   };
   CounterCollector* by_cgroup = mk(200, true, LabelSource::kCgroup);
@@ -354,7 +354,7 @@ TEST(ReaderTest, SleepsLongerWhenOnlyProfilesReadTheRings) {
   auto p = std::make_unique<ProfileCollector>("stacks", "h", LabelSet(std::vector<LabelSpec>{}), 10);
   e->consumers.emplace_back(p.get(), 0);
   profiles.events.push_back(std::move(e));
-  profiles.collectors.push_back(std::move(p));
+  profiles.AddMetric(std::move(p), "");
   Reader reader(&profiles, &rings);
   EXPECT_EQ(reader.idle_ns(), kIdleNs);
 

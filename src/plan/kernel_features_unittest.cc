@@ -98,11 +98,12 @@ TEST(KernelFeaturesPlanTest, CpusFiltersNeedLinux6_6OnTheBpfEngineToo) {
   auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), /*check_filters=*/false, bpf::BpfSupport{true, ""}, {},
                      On("6.1.0-18-amd64"));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ(NameOf((*p)->engines[0]), "perf");  // where the kernel itself refuses the filter at open
-  EXPECT_NE((*p)->engine_reasons[0].find("metrics[0].filter \"CPU & CPUS{0}\": CPUS{...} filters need Linux 6.6; "
-                                         "this kernel (6.1.0-18-amd64) refuses them"),
-            std::string::npos)
-      << (*p)->engine_reasons[0];
+  EXPECT_EQ(NameOf((*p)->metrics[0].engine), "perf");  // where the kernel itself refuses the filter at open
+  EXPECT_NE(
+      (*p)->metrics[0].engine_reason.find("metrics[0].filter \"CPU & CPUS{0}\": CPUS{...} filters need Linux 6.6; "
+                                          "this kernel (6.1.0-18-amd64) refuses them"),
+      std::string::npos)
+      << (*p)->metrics[0].engine_reason;
 }
 
 TEST(KernelFeaturesPlanTest, NotesLoadOptionsAndPerfBitsPerKernel) {
@@ -171,9 +172,9 @@ TEST(KernelFeaturesPlanTest, MapCreationErrnoFallsBackUnderAutoAndRefusesUnderBp
     ASSERT_TRUE(cfg.ok());
     auto p = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {}, On(r.release));
     ASSERT_TRUE(p.ok()) << r.release << ": " << p.status().ToString();
-    EXPECT_EQ(NameOf((*p)->engines[0]), "perf") << r.release;
-    EXPECT_NE((*p)->engine_reasons[0].find(r.auto_reason), std::string::npos)
-        << r.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_EQ(NameOf((*p)->metrics[0].engine), "perf") << r.release;
+    EXPECT_NE((*p)->metrics[0].engine_reason.find(r.auto_reason), std::string::npos)
+        << r.release << ": " << (*p)->metrics[0].engine_reason;
     std::snprintf(metric, sizeof(metric), kComm, "bpf");
     cfg = ParseConfig(std::string(R"({"metrics": [)") + metric + "]}", "cfg.json");
     ASSERT_TRUE(cfg.ok());
@@ -249,21 +250,21 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
   for (const KernelFeatures& f : {On("6.1.0-18-rt-amd64", true), On("5.10.0-32-rt-amd64", true), full}) {
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ(NameOf((*p)->engines[0]), "perf") << f.bpf.release;
-    EXPECT_NE((*p)->engine_reasons[0].find("skips a bpf program, uncounted, while one of the exporter's map "
-                                           "syscalls is preempted on its CPU"),
+    EXPECT_EQ(NameOf((*p)->metrics[0].engine), "perf") << f.bpf.release;
+    EXPECT_NE((*p)->metrics[0].engine_reason.find("skips a bpf program, uncounted, while one of the exporter's map "
+                                                  "syscalls is preempted on its CPU"),
               std::string::npos)
-        << (*p)->engine_reasons[0];
+        << (*p)->metrics[0].engine_reason;
     p = plan("bpf", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf");
+    EXPECT_EQ(NameOf((*p)->metrics[0].engine), "bpf");
     ASSERT_EQ((*p)->warnings.size(), 1u) << f.bpf.release;
     EXPECT_NE((*p)->warnings[0].find("its counts may fall short"), std::string::npos) << (*p)->warnings[0];
   }
   for (const KernelFeatures& f : {On("6.8.0-rt-amd64", true), On("6.1.0-18-amd64")}) {
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
+    EXPECT_EQ(NameOf((*p)->metrics[0].engine), "bpf") << f.bpf.release << ": " << (*p)->metrics[0].engine_reason;
     EXPECT_TRUE((*p)->warnings.empty());
   }
   // Where this process runs its map syscalls at SCHED_FIFO 99, no task preempts
@@ -272,10 +273,11 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
     f.bpf.fifo_map_syscalls = true;
     auto p = plan("auto", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
-    EXPECT_EQ(NameOf((*p)->engines[0]), "bpf") << f.bpf.release << ": " << (*p)->engine_reasons[0];
-    EXPECT_NE((*p)->engine_reasons[0].find("the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one"),
+    EXPECT_EQ(NameOf((*p)->metrics[0].engine), "bpf") << f.bpf.release << ": " << (*p)->metrics[0].engine_reason;
+    EXPECT_NE((*p)->metrics[0].engine_reason.find(
+                  "the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one"),
               std::string::npos)
-        << (*p)->engine_reasons[0];
+        << (*p)->metrics[0].engine_reason;
     EXPECT_TRUE((*p)->warnings.empty());
     p = plan("bpf", f);
     ASSERT_TRUE(p.ok()) << f.bpf.release << ": " << p.status().ToString();
@@ -287,11 +289,11 @@ TEST(KernelFeaturesPlanTest, PreemptibleMapSyscallsBeforeMissesCountMeanPerf) {
       "cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: Operation not permitted)";
   auto p = plan("auto", refused);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ(NameOf((*p)->engines[0]), "perf");
-  EXPECT_NE(
-      (*p)->engine_reasons[0].find("and the exporter cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: "),
-      std::string::npos)
-      << (*p)->engine_reasons[0];
+  EXPECT_EQ(NameOf((*p)->metrics[0].engine), "perf");
+  EXPECT_NE((*p)->metrics[0].engine_reason.find(
+                "and the exporter cannot run map syscalls at SCHED_FIFO 99 (sched_setscheduler: "),
+            std::string::npos)
+      << (*p)->metrics[0].engine_reason;
   bpf::SetBpfFaultForTesting(nullptr);
   bpf::SetLoadOptions(bpf::LoadOptions{});
 }
@@ -366,7 +368,7 @@ TEST(KernelFeaturesPlanTest, ProfileFramesFollowPerfEventMaxStackOnBothEngines) 
     for (const auto& e : p.events) {
       if (e->callchain != 0) out.push_back(e->max_stack);
     }
-    auto* bp = dynamic_cast<const bpf::BpfProfile*>(p.collectors[2].get());
+    auto* bp = dynamic_cast<const bpf::BpfProfile*>(p.metrics[2].collector.get());
     EXPECT_NE(bp, nullptr);
     if (bp != nullptr) out.push_back(bp->metric().spec().max_frames);
     return out;

@@ -99,11 +99,11 @@ GaugeCollector::Kind CollectorGaugeKind(const MetricConfig& m) {
   return Kind::kLast;
 }
 
-Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFormat& up_format,
+Status CheckUpDownLabels(const PlanContext& ctx, const MetricConfig& m, const EventFormat& up_format,
                          const EventFormat& down_format) {
   const std::vector<LabelConfig>& up = m.up.has_labels ? m.up.labels : m.labels;
   const std::vector<LabelConfig>& down = m.down.has_labels ? m.down.labels : m.labels;
-  const std::string where = cfg.path + ": " + m.down.json_path + ".labels";
+  const std::string where = ctx.path + ": " + m.down.json_path + ".labels";
   if (up.size() != down.size()) {
     return InvalidArgument(where + ": " + std::to_string(down.size()) + " labels, but up has " +
                            std::to_string(up.size()) + "; both sides must have the same labels");
@@ -125,35 +125,34 @@ Status CheckUpDownLabels(const Config& cfg, const MetricConfig& m, const EventFo
 
 // The event's id, format and symbol tables (and with `check_filters` the filter checked in a
 // private tracefs instance), as an EventPlan not yet in any plan.
-StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const Config& cfg, const std::string& event, const std::string& filter,
-                                               bool sampled, const std::string& json_path, const Tracefs& tracefs,
-                                               const KernelEnums& enums, bool check_filters) {
-  const std::string where = cfg.path + ": " + json_path + ".event";
+StatusOr<std::unique_ptr<EventPlan>> LoadEvent(const PlanContext& ctx, const std::string& event,
+                                               const std::string& filter, bool sampled, const std::string& json_path) {
+  const std::string where = ctx.path + ": " + json_path + ".event";
   TPE_ASSIGN_OR_RETURN(EventName name, ParseEventName(event));
-  if (!tracefs.HasEvent(name)) {
-    return NotFound(where + ": no tracepoint \"" + event + "\" in " + tracefs.root() +
-                    "/events; closest: " + Quote(tracefs.ClosestEvents(event, 3)) + " (list them with --list-events)");
+  if (!ctx.tracefs.HasEvent(name)) {
+    return NotFound(where + ": no tracepoint \"" + event + "\" in " + ctx.tracefs.root() + "/events; closest: " +
+                    Quote(ctx.tracefs.ClosestEvents(event, 3)) + " (list them with --list-events)");
   }
   auto ep = std::make_unique<EventPlan>();
   ep->event = name;
   ep->display = name.ToString();
   ep->filter = filter;
   ep->sampled = sampled;
-  auto id = tracefs.ReadId(name);
+  auto id = ctx.tracefs.ReadId(name);
   if (!id.ok()) return id.status().WithContext(where);
   ep->tracepoint_id = *id;
-  auto text = tracefs.ReadFormat(name);
+  auto text = ctx.tracefs.ReadFormat(name);
   if (!text.ok()) return text.status().WithContext(where);
-  std::string src = tracefs.root() + "/events/" + name.system + "/" + name.name + "/format";
+  std::string src = ctx.tracefs.root() + "/events/" + name.system + "/" + name.name + "/format";
   auto fmt = ParseFormat(*text, src);
   if (!fmt.ok()) return fmt.status();
   ep->format = std::move(*fmt);
   auto syms = ParsePrintSymbols(
-      *text, name.system, [&](std::string_view n) { return enums.Lookup(n); }, src);
+      *text, name.system, [&](std::string_view n) { return ctx.enums.Lookup(n); }, src);
   if (syms.ok()) ep->symbols = std::move(*syms);  // without tables only "symbolic" labels fail
-  if (check_filters && !filter.empty()) {
-    Status st = tracefs.CheckFilter(name, filter);
-    if (!st.ok()) return st.WithContext(cfg.path + ": " + json_path + ".filter");
+  if (ctx.check_filters && !filter.empty()) {
+    Status st = ctx.tracefs.CheckFilter(name, filter);
+    if (!st.ok()) return st.WithContext(ctx.path + ": " + json_path + ".filter");
   }
   return ep;
 }
@@ -186,17 +185,17 @@ StatusOr<EventFormat> ReadProbeFormat(const Tracefs& tracefs, const EventName& n
 // Creates (or shares) the probe event of `event` with `args` and names it in `event`; the events
 // of the same probe on binaries replaced since that processes still run are recorded in
 // plan->probe_replaced. `maxactive`: the config's (kretprobes; 0 = kDefaultMaxactive).
-Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, const std::string& json_path,
+Status ResolveProbeEvent(const PlanContext& ctx, const std::string& json_path,
                          const std::vector<std::pair<std::string, std::string>>& args, uint32_t maxactive,
                          std::string* event) {
   if (!IsProbeEvent(*event)) return Status::Ok();
-  const std::string where = cfg.path + ": " + json_path + ".event";
+  const std::string where = ctx.path + ": " + json_path + ".event";
   auto ref = ParseProbeRef(*event);
   if (!ref.ok()) return ref.status().WithContext(where);
   std::vector<ProbeArg> parsed;
   for (const auto& [field, spec] : args) {
     auto a = ParseProbeArg(*ref, field, spec);
-    if (!a.ok()) return a.status().WithContext(cfg.path + ": " + json_path);
+    if (!a.ok()) return a.status().WithContext(ctx.path + ": " + json_path);
     parsed.push_back(*a);
   }
   // The file's identity before its ELF is read: Acquire checks the event went on that file.
@@ -208,28 +207,28 @@ Status ResolveProbeEvent(Plan* plan, const Config& cfg, const Tracefs& tracefs, 
   std::string key = *event;
   for (const auto& [field, a] : args) key += "\n" + field + "=" + a;
   key += "\nmaxactive=" + std::to_string(spec->maxactive);
-  auto variants = ProbeRegistry::Get(tracefs).Acquire(key, *spec, *ref, identity);
+  auto variants = ProbeRegistry::Get(ctx.tracefs).Acquire(key, *spec, *ref, identity);
   if (!variants.ok()) return variants.status().WithContext(where + " \"" + *event + "\"");
   const std::string current = variants->current->event().ToString();
-  plan->probe_names[current] = *event;
-  plan->probe_identity[current] = variants->current->file_identity();
-  plan->probes.push_back(variants->current);
-  if (!variants->replaced.empty() && plan->probe_replaced.count(current) == 0) {
-    auto format = ReadProbeFormat(tracefs, variants->current->event());
+  ctx.plan->probe_names[current] = *event;
+  ctx.plan->probe_identity[current] = variants->current->file_identity();
+  ctx.plan->probes.push_back(variants->current);
+  if (!variants->replaced.empty() && ctx.plan->probe_replaced.count(current) == 0) {
+    auto format = ReadProbeFormat(ctx.tracefs, variants->current->event());
     if (!format.ok()) return format.status().WithContext(where);
-    std::vector<std::string>& replaced = plan->probe_replaced[current];
+    std::vector<std::string>& replaced = ctx.plan->probe_replaced[current];
     for (const auto& old : variants->replaced) {
-      auto old_format = ReadProbeFormat(tracefs, old->event());
+      auto old_format = ReadProbeFormat(ctx.tracefs, old->event());
       if (!old_format.ok() || !SameLayout(*format, *old_format)) {
-        plan->warnings.push_back(where + " \"" + *event + "\": the processes still running the replaced " + ref->path +
-                                 " (" + old->file_identity() + ") are not counted: its probe event " +
-                                 old->event().ToString() + " has another record layout than the new file's");
+        ctx.plan->warnings.push_back(where + " \"" + *event + "\": the processes still running the replaced " +
+                                     ref->path + " (" + old->file_identity() + ") are not counted: its probe event " +
+                                     old->event().ToString() + " has another record layout than the new file's");
         continue;
       }
       const std::string name = old->event().ToString();
-      plan->probe_names[name] = *event;
-      plan->probe_identity[name] = old->file_identity();
-      plan->probes.push_back(old);
+      ctx.plan->probe_names[name] = *event;
+      ctx.plan->probe_identity[name] = old->file_identity();
+      ctx.plan->probes.push_back(old);
       replaced.push_back(name);
     }
   }
@@ -246,10 +245,10 @@ void NameAsConfigured(const Plan& plan, EventPlan* ep) {
   ep->display = it != plan.probe_names.end() ? it->second : ep->event.ToString();
 }
 
-Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs, MetricConfig* m) {
+Status ResolveProbeEvents(const PlanContext& ctx, MetricConfig* m) {
   for (const GaugeSideConfig* side : {&m->up, &m->down}) {
     if (IsProbeEvent(side->event)) {
-      return Unimplemented(cfg.path + ": " + side->json_path + ".event: \"" + side->event +
+      return Unimplemented(ctx.path + ": " + side->json_path + ".event: \"" + side->event +
                            "\": an up/down gauge takes tracepoints in this release (an inflight or max/min/last "
                            "gauge takes probe events)");
     }
@@ -260,12 +259,12 @@ Status ResolveProbeEvents(Plan* plan, const Config& cfg, const Tracefs& tracefs,
   if (!probe) return Status::Ok();
   m->probe = true;
   if (m->type != MetricType::kLatency && m->gauge != GaugeKind::kInflight) {
-    return ResolveProbeEvent(plan, cfg, tracefs, m->json_path, m->args, m->maxactive, &m->event);
+    return ResolveProbeEvent(ctx, m->json_path, m->args, m->maxactive, &m->event);
   }
   for (EndpointConfig& e : m->starts) {
-    TPE_RETURN_IF_ERROR(ResolveProbeEvent(plan, cfg, tracefs, e.json_path, e.args, e.maxactive, &e.event));
+    TPE_RETURN_IF_ERROR(ResolveProbeEvent(ctx, e.json_path, e.args, e.maxactive, &e.event));
   }
-  return ResolveProbeEvent(plan, cfg, tracefs, m->end.json_path, m->end.args, m->end.maxactive, &m->end.event);
+  return ResolveProbeEvent(ctx, m->end.json_path, m->end.args, m->end.maxactive, &m->end.event);
 }
 
 }  // namespace plan_internal
@@ -274,19 +273,17 @@ namespace {
 
 // `pid`: a uprobe's or USDT probe's one process (0: all). `callchain`: a profile's event
 // (EventPlan::callchain; sampled).
-StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& event, const std::string& filter,
-                              bool sampled, int pid, const std::string& json_path, const Tracefs& tracefs,
-                              const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
-                              uint16_t max_stack = 0, uint32_t stack_user_bytes = 0) {
-  for (auto& e : plan->events) {
+StatusOr<EventPlan*> GetEvent(const PlanContext& ctx, const std::string& event, const std::string& filter, bool sampled,
+                              int pid, const std::string& json_path, uint8_t callchain = 0, uint16_t max_stack = 0,
+                              uint32_t stack_user_bytes = 0) {
+  for (auto& e : ctx.plan->events) {
     if (e->event.ToString() == event && e->filter == filter && e->sampled == sampled && e->pid == pid &&
         e->callchain == callchain && e->stack_user_bytes == stack_user_bytes) {
       return e.get();
     }
   }
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
-                       LoadEvent(cfg, event, filter, sampled, json_path, tracefs, enums, check_filters));
-  NameAsConfigured(*plan, ep.get());
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep, LoadEvent(ctx, event, filter, sampled, json_path));
+  NameAsConfigured(*ctx.plan, ep.get());
   ep->pid = pid;
   if (callchain != 0 || stack_user_bytes != 0) {
     ep->callchain = callchain;
@@ -298,26 +295,24 @@ StatusOr<EventPlan*> GetEvent(Plan* plan, const Config& cfg, const std::string& 
     ep->display += " pid " + std::to_string(pid);
     ep->pid_json_path = json_path;
   }
-  plan->events.push_back(std::move(ep));
-  return plan->events.back().get();
+  ctx.plan->events.push_back(std::move(ep));
+  return ctx.plan->events.back().get();
 }
 
 // GetEvent for `event` and, for a probe event, for the events of the same probe on replaced
 // binaries (Plan::probe_replaced): the current one first. They share the current one's format.
-StatusOr<std::vector<EventPlan*>> GetEvents(Plan* plan, const Config& cfg, const std::string& event,
-                                            const std::string& filter, bool sampled, int pid,
-                                            const std::string& json_path, const Tracefs& tracefs,
-                                            const KernelEnums& enums, bool check_filters, uint8_t callchain = 0,
+StatusOr<std::vector<EventPlan*>> GetEvents(const PlanContext& ctx, const std::string& event, const std::string& filter,
+                                            bool sampled, int pid, const std::string& json_path, uint8_t callchain = 0,
                                             uint16_t max_stack = 0, uint32_t stack_user_bytes = 0) {
   std::vector<EventPlan*> out;
-  TPE_ASSIGN_OR_RETURN(EventPlan * ep, GetEvent(plan, cfg, event, filter, sampled, pid, json_path, tracefs, enums,
-                                                check_filters, callchain, max_stack, stack_user_bytes));
+  TPE_ASSIGN_OR_RETURN(EventPlan * ep,
+                       GetEvent(ctx, event, filter, sampled, pid, json_path, callchain, max_stack, stack_user_bytes));
   out.push_back(ep);
-  auto it = plan->probe_replaced.find(event);
-  if (it == plan->probe_replaced.end()) return out;
+  auto it = ctx.plan->probe_replaced.find(event);
+  if (it == ctx.plan->probe_replaced.end()) return out;
   for (const std::string& old : it->second) {
-    TPE_ASSIGN_OR_RETURN(EventPlan * oep, GetEvent(plan, cfg, old, filter, sampled, pid, json_path, tracefs, enums,
-                                                   check_filters, callchain, max_stack, stack_user_bytes));
+    TPE_ASSIGN_OR_RETURN(EventPlan * oep,
+                         GetEvent(ctx, old, filter, sampled, pid, json_path, callchain, max_stack, stack_user_bytes));
     out.push_back(oep);
   }
   return out;
@@ -336,11 +331,11 @@ void AddConsumer(const std::vector<EventPlan*>& eps, Collector* c, size_t index)
 
 namespace plan_internal {
 
-StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, const std::string& field,
+StatusOr<const FieldFormat*> GetField(const PlanContext& ctx, const EventPlan& ep, const std::string& field,
                                       const std::string& json_path) {
   const FieldFormat* f = ep.format.FindField(field);
   if (f == nullptr) {
-    return NotFound(cfg.path + ": " + json_path + ": " + ep.display + " has no field \"" + field +
+    return NotFound(ctx.path + ": " + json_path + ": " + ep.display + " has no field \"" + field +
                     "\"; its fields: " + ep.format.DescribeFields());
   }
   return f;
@@ -348,10 +343,10 @@ StatusOr<const FieldFormat*> GetField(const Config& cfg, const EventPlan& ep, co
 
 // Labels of `labels` whose `from` is `from` ("" = all), compiled against `ep`'s format. A
 // "cgroup" label makes `ep` sample the cgroup id.
-StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>& labels, std::optional<LabelFrom> from,
-                               EventPlan* sampled_ep, Plan* plan) {
+StatusOr<LabelSet> BuildLabels(const PlanContext& ctx, const std::vector<LabelConfig>& labels,
+                               std::optional<LabelFrom> from, EventPlan* sampled_ep) {
   const EventPlan& ep = *sampled_ep;
-  std::vector<std::string>* warnings = &plan->warnings;
+  std::vector<std::string>* warnings = &ctx.plan->warnings;
   std::vector<LabelSpec> specs;
   for (const auto& l : labels) {
     if (from && l.from != *from) continue;
@@ -360,11 +355,11 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
     if (l.source != LabelSource::kField) {
       s.source = l.source;
       if (s.source == LabelSource::kCgroup) {
-        const KernelFeatures& kf = plan->features;
+        const KernelFeatures& kf = ctx.plan->features;
         if (!kf.cgroup.v2_labels) {
           // Every task would show the v2 root: the label is left out (never one false series),
           // and the log, --config.check and the warnings say so.
-          const std::string w = cfg.path + ": " + l.json_path + ": cgroup label \"" + l.name +
+          const std::string w = ctx.path + ": " + l.json_path + ": cgroup label \"" + l.name +
                                 "\" left out: it needs tasks in cgroup v2 (" + kf.cgroup.why +
                                 "), else every task shows the v2 root as one series; boot with "
                                 "systemd.unified_cgroup_hierarchy=1 to have it";
@@ -372,25 +367,25 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
           continue;
         }
         bool perf_engine = false;
-        for (const auto& e : plan->events) perf_engine |= e.get() == sampled_ep;
+        for (const auto& e : ctx.plan->events) perf_engine |= e.get() == sampled_ep;
         if (perf_engine && !kf.perf.sample_cgroup) {
-          return Unavailable(cfg.path + ": " + l.json_path + ".source: a cgroup label on the perf engine needs " +
+          return Unavailable(ctx.path + ": " + l.json_path + ".source: a cgroup label on the perf engine needs " +
                              "PERF_SAMPLE_CGROUP (Linux 5.7), which this kernel (" + kf.bpf.release +
                              ") refuses; use \"engine\": \"bpf\" (bpf_get_current_cgroup_id) or remove "
                              "the label");
         }
-        if (!plan->cgroups) {
-          plan->cgroups = std::make_shared<CgroupResolver>(DiscoverCgroup2Mount());
-          if (plan->cgroups->root().empty()) {
-            warnings->push_back(cfg.path + ": " + l.json_path +
+        if (!ctx.plan->cgroups) {
+          ctx.plan->cgroups = std::make_shared<CgroupResolver>(DiscoverCgroup2Mount());
+          if (ctx.plan->cgroups->root().empty()) {
+            warnings->push_back(ctx.path + ": " + l.json_path +
                                 ".source: no cgroup2 filesystem in /proc/self/mountinfo; cgroup labels show ids");
           }
         }
-        s.cgroups = plan->cgroups;
+        s.cgroups = ctx.plan->cgroups;
         sampled_ep->cgroup = true;
       }
     } else {
-      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, l.field, l.json_path + ".field"));
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, ep, l.field, l.json_path + ".field"));
       auto it = ep.symbols.find(l.field);
       const SymbolTable* table = it == ep.symbols.end() ? nullptr : &it->second;
       LabelDecode decode = l.decode;
@@ -398,13 +393,13 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
           !table->unresolved.empty()) {
         // The format names enum constants and this kernel has no BTF to give their values:
         // show numbers rather than refuse to start.
-        warnings->push_back(cfg.path + ": " + l.json_path + ".decode: symbol names of " + ep.display + " field \"" +
+        warnings->push_back(ctx.path + ": " + l.json_path + ".decode: symbol names of " + ep.display + " field \"" +
                             l.field + "\" (" + table->unresolved.front() +
                             ", ...) have no values without kernel BTF (/sys/kernel/btf/vmlinux); showing numbers");
         decode = LabelDecode::kAuto;
       }
       auto ex = FieldExtractor::Compile(*f, decode, table);
-      if (!ex.ok()) return ex.status().WithContext(cfg.path + ": " + l.json_path + ".decode");
+      if (!ex.ok()) return ex.status().WithContext(ctx.path + ": " + l.json_path + ".decode");
       s.extractor = std::move(*ex);
     }
     specs.push_back(std::move(s));
@@ -412,7 +407,7 @@ StatusOr<LabelSet> BuildLabels(const Config& cfg, const std::vector<LabelConfig>
   return LabelSet(std::move(specs));
 }
 
-StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
+StatusOr<Buckets> BuildBuckets(const PlanContext& ctx, const BucketsConfig& b) {
   StatusOr<Buckets> out = InvalidArgument("unknown bucket type");
   switch (b.type) {
     case BucketType::kExp2:
@@ -430,18 +425,18 @@ StatusOr<Buckets> BuildBuckets(const Config& cfg, const BucketsConfig& b) {
     case BucketType::kNone:  // a metric without buckets: not asked
       break;
   }
-  if (!out.ok()) return out.status().WithContext(cfg.path + ": " + b.json_path);
+  if (!out.ok()) return out.status().WithContext(ctx.path + ": " + b.json_path);
   return out;
 }
 
-StatusOr<std::optional<NativeLayout>> BuildNative(const Config& cfg, const BucketsConfig& b, double scale) {
+StatusOr<std::optional<NativeLayout>> BuildNative(const PlanContext& ctx, const BucketsConfig& b, double scale) {
   if (!b.native) return std::optional<NativeLayout>();
   NativeOptions o;
   o.schema = static_cast<int>(b.schema);
   o.zero_threshold = b.zero_threshold;
   o.max_buckets = static_cast<uint32_t>(b.max_buckets);
   StatusOr<NativeLayout> l = NativeLayout::Make(o, scale);
-  if (!l.ok()) return l.status().WithContext(cfg.path + ": " + b.json_path);
+  if (!l.ok()) return l.status().WithContext(ctx.path + ": " + b.json_path);
   return std::optional<NativeLayout>(std::move(*l));
 }
 
@@ -451,13 +446,13 @@ StatusOr<std::optional<NativeLayout>> BuildNative(const Config& cfg, const Bucke
 
 namespace {
 
-StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const EndpointConfig& e, const EventPlan& ep) {
+StatusOr<std::vector<FieldExtractor>> BuildKey(const PlanContext& ctx, const EndpointConfig& e, const EventPlan& ep) {
   std::vector<FieldExtractor> key;
   for (size_t i = 0; i < e.key.size(); ++i) {
     const std::string jp = e.json_path + ".key[" + std::to_string(i) + "]";
-    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, e.key[i], jp));
+    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, ep, e.key[i], jp));
     if (!f->IsNumeric()) {  // integers and pointers (e.g. workqueue `work`, a request's address)
-      return InvalidArgument(cfg.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.display + " is " +
+      return InvalidArgument(ctx.path + ": " + jp + ": key field \"" + f->name + "\" of " + ep.display + " is " +
                              f->type + " (" + FieldKindName(f->kind) + "); keys must be integer or pointer fields");
     }
     key.push_back(*FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr));
@@ -467,13 +462,13 @@ StatusOr<std::vector<FieldExtractor>> BuildKey(const Config& cfg, const Endpoint
 
 // A start's key fields against the end's, field by field: the same widths (the config parser
 // checked their number), else InvalidArgument naming the start's key field and both types.
-Status CheckKeyWidths(const Config& cfg, const EndpointConfig& start, const std::vector<FieldExtractor>& start_key,
+Status CheckKeyWidths(const PlanContext& ctx, const EndpointConfig& start, const std::vector<FieldExtractor>& start_key,
                       const std::vector<FieldExtractor>& end_key) {
   for (size_t i = 0; i < start_key.size() && i < end_key.size(); ++i) {
     const FieldFormat& a = start_key[i].field();
     const FieldFormat& b = end_key[i].field();
     if (a.size != b.size) {
-      return InvalidArgument(cfg.path + ": " + start.json_path + ".key[" + std::to_string(i) +
+      return InvalidArgument(ctx.path + ": " + start.json_path + ".key[" + std::to_string(i) +
                              "]: key types differ: start \"" + a.name + "\" is " + a.type + " (" +
                              std::to_string(a.size) + " bytes) but end \"" + b.name + "\" is " + b.type + " (" +
                              std::to_string(b.size) + " bytes)");
@@ -482,42 +477,37 @@ Status CheckKeyWidths(const Config& cfg, const EndpointConfig& start, const std:
   return Status::Ok();
 }
 
-Status PlanLatency(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                   const KernelEnums& enums, bool check_filters) {
-  TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-  TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, 1e-9));
-  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps, GetEvents(plan, cfg, m.end.event, m.end.filter, true, m.end.pid,
-                                                                  m.end.json_path, tracefs, enums, check_filters));
+Status PlanLatency(const PlanContext& ctx, const MetricConfig& m) {
+  TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(ctx, m.buckets));
+  TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(ctx, m.buckets, 1e-9));
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps,
+                       GetEvents(ctx, m.end.event, m.end.filter, true, m.end.pid, m.end.json_path));
   EventPlan* end_ep = end_eps[0];
   LatencyEndpoint end;
-  TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_ep));
-  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(cfg, m.labels, LabelFrom::kEnd, end_ep, plan));
+  TPE_ASSIGN_OR_RETURN(end.key, BuildKey(ctx, m.end, *end_ep));
+  TPE_ASSIGN_OR_RETURN(end.labels, BuildLabels(ctx, m.labels, LabelFrom::kEnd, end_ep));
   ShareSampling(end_eps);
   std::vector<LatencyEndpoint> starts;
   std::vector<std::vector<EventPlan*>> start_eps;
   for (const auto& sc : m.starts) {
-    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
-                                                                sc.json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(ctx, sc.event, sc.filter, true, sc.pid, sc.json_path));
     EventPlan* ep = eps[0];
     LatencyEndpoint s;
-    TPE_ASSIGN_OR_RETURN(s.key, BuildKey(cfg, sc, *ep));
-    TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, s.key, end.key));
-    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, ep, plan));
+    TPE_ASSIGN_OR_RETURN(s.key, BuildKey(ctx, sc, *ep));
+    TPE_RETURN_IF_ERROR(CheckKeyWidths(ctx, sc, s.key, end.key));
+    TPE_ASSIGN_OR_RETURN(s.labels, BuildLabels(ctx, m.labels, LabelFrom::kStart, ep));
     ShareSampling(eps);
     starts.push_back(std::move(s));
     start_eps.push_back(std::move(eps));
   }
   auto c = std::make_unique<LatencyCollector>(m.name, m.help, std::move(starts), std::move(end), std::move(buckets),
-                                              std::move(native), cfg.settings.max_series_per_metric, m.max_inflight,
+                                              std::move(native), ctx.settings.max_series_per_metric, m.max_inflight,
                                               static_cast<uint64_t>(m.timeout_seconds * 1e9));
   for (size_t i = 0; i < start_eps.size(); ++i) AddConsumer(start_eps[i], c.get(), i);
   AddConsumer(end_eps, c.get(), start_eps.size());
-  plan->needs_comm |= c->NeedsComm();
-  plan->needs_ordering = true;
-  plan->collectors.push_back(std::move(c));
-  plan->identities.push_back(m.canonical);
-  plan->counting_events.emplace_back();
-  plan->counting_carried.push_back(0);
+  ctx.plan->needs_comm |= c->NeedsComm();
+  ctx.plan->needs_ordering = true;
+  ctx.plan->AddMetric(std::move(c), m.canonical);
   return Status::Ok();
 }
 
@@ -529,23 +519,20 @@ void AddSampledCollector(Plan* plan, const std::vector<EventPlan*>& eps, std::un
   AddConsumer(eps, c.get(), 0);
   plan->needs_comm |= c->NeedsComm();
   plan->needs_ordering |= c->NeedsOrdering();
-  plan->collectors.push_back(std::move(c));
-  plan->identities.push_back(identity);
-  plan->counting_events.emplace_back();
-  plan->counting_carried.push_back(0);
+  plan->AddMetric(std::move(c), identity);
 }
 
 // The extractor of `m`'s "value" field, which must be an integer field of `ep` (`what`: what the
 // metric does with it, for the message, e.g. "a counter adds").
-StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig& m, const EventPlan& ep,
+StatusOr<FieldExtractor> IntegerValueField(const PlanContext& ctx, const MetricConfig& m, const EventPlan& ep,
                                            const std::string& what) {
-  TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, m.value.field, m.json_path + ".value.field"));
+  TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, ep, m.value.field, m.json_path + ".value.field"));
   if (f->kind != FieldKind::kInteger) {
     std::string ints;
     for (const auto& g : ep.format.fields) {
       if (g.kind == FieldKind::kInteger && !g.name.starts_with("common_")) ints += (ints.empty() ? "" : ", ") + g.name;
     }
-    return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep.display +
+    return InvalidArgument(ctx.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep.display +
                            " is " + f->type + " (" + FieldKindName(f->kind) + "), not an integer; " + what +
                            " an integer field; its integer fields: " + ints);
   }
@@ -554,71 +541,64 @@ StatusOr<FieldExtractor> IntegerValueField(const Config& cfg, const MetricConfig
 
 // type gauge (collectors/gauge.h) on the perf engine: its events deliver to one GaugeCollector
 // (event index 0: start, up or the event; 1: end or down).
-Status PlanGauge(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs, const KernelEnums& enums,
-                 bool check_filters) {
+Status PlanGauge(const PlanContext& ctx, const MetricConfig& m) {
   using Kind = GaugeCollector::Kind;
   std::vector<GaugeCollector::Side> sides;
   std::vector<std::vector<EventPlan*>> side_eps;
   const Kind kind = CollectorGaugeKind(m);
   if (m.gauge == GaugeKind::kInflight) {
     const EndpointConfig& sc = m.starts[0];
-    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps, GetEvents(plan, cfg, sc.event, sc.filter, true, sc.pid,
-                                                                      sc.json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> start_eps,
+                         GetEvents(ctx, sc.event, sc.filter, true, sc.pid, sc.json_path));
     TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> end_eps,
-                         GetEvents(plan, cfg, m.end.event, m.end.filter, true, m.end.pid, m.end.json_path, tracefs,
-                                   enums, check_filters));
+                         GetEvents(ctx, m.end.event, m.end.filter, true, m.end.pid, m.end.json_path));
     GaugeCollector::Side start, end;
-    TPE_ASSIGN_OR_RETURN(start.key, BuildKey(cfg, sc, *start_eps[0]));
-    TPE_ASSIGN_OR_RETURN(end.key, BuildKey(cfg, m.end, *end_eps[0]));
-    TPE_RETURN_IF_ERROR(CheckKeyWidths(cfg, sc, start.key, end.key));
-    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(cfg, m.labels, LabelFrom::kStart, start_eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(start.key, BuildKey(ctx, sc, *start_eps[0]));
+    TPE_ASSIGN_OR_RETURN(end.key, BuildKey(ctx, m.end, *end_eps[0]));
+    TPE_RETURN_IF_ERROR(CheckKeyWidths(ctx, sc, start.key, end.key));
+    TPE_ASSIGN_OR_RETURN(start.labels, BuildLabels(ctx, m.labels, LabelFrom::kStart, start_eps[0]));
     sides.push_back(std::move(start));
     sides.push_back(std::move(end));
     side_eps.push_back(std::move(start_eps));
     side_eps.push_back(std::move(end_eps));
   } else if (m.gauge == GaugeKind::kUpDown) {
     for (const GaugeSideConfig* sc : {&m.up, &m.down}) {
-      TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan, cfg, sc->event, sc->filter, true, 0,
-                                                                  sc->json_path, tracefs, enums, check_filters));
+      TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(ctx, sc->event, sc->filter, true, 0, sc->json_path));
       GaugeCollector::Side side;
       const std::vector<LabelConfig>& labels = sc->has_labels ? sc->labels : m.labels;
-      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, labels, std::nullopt, eps[0], plan));
+      TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(ctx, labels, std::nullopt, eps[0]));
       if (!sc->value.field.empty()) {
         MetricConfig side_metric = m;
         side_metric.value = sc->value;
         side_metric.json_path = sc->json_path;
-        TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(cfg, side_metric, *eps[0], "a gauge adds"));
+        TPE_ASSIGN_OR_RETURN(FieldExtractor v, IntegerValueField(ctx, side_metric, *eps[0], "a gauge adds"));
         side.value = std::move(v);
         side.scale = sc->value.scale;
       }
       sides.push_back(std::move(side));
       side_eps.push_back(std::move(eps));
     }
-    TPE_RETURN_IF_ERROR(CheckUpDownLabels(cfg, m, side_eps[0][0]->format, side_eps[1][0]->format));
+    TPE_RETURN_IF_ERROR(CheckUpDownLabels(ctx, m, side_eps[0][0]->format, side_eps[1][0]->format));
   } else {
-    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
-                         GetEvents(plan, cfg, m.event, m.filter, true, 0, m.json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(ctx, m.event, m.filter, true, 0, m.json_path));
     GaugeCollector::Side side;
-    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(cfg, m.labels, std::nullopt, eps[0], plan));
+    TPE_ASSIGN_OR_RETURN(side.labels, BuildLabels(ctx, m.labels, std::nullopt, eps[0]));
     TPE_ASSIGN_OR_RETURN(FieldExtractor v,
-                         IntegerValueField(cfg, m, *eps[0], "a " + std::string(NameOf(m.gauge)) + " gauge reads"));
+                         IntegerValueField(ctx, m, *eps[0], "a " + std::string(NameOf(m.gauge)) + " gauge reads"));
     side.value = std::move(v);
     side.scale = m.value.scale;
     sides.push_back(std::move(side));
     side_eps.push_back(std::move(eps));
   }
-  auto c = std::make_unique<GaugeCollector>(m.name, m.help, kind, std::move(sides), cfg.settings.max_series_per_metric,
+  auto c = std::make_unique<GaugeCollector>(m.name, m.help, kind, std::move(sides), ctx.settings.max_series_per_metric,
                                             m.max_inflight, static_cast<uint64_t>(m.timeout_seconds * 1e9));
   for (size_t i = 0; i < side_eps.size(); ++i) {
     ShareSampling(side_eps[i]);
     AddConsumer(side_eps[i], c.get(), i);
   }
-  plan->needs_comm |= c->NeedsComm();
-  plan->needs_ordering |= c->NeedsOrdering();
-  plan->collectors.push_back(std::move(c));
-  plan->identities.push_back(m.canonical);
-  plan->counting_events.emplace_back();
-  plan->counting_carried.push_back(0);
+  ctx.plan->needs_comm |= c->NeedsComm();
+  ctx.plan->needs_ordering |= c->NeedsOrdering();
+  ctx.plan->AddMetric(std::move(c), m.canonical);
   return Status::Ok();
 }
 
@@ -640,15 +620,14 @@ EventPlan* GetClockEvent(Plan* plan, const MetricConfig& m, uint8_t callchain, u
 }
 
 // A profile (a "profiles" entry): its own sampled event with callchains, a ProfileCollector.
-Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                   const KernelEnums& enums, bool check_filters) {
+Status PlanProfile(const PlanContext& ctx, const MetricConfig& m) {
   // "dwarf": the user stack unwound here from the sample's registers and stack copy; the
   // kernel's callchain then only carries the kernel part (if any).
   const bool dwarf = m.unwind == UnwindMethod::kDwarf;
   const uint8_t callchain = (m.stack != ProfileStack::kUser ? EventPlan::kCallchainKernel : 0) |
                             (m.stack != ProfileStack::kKernel && !dwarf ? EventPlan::kCallchainUser : 0);
-  const uint32_t stack_user_bytes = dwarf ? static_cast<uint32_t>(cfg.settings.profile_stack_bytes) : 0;
-  TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
+  const uint32_t stack_user_bytes = dwarf ? static_cast<uint32_t>(ctx.settings.profile_stack_bytes) : 0;
+  TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(ctx, m));
   const auto max_stack = static_cast<uint16_t>(frames);  // at most kMaxProfileFrames
   const bool user_stacks = m.stack != ProfileStack::kKernel;
   // A profile's collector: user frames unwound at most `frames` deep.
@@ -657,29 +636,28 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     return c;
   };
   if (IsClockEvent(m.event)) {
-    EventPlan* ep = GetClockEvent(plan, m, callchain, max_stack, stack_user_bytes);
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
-    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+    EventPlan* ep = GetClockEvent(ctx.plan, m, callchain, max_stack, stack_user_bytes);
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), ctx.settings.max_stacks_per_profile,
                                                 std::nullopt, 1, ClockWeight{m.include_idle});
-    AddSampledCollector(plan, {ep}, prepared(std::move(c)), m.canonical);
-    if (user_stacks) plan->needs_ordering = true;
+    AddSampledCollector(ctx.plan, {ep}, prepared(std::move(c)), m.canonical);
+    if (user_stacks) ctx.plan->needs_ordering = true;
     return Status::Ok();
   }
-  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps,
-                       GetEvents(plan, cfg, m.event, m.filter, true, m.pid, m.json_path, tracefs, enums, check_filters,
-                                 callchain, max_stack, stack_user_bytes));
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(ctx, m.event, m.filter, true, m.pid, m.json_path,
+                                                              callchain, max_stack, stack_user_bytes));
   EventPlan* ep = eps[0];
   if (m.off_cpu) {
     // The switch-out and the switch-in of a task come from different CPUs: time order across them.
-    plan->needs_ordering = true;
+    ctx.plan->needs_ordering = true;
     std::optional<FieldExtractor> prev_pid, next_pid, prev_state;
     const std::pair<const char*, std::optional<FieldExtractor>*> fields[] = {
         {"prev_pid", &prev_pid}, {"next_pid", &next_pid}, {"prev_state", &prev_state}};
     for (const auto& [field, into] : fields) {
-      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, field, m.json_path + ".type"));
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, *ep, field, m.json_path + ".type"));
       auto x = FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr);
       if (!x.ok() || f->kind != FieldKind::kInteger) {
-        return InvalidArgument(cfg.path + ": " + m.json_path + ": " + ep->display + "'s field \"" + field +
+        return InvalidArgument(ctx.path + ": " + m.json_path + ": " + ep->display + "'s field \"" + field +
                                "\" is not an integer here; an off_cpu profile cannot pair switches on this kernel");
       }
       *into = std::move(x).value();
@@ -687,23 +665,67 @@ Status PlanProfile(Plan* plan, const Config& cfg, const MetricConfig& m, const T
     OffCpuPairing pairing{*prev_pid, *next_pid, *prev_state};
     pairing.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
     pairing.own_pid = static_cast<uint32_t>(::getpid());
-    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
-    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+    auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), ctx.settings.max_stacks_per_profile,
                                                 std::move(pairing));
-    AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
+    AddSampledCollector(ctx.plan, eps, prepared(std::move(c)), m.canonical);
     return Status::Ok();
   }
   std::optional<FieldExtractor> value;
   if (!m.value.field.empty()) {
-    TPE_ASSIGN_OR_RETURN(value, IntegerValueField(cfg, m, *ep, "a profile sums"));
+    TPE_ASSIGN_OR_RETURN(value, IntegerValueField(ctx, m, *ep, "a profile sums"));
   }
-  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan));
-  auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), cfg.settings.max_stacks_per_profile,
+  TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+  auto c = std::make_unique<ProfileCollector>(m.name, m.help, std::move(labels), ctx.settings.max_stacks_per_profile,
                                               std::move(value), m.value.scale);
-  AddSampledCollector(plan, eps, prepared(std::move(c)), m.canonical);
+  AddSampledCollector(ctx.plan, eps, prepared(std::move(c)), m.canonical);
   // User frames are named through the mappings learnt from PERF_RECORD_MMAP2 and the exec and
   // fork records: those must reach ProcessImages in time order across the CPUs.
-  if (user_stacks) plan->needs_ordering = true;
+  if (user_stacks) ctx.plan->needs_ordering = true;
+  return Status::Ok();
+}
+
+// A metric on the perf engine: its events opened per CPU and its collector fed by their samples
+// (or, in counting mode, read from their counts). Adds one MetricPlan.
+Status PlanPerfMetric(const PlanContext& ctx, const MetricConfig& m) {
+  if (m.type == MetricType::kLatency) return PlanLatency(ctx, m);
+  if (m.type == MetricType::kProfile) return PlanProfile(ctx, m);
+  if (m.type == MetricType::kGauge) return PlanGauge(ctx, m);
+  // A counter that adds a field's value needs every sample, labels or not.
+  const bool counting = m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty();
+  TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(ctx, m.event, m.filter, !counting, m.pid, m.json_path));
+  EventPlan* ep = eps[0];
+  std::unique_ptr<Collector> c;
+  if (m.type == MetricType::kHistogram) {
+    TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, *ep, m.value.field, m.json_path + ".value.field"));
+    if (!f->IsNumeric()) {
+      return InvalidArgument(ctx.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
+                             " is " + f->type + " (" + FieldKindName(f->kind) +
+                             "), not a number; a histogram needs an integer field");
+    }
+    TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(ctx, m.buckets));
+    TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(ctx, m.buckets, m.value.scale));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+    c = std::make_unique<HistogramCollector>(m.name, m.help, std::move(labels),
+                                             *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
+                                             std::move(buckets), std::move(native), ctx.settings.max_series_per_metric);
+  } else if (!m.value.field.empty()) {
+    TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(ctx, m, *ep, "a counter adds"));
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+    c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), ctx.settings.max_series_per_metric,
+                                           std::move(value), m.value.scale);
+  } else if (m.labels.empty()) {
+    // Counting mode: the kernel counts (after the filter); read() at scrape.
+    ctx.plan
+        ->AddMetric(std::make_unique<CounterCollector>(m.name, m.help, [eps] { return KernelCount(eps, 0); }),
+                    m.canonical)
+        .counting_events = eps;
+    return Status::Ok();
+  } else {
+    TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(ctx, m.labels, std::nullopt, ep));
+    c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), ctx.settings.max_series_per_metric);
+  }
+  AddSampledCollector(ctx.plan, eps, std::move(c), m.canonical);
   return Status::Ok();
 }
 
@@ -716,6 +738,12 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   plan->config_path = cfg.path;
   plan->settings = cfg.settings;
   plan->features = features;
+  const PlanContext ctx{.plan = plan.get(),
+                        .path = cfg.path,
+                        .settings = cfg.settings,
+                        .tracefs = tracefs,
+                        .enums = enums,
+                        .check_filters = check_filters};
   for (const auto& row : DescribeFeatures(features)) {
     if (!row.available) {
       const bool version = !row.since.empty() && row.since[0] >= '0' && row.since[0] <= '9';
@@ -729,64 +757,14 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
   Config resolved = cfg;
   if (ProbeRegistry* probes = ProbeRegistry::IfCreated()) probes->ForgetMappedFiles();
   for (MetricConfig& m : resolved.metrics) {
-    TPE_RETURN_IF_ERROR(ResolveProbeEvents(plan.get(), cfg, tracefs, &m));
+    TPE_RETURN_IF_ERROR(ResolveProbeEvents(ctx, &m));
   }
   for (const auto& m : resolved.metrics) {
     std::string why;
-    TPE_ASSIGN_OR_RETURN(bool on_bpf,
-                         PlanBpfMetric(plan.get(), cfg, m, tracefs, enums, check_filters, bpf, running_bpf, &why));
+    TPE_ASSIGN_OR_RETURN(bool on_bpf, PlanBpfMetric(ctx, m, bpf, running_bpf, &why));
     if (on_bpf) continue;
-    plan->engines.push_back(Engine::kPerf);
-    plan->engine_reasons.push_back(why);
-    if (m.type == MetricType::kLatency) {
-      TPE_RETURN_IF_ERROR(PlanLatency(plan.get(), cfg, m, tracefs, enums, check_filters));
-      continue;
-    }
-    if (m.type == MetricType::kProfile) {
-      TPE_RETURN_IF_ERROR(PlanProfile(plan.get(), cfg, m, tracefs, enums, check_filters));
-      continue;
-    }
-    if (m.type == MetricType::kGauge) {
-      TPE_RETURN_IF_ERROR(PlanGauge(plan.get(), cfg, m, tracefs, enums, check_filters));
-      continue;
-    }
-    // A counter that adds a field's value needs every sample, labels or not.
-    const bool counting = m.type == MetricType::kCounter && m.labels.empty() && m.value.field.empty();
-    TPE_ASSIGN_OR_RETURN(std::vector<EventPlan*> eps, GetEvents(plan.get(), cfg, m.event, m.filter, !counting, m.pid,
-                                                                m.json_path, tracefs, enums, check_filters));
-    EventPlan* ep = eps[0];
-    std::unique_ptr<Collector> c;
-    if (m.type == MetricType::kHistogram) {
-      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, *ep, m.value.field, m.json_path + ".value.field"));
-      if (!f->IsNumeric()) {
-        return InvalidArgument(cfg.path + ": " + m.json_path + ".value.field: \"" + f->name + "\" of " + ep->display +
-                               " is " + f->type + " (" + FieldKindName(f->kind) +
-                               "), not a number; a histogram needs an integer field");
-      }
-      TPE_ASSIGN_OR_RETURN(Buckets buckets, BuildBuckets(cfg, m.buckets));
-      TPE_ASSIGN_OR_RETURN(std::optional<NativeLayout> native, BuildNative(cfg, m.buckets, m.value.scale));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
-      c = std::make_unique<HistogramCollector>(
-          m.name, m.help, std::move(labels), *FieldExtractor::Compile(*f, LabelDecode::kAuto, nullptr), m.value.scale,
-          std::move(buckets), std::move(native), cfg.settings.max_series_per_metric);
-    } else if (!m.value.field.empty()) {
-      TPE_ASSIGN_OR_RETURN(FieldExtractor value, IntegerValueField(cfg, m, *ep, "a counter adds"));
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
-      c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric,
-                                             std::move(value), m.value.scale);
-    } else if (m.labels.empty()) {
-      // Counting mode: the kernel counts (after the filter); read() at scrape.
-      plan->collectors.push_back(
-          std::make_unique<CounterCollector>(m.name, m.help, [eps] { return KernelCount(eps, 0); }));
-      plan->identities.push_back(m.canonical);
-      plan->counting_events.push_back(eps);
-      plan->counting_carried.push_back(0);
-      continue;
-    } else {
-      TPE_ASSIGN_OR_RETURN(LabelSet labels, BuildLabels(cfg, m.labels, std::nullopt, ep, plan.get()));
-      c = std::make_unique<CounterCollector>(m.name, m.help, std::move(labels), cfg.settings.max_series_per_metric);
-    }
-    AddSampledCollector(plan.get(), eps, std::move(c), m.canonical);
+    TPE_RETURN_IF_ERROR(PlanPerfMetric(ctx, m));
+    plan->metrics.back().engine_reason = why;
   }
   // Kernel frames are named from /proc/kallsyms: one line when it shows this process no address.
   if (features.kallsyms_hidden.value_or(false)) {
@@ -795,7 +773,7 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& cfg, const Tracefs& trac
       if (m.type == MetricType::kProfile && m.stack != ProfileStack::kUser)
         names += (names.empty() ? "" : ", ") + m.name;
     }
-    if (!names.empty()) plan->warnings.push_back(cfg.path + ": " + KallsymsHiddenWarning(names));
+    if (!names.empty()) plan->warnings.push_back(ctx.path + ": " + KallsymsHiddenWarning(names));
   }
   // A "dwarf" profile's samples carry a copy of the user stack (8 KiB by default): the rings hold
   // at least 2 MiB per CPU (256 such samples) so that a burst waits there for the reader.
@@ -821,11 +799,11 @@ std::string KallsymsHiddenWarning(const std::string& profiles) {
 
 namespace plan_internal {
 
-StatusOr<uint32_t> ProfileFrames(Plan* plan, const Config& cfg, const MetricConfig& m) {
-  const auto wanted = static_cast<uint32_t>(cfg.settings.profile_max_frames);
-  const int limit = plan->features.perf.max_stack;
+StatusOr<uint32_t> ProfileFrames(const PlanContext& ctx, const MetricConfig& m) {
+  const auto wanted = static_cast<uint32_t>(ctx.settings.profile_max_frames);
+  const int limit = ctx.plan->features.perf.max_stack;
   if (limit < 0 || static_cast<uint32_t>(limit) >= wanted) return wanted;
-  const std::string where = cfg.path + ": " + m.json_path + ": " + m.name;
+  const std::string where = ctx.path + ": " + m.json_path + ": " + m.name;
   if (limit == 0) {
     return InvalidArgument(where +
                            ": kernel.perf_event_max_stack is 0, so the kernel takes no stack frames; raise "
@@ -836,8 +814,8 @@ StatusOr<uint32_t> ProfileFrames(Plan* plan, const Config& cfg, const MetricConf
   std::string warning = where + ": stacks of at most " + std::to_string(limit) +
                         " frames (kernel.perf_event_max_stack), not " + std::to_string(wanted) +
                         " (settings.profile_max_frames)";
-  if (std::find(plan->warnings.begin(), plan->warnings.end(), warning) == plan->warnings.end()) {
-    plan->warnings.push_back(std::move(warning));
+  if (std::find(ctx.plan->warnings.begin(), ctx.plan->warnings.end(), warning) == ctx.plan->warnings.end()) {
+    ctx.plan->warnings.push_back(std::move(warning));
   }
   return static_cast<uint32_t>(limit);
 }
@@ -858,5 +836,25 @@ std::unique_ptr<EventPlan> MakeClockEvent(const MetricConfig& m) {
 }
 
 }  // namespace plan_internal
+
+MetricPlan& Plan::AddMetric(std::unique_ptr<Collector> collector, std::string identity) {
+  MetricPlan& m = metrics.emplace_back();
+  m.collector = std::move(collector);
+  m.identity = std::move(identity);
+  return m;
+}
+
+std::vector<Engine> Plan::Engines() const {
+  std::vector<Engine> out;
+  for (const MetricPlan& m : metrics) out.push_back(m.engine);
+  return out;
+}
+
+std::vector<Collector*> Plan::Collectors() const {
+  std::vector<Collector*> out;
+  out.reserve(metrics.size());
+  for (const MetricPlan& m : metrics) out.push_back(m.collector.get());
+  return out;
+}
 
 }  // namespace tpe

@@ -143,8 +143,25 @@ struct EventPlan {
 };
 
 // The kernel's count of counting-mode `events` (ReadKernelCounts) plus `carried`: a counting-mode
-// metric's value (Plan::counting_events, counting_carried).
+// metric's value (MetricPlan::counting_events, counting_carried).
 uint64_t KernelCount(const std::vector<EventPlan*>& events, uint64_t carried);
+
+// One metric of a plan: what runs it and what a reload needs to carry it over.
+struct MetricPlan {
+  std::unique_ptr<Collector> collector;
+  std::string identity;  // MetricConfig::canonical: equal identities are the same metric
+  // The engine that runs it (kBpf or kPerf) and why (for --config.check, --print and
+  // tracepoint_exporter_metric_info), e.g. "perf: counting mode (a label-less counter)" or
+  // "perf: the filter's glob pattern cannot be compiled (bpf)".
+  Engine engine = Engine::kPerf;
+  std::string engine_reason;
+  // Counting mode: its events (the current probe event first, then those of replaced binaries),
+  // whose counts add up to the metric's; else empty.
+  std::vector<EventPlan*> counting_events;
+  // Counting mode: counts of its perf events that a reload closed (an event of a replaced binary
+  // no process maps any more), read once they were disabled; added to its events'.
+  uint64_t counting_carried = 0;
+};
 
 struct Plan {
   // The probe events (uprobes, USDT, kprobes) this plan opens. First, so destroyed last: after the
@@ -162,23 +179,12 @@ struct Plan {
   std::string config_path;
   Settings settings;
   std::vector<std::unique_ptr<EventPlan>> events;
-  std::vector<std::unique_ptr<Collector>> collectors;  // one per metric, config order
-  std::vector<std::string> identities;                 // MetricConfig::canonical, per collector
-  // Per collector: its events if counting mode (the current probe event first, then those of
-  // replaced binaries), else empty. Their counts add up to the metric's.
-  std::vector<std::vector<EventPlan*>> counting_events;
-  // Per collector (counting mode): counts of its perf events that a reload closed (an event of a
-  // replaced binary no process maps any more), read once they were disabled; added to its events'.
-  std::vector<uint64_t> counting_carried;
+  // One per metric, in config order (then the profiles' own, e.g. the mmap tracker's none).
+  std::vector<MetricPlan> metrics;
   // Events an earlier plan had, closed by the reload that made this plan, whose samples may still
   // be in the rings: their ids still dispatch to their consumers (metrics this plan kept), so no
   // sample is lost. Counts final (`retired`). Dropped at the next reload.
   std::vector<std::unique_ptr<EventPlan>> draining;
-  // Per collector: the engine that runs it (kBpf or kPerf) and why (for --config.check,
-  // --print and tracepoint_exporter_metric_info), e.g. "perf: counting mode (a label-less
-  // counter)" or "perf: the filter's glob pattern cannot be compiled (bpf)".
-  std::vector<Engine> engines;
-  std::vector<std::string> engine_reasons;
   bool needs_comm = false;            // some label uses source "comm"
   bool needs_ordering = false;        // comm labels or latency pairing
   std::vector<std::string> warnings;  // degraded but working, e.g. no BTF
@@ -195,6 +201,13 @@ struct Plan {
   // cgroup id → path for every "cgroup" label (created with the first one; the cgroup2 mount of
   // /proc/self/mountinfo). Shared: a collector kept across a reload keeps its resolver.
   std::shared_ptr<CgroupResolver> cgroups;
+
+  // Appends a metric's record (engine kPerf until the planner says otherwise) and returns it.
+  MetricPlan& AddMetric(std::unique_ptr<Collector> collector, std::string identity);
+  // The metrics' collectors, in order (null where a reload moved one out).
+  std::vector<Collector*> Collectors() const;
+  // The metrics' engines, in order.
+  std::vector<Engine> Engines() const;
 };
 
 // Builds and validates the plan. With `check_filters`, each filter is also test-applied in a

@@ -97,14 +97,13 @@ void AddMmapTracker(Plan* plan) {
 
 }  // namespace
 
-StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& m, const Tracefs& tracefs,
-                             const KernelEnums& enums, bool check_filters, const bpf::BpfSupport& bpf,
+StatusOr<bool> PlanBpfMetric(const PlanContext& ctx, const MetricConfig& m, const bpf::BpfSupport& bpf,
                              const std::set<std::string>& running_bpf, std::string* why) {
   const bool running = running_bpf.count(m.canonical) > 0;
   using bpf::BpfEndpoint;
   using bpf::BpfMetricSpec;
   const bool forced = m.engine == Engine::kBpf;
-  const std::string where = cfg.path + ": " + m.json_path + ".engine";
+  const std::string where = ctx.path + ": " + m.json_path + ".engine";
   if (m.engine == Engine::kPerf) {
     *why = "\"engine\": \"perf\" in the config";
     return false;
@@ -138,9 +137,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
         return InvalidArgument(where + ": \"bpf\" for " + m.name + ": \"unwind\": \"dwarf\" runs on the perf engine; " +
                                fp + "; use \"auto\" or \"perf\" for dwarf, or \"unwind\": \"frame_pointer\"");
       }
-      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: " + fp +
-                               "; \"engine\": \"auto\" unwinds them with the code's unwind tables (dwarf) on the "
-                               "perf engine; \"unwind\": \"frame_pointer\" silences this");
+      ctx.plan->warnings.push_back(ctx.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: " + fp +
+                                   "; \"engine\": \"auto\" unwinds them with the code's unwind tables (dwarf) on the "
+                                   "perf engine; \"unwind\": \"frame_pointer\" silences this");
     }
     if (!m.value.field.empty()) {
       return InvalidArgument(where + ": \"bpf\" for " + m.name +
@@ -149,15 +148,15 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     }
     // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
     // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
-    TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(plan, cfg, m));
+    TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(ctx, m));
     const uint64_t bytes =
-        cfg.settings.max_stacks_per_profile * (8ULL * frames + 24) + 8ULL * cfg.settings.max_stacks_per_profile;
-    if (bytes > cfg.settings.bpf_preallocate_max_bytes) {
+        ctx.settings.max_stacks_per_profile * (8ULL * frames + 24) + 8ULL * ctx.settings.max_stacks_per_profile;
+    if (bytes > ctx.settings.bpf_preallocate_max_bytes) {
       return InvalidArgument(where + ": \"bpf\" for " + m.name + ": its stack map of " +
-                             std::to_string(cfg.settings.max_stacks_per_profile) + " stacks of " +
+                             std::to_string(ctx.settings.max_stacks_per_profile) + " stacks of " +
                              std::to_string(frames) + " frames preallocates " + std::to_string(bytes >> 20) +
                              " MiB, over settings.bpf_preallocate_max_bytes (" +
-                             std::to_string(cfg.settings.bpf_preallocate_max_bytes >> 20) +
+                             std::to_string(ctx.settings.bpf_preallocate_max_bytes >> 20) +
                              " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
     }
   }
@@ -169,7 +168,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   // preemption), and counted nowhere before Linux 6.7 — unless the map syscalls run at SCHED_FIFO
   // 99, where no task preempts them (bpf/map_syscall_priority.h). Else perf, which accounts every
   // sample.
-  const bpf::BpfFeatures& kf = plan->features.bpf;
+  const bpf::BpfFeatures& kf = ctx.plan->features.bpf;
   const bool fifo_syscalls = kf.preemptible_syscalls && kf.fifo_map_syscalls;
   if (!kf.tracepoint_misses && kf.preemptible_syscalls && !kf.fifo_map_syscalls) {
     const std::string skips =
@@ -182,7 +181,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       *why = skips + "; the perf engine accounts every sample";
       return false;
     }
-    plan->warnings.push_back(where + ": \"bpf\" for " + m.name + ": " + skips + ": its counts may fall short");
+    ctx.plan->warnings.push_back(where + ": \"bpf\" for " + m.name + ": " + skips + ": its counts may fall short");
   }
   const bool one_process = m.pid > 0 || m.end.pid > 0 ||
                            std::any_of(m.starts.begin(), m.starts.end(), [](const auto& e) { return e.pid > 0; });
@@ -213,8 +212,8 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     BpfMetricSpec spec;
     spec.name = m.name;
     spec.help = m.help;
-    spec.max_series = cfg.settings.max_series_per_metric;
-    spec.preallocate_max_bytes = cfg.settings.bpf_preallocate_max_bytes;
+    spec.max_series = ctx.settings.max_series_per_metric;
+    spec.preallocate_max_bytes = ctx.settings.bpf_preallocate_max_bytes;
     spec.max_inflight = m.max_inflight;
     spec.timeout_ns = static_cast<uint64_t>(m.timeout_seconds * 1e9);
     spec.scale = m.value.scale;
@@ -239,21 +238,22 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (m.type == MetricType::kProfile) {
       spec.kernel_stack = m.stack != ProfileStack::kUser;
       spec.user_stack = m.stack != ProfileStack::kKernel;
-      spec.max_series = cfg.settings.max_stacks_per_profile;
-      spec.max_stacks = static_cast<uint32_t>(cfg.settings.max_stacks_per_profile);
+      spec.max_series = ctx.settings.max_stacks_per_profile;
+      spec.max_stacks = static_cast<uint32_t>(ctx.settings.max_stacks_per_profile);
       // ProfileFrames succeeded above (m is a profile): the frames stack_map_alloc accepts.
-      auto frames = ProfileFrames(plan, cfg, m);
+      auto frames = ProfileFrames(ctx, m);
       spec.max_frames = frames.ok() ? *frames : 0;
       // A user stack is named with the mappings of its process image (bpf/image_stamps.h);
       // without the stamps, with those of the image that predates the daemon, or the latest.
       if (spec.user_stack) {
-        if (auto fd = ImageStampsFd(tracefs); fd.ok()) {
+        if (auto fd = ImageStampsFd(ctx.tracefs); fd.ok()) {
           spec.image_stamps_fd = *fd;
         } else {
-          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
-                                   ": user frames named with the mappings processes have at render time, not those of "
-                                   "the sample's time: " +
-                                   fd.status().message());
+          ctx.plan->warnings.push_back(
+              ctx.path + ": " + m.json_path + ": " + m.name +
+              ": user frames named with the mappings processes have at render time, not those of "
+              "the sample's time: " +
+              fd.status().message());
         }
       }
     }
@@ -264,14 +264,13 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   auto side = [&](const std::string& event, const std::string& filter, const std::vector<std::string>& key,
                   const std::string& json_path, std::optional<LabelFrom> from, BpfEndpoint* out,
                   std::unique_ptr<EventPlan>* ep_out, const std::vector<LabelConfig>* labels = nullptr) -> Status {
-    TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep,
-                         LoadEvent(cfg, event, filter, true, json_path, tracefs, enums, check_filters));
+    TPE_ASSIGN_OR_RETURN(std::unique_ptr<EventPlan> ep, LoadEvent(ctx, event, filter, true, json_path));
     // A probe event is named as the config names it (EventPlan::display): labels stay the same
     // across restarts.
-    NameAsConfigured(*plan, ep.get());
+    NameAsConfigured(*ctx.plan, ep.get());
     out->event = ep->display;
     out->tracepoint_id = ep->tracepoint_id;
-    if (m.probe) TPE_RETURN_IF_ERROR(ProbeRecordOf(*plan, *ep, m, filter, key, forced, &out->probe));
+    if (m.probe) TPE_RETURN_IF_ERROR(ProbeRecordOf(*ctx.plan, *ep, m, filter, key, forced, &out->probe));
     if (!filter.empty()) {
       auto expr = ParseFilter(filter, ep->format);
       if (!expr.ok()) {
@@ -279,22 +278,22 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       }
       // The kernel's verdict on CPUS{...} (the perf engine gets it from the kernel): refused
       // before Linux 6.6, and for CPUs the machine does not have.
-      const auto& k = plan->features.bpf;
+      const auto& k = ctx.plan->features.bpf;
       if (UsesCpus(*expr) && k.major != 0 && (k.major < 6 || (k.major == 6 && k.minor < 6))) {
-        return InvalidArgument(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) +
+        return InvalidArgument(ctx.path + ": " + json_path + ".filter \"" + Abbreviate(filter) +
                                "\": CPUS{...} filters need Linux 6.6; this kernel (" + k.release + ") refuses them");
       }
       if (auto cpus = PossibleCpus(); cpus.ok() && !cpus->empty()) {
         TPE_RETURN_IF_ERROR(CheckFilterCpus(*expr, static_cast<uint32_t>(cpus->back() + 1))
-                                .WithContext(cfg.path + ": " + json_path + ".filter \"" + Abbreviate(filter) + "\""));
+                                .WithContext(ctx.path + ": " + json_path + ".filter \"" + Abbreviate(filter) + "\""));
       }
       TPE_RETURN_IF_ERROR(bpf::CheckFilterCompiles(*expr).WithContext("filter on " + out->event));
       out->filter = std::move(*expr);
     }
-    TPE_ASSIGN_OR_RETURN(out->labels, BuildLabels(cfg, labels != nullptr ? *labels : m.labels, from, ep.get(), plan));
+    TPE_ASSIGN_OR_RETURN(out->labels, BuildLabels(ctx, labels != nullptr ? *labels : m.labels, from, ep.get()));
     for (size_t i = 0; i < key.size(); ++i) {
       TPE_ASSIGN_OR_RETURN(const FieldFormat* f,
-                           GetField(cfg, *ep, key[i], json_path + ".key[" + std::to_string(i) + "]"));
+                           GetField(ctx, *ep, key[i], json_path + ".key[" + std::to_string(i) + "]"));
       TPE_ASSIGN_OR_RETURN(bpf::FieldRef ref, bpf::IntegerField(*f));
       out->match.push_back(ref);
     }
@@ -306,13 +305,13 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
   // binaries that processes still run (Plan::probe_replaced).
   auto variants = [&](const std::string& event) {
     std::vector<std::string> out{event};
-    auto it = plan->probe_replaced.find(event);
-    if (it != plan->probe_replaced.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+    auto it = ctx.plan->probe_replaced.find(event);
+    if (it != ctx.plan->probe_replaced.end()) out.insert(out.end(), it->second.begin(), it->second.end());
     return out;
   };
   auto identity_of = [&](const std::string& event) {
-    auto it = plan->probe_identity.find(event);
-    return it == plan->probe_identity.end() ? std::string() : it->second;
+    auto it = ctx.plan->probe_identity.find(event);
+    return it == ctx.plan->probe_identity.end() ? std::string() : it->second;
   };
   // The parts (bpf_parts.h): one spec per combination of events. A counter or histogram: one per
   // event of its probe. A latency metric whose end has one event: one part, each start's events
@@ -338,7 +337,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     part.spec.end.event = clock_ep->display;
     part.spec.end.clock = true;
     part.spec.clock_period_ns = ClockSamplePeriodNs(m.frequency_hz, m.period_ns);
-    auto labels = BuildLabels(cfg, m.labels, std::nullopt, clock_ep.get(), plan);
+    auto labels = BuildLabels(ctx, m.labels, std::nullopt, clock_ep.get());
     if (!labels.ok()) return not_bpf(labels.status());
     part.spec.end.labels = std::move(*labels);
     parts.push_back(std::move(part));
@@ -347,7 +346,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     auto value_of = [&](const EventPlan& ep, const ValueConfig& v, const std::string& json_path,
                         std::optional<bpf::FieldRef>* out) -> Status {
       if (v.field.empty()) return Status::Ok();
-      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(cfg, ep, v.field, json_path + ".value.field"));
+      TPE_ASSIGN_OR_RETURN(const FieldFormat* f, GetField(ctx, ep, v.field, json_path + ".value.field"));
       if (f->kind != FieldKind::kInteger) return InvalidArgument("value field");  // the perf planning says why
       TPE_ASSIGN_OR_RETURN(*out, bpf::IntegerField(*f));
       return Status::Ok();
@@ -385,7 +384,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
         outs[i]->scale = sc.value.scale;
       }
       // As the perf planning checks them (a mismatch is the config's error: reported by it).
-      if (st.ok()) st = CheckUpDownLabels(cfg, m, eps[0]->format, eps[1]->format);
+      if (st.ok()) st = CheckUpDownLabels(ctx, m, eps[0]->format, eps[1]->format);
       part.spec.starts.push_back(std::move(up));
     } else {
       st = side(m.event, m.filter, {}, m.json_path, std::nullopt, &part.spec.end, &end_ep);
@@ -436,10 +435,10 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       parts.push_back(std::move(part));
     }
     if (shared && parts.size() > 1) {
-      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: its end " +
-                               m.end.event + " runs in a replaced binary too, and a start of another event is in " +
-                               "each of its " + std::to_string(parts.size()) +
-                               " parts: pairs whose start and end are in different parts show as unmatched");
+      ctx.plan->warnings.push_back(ctx.path + ": " + m.json_path + ": " + m.name + " on the bpf engine: its end " +
+                                   m.end.event + " runs in a replaced binary too, and a start of another event is in " +
+                                   "each of its " + std::to_string(parts.size()) +
+                                   " parts: pairs whose start and end are in different parts show as unmatched");
     }
   } else {
     for (const std::string& ev : variants(m.event)) {
@@ -455,7 +454,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
         const std::pair<const char*, bpf::FieldRef*> fields[] = {
             {"prev_pid", &o.prev_pid}, {"next_pid", &o.next_pid}, {"prev_state", &o.prev_state}};
         for (const auto& [field, into] : fields) {
-          auto f = GetField(cfg, *end_ep, field, m.json_path + ".type");
+          auto f = GetField(ctx, *end_ep, field, m.json_path + ".type");
           if (!f.ok()) return not_bpf(f.status());
           auto ref = bpf::IntegerField(**f);
           if (!ref.ok()) return not_bpf(ref.status().WithContext(field));
@@ -468,17 +467,17 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
         struct stat ns {};
         constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // PROC_PID_INIT_INO
         if (::stat("/proc/self/ns/pid", &ns) == 0 && ns.st_ino != kInitPidNamespaceInode) {
-          plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
-                                   " on the bpf engine: the exporter runs in a PID namespace of its own, so its "
-                                   "own threads' blocks are in the profile (run it with the host's PID namespace, "
-                                   "as deploy/ does, or on \"perf\")");
+          ctx.plan->warnings.push_back(ctx.path + ": " + m.json_path + ": " + m.name +
+                                       " on the bpf engine: the exporter runs in a PID namespace of its own, so its "
+                                       "own threads' blocks are in the profile (run it with the host's PID namespace, "
+                                       "as deploy/ does, or on \"perf\")");
         }
         o.min_block_ns = static_cast<uint64_t>(m.min_block_seconds * 1e9 + 0.5);
         part.spec.off_cpu = o;
         part.spec.max_inflight = 100000;
       }
       if (!m.value.field.empty()) {
-        auto f = GetField(cfg, *end_ep, m.value.field, m.json_path + ".value.field");
+        auto f = GetField(ctx, *end_ep, m.value.field, m.json_path + ".value.field");
         if (!f.ok()) return not_bpf(f.status());
         if (!(*f)->IsNumeric() || (m.type == MetricType::kCounter && (*f)->kind != FieldKind::kInteger)) {
           return not_bpf(InvalidArgument("value field"));  // the perf planning says why
@@ -497,9 +496,9 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
                       "file (one program per file)"));
   }
   if (m.type != MetricType::kCounter && m.type != MetricType::kProfile && m.type != MetricType::kGauge) {
-    auto b = BuildBuckets(cfg, m.buckets);
+    auto b = BuildBuckets(ctx, m.buckets);
     if (!b.ok()) return not_bpf(b.status());
-    auto native = BuildNative(cfg, m.buckets, m.type == MetricType::kLatency ? 1e-9 : m.value.scale);
+    auto native = BuildNative(ctx, m.buckets, m.type == MetricType::kLatency ? 1e-9 : m.value.scale);
     if (!native.ok()) return not_bpf(native.status());
     for (PartPlan& p : parts) {
       p.spec.buckets = *b;
@@ -526,12 +525,12 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
     if (!p.spec.end.clock) need(p.spec.end);  // a clock's events are the profile's own
   }
   for (const auto& [id, n] : programs) {
-    auto foreign = plan->foreign_bpf_programs.find(id);
-    if (foreign == plan->foreign_bpf_programs.end()) {
+    auto foreign = ctx.plan->foreign_bpf_programs.find(id);
+    if (foreign == ctx.plan->foreign_bpf_programs.end()) {
       auto f = bpf::ForeignPrograms(n.tracepoint_id);  // once per tracepoint and plan
-      foreign = plan->foreign_bpf_programs.emplace(id, f.ok() ? *f : 0).first;
+      foreign = ctx.plan->foreign_bpf_programs.emplace(id, f.ok() ? *f : 0).first;
     }
-    const int ours = plan->bpf_programs[id];
+    const int ours = ctx.plan->bpf_programs[id];
     if (ours + foreign->second + n.programs <= bpf::kMaxProgramsPerTracepoint) continue;
     std::string full = n.event + " already has " + std::to_string(ours) + " BPF programs from this config";
     if (foreign->second > 0) full += " and " + std::to_string(foreign->second) + " from other tools (bpftrace, BCC)";
@@ -570,31 +569,30 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
       if (forced) return st.WithContext(where + ": \"bpf\" for " + m.name);
       // E.g. the verifier refused a program: the perf engine runs the metric; the log says why.
       const std::string first_line = st.message().substr(0, st.message().find('\n'));
-      plan->warnings.push_back(cfg.path + ": " + m.json_path + ": " + m.name +
-                               " runs on the perf engine: " + st.message());
+      ctx.plan->warnings.push_back(ctx.path + ": " + m.json_path + ": " + m.name +
+                                   " runs on the perf engine: " + st.message());
       *why = "loading its BPF programs failed: " + first_line;
       return false;
     }
   }
-  for (const auto& [id, n] : programs) plan->bpf_programs[id] += n.programs;
+  for (const auto& [id, n] : programs) ctx.plan->bpf_programs[id] += n.programs;
+  std::unique_ptr<Collector> collector;
   if (profile) {
-    plan->collectors.push_back(std::move(profile));
+    collector = std::move(profile);
     if (clock_ep) {
       clock_ep->bpf_profile = m.canonical;  // attached when opened (Pipeline::OpenFd)
-      plan->events.push_back(std::move(clock_ep));
+      ctx.plan->events.push_back(std::move(clock_ep));
     }
     // User frames are named through the processes' mappings: learnt from the mmap tracking
     // event's records (EventPlan::mmap_tracker), in time order with the exec, fork and exit records.
-    if (m.stack != ProfileStack::kKernel) AddMmapTracker(plan);
+    if (m.stack != ProfileStack::kKernel) AddMmapTracker(ctx.plan);
   } else if (m.probe) {
-    plan->collectors.push_back(std::make_unique<BpfPartsMetric>(m.name, std::move(loaded)));
+    collector = std::make_unique<BpfPartsMetric>(m.name, std::move(loaded));
   } else {
-    plan->collectors.push_back(std::move(loaded.front().metric));
+    collector = std::move(loaded.front().metric);
   }
-  plan->identities.push_back(m.canonical);
-  plan->counting_events.emplace_back();
-  plan->counting_carried.push_back(0);
-  plan->engines.push_back(Engine::kBpf);
+  MetricPlan& added = ctx.plan->AddMetric(std::move(collector), m.canonical);
+  added.engine = Engine::kBpf;
   std::string reason =
       forced ? "\"engine\": \"bpf\" in the config" : "in-kernel aggregation: exact at any event rate, no samples";
   if (fifo_syscalls) {
@@ -602,7 +600,7 @@ StatusOr<bool> PlanBpfMetric(Plan* plan, const Config& cfg, const MetricConfig& 
               " (kernel code preemptible) the exporter's map syscalls run at SCHED_FIFO 99, so no task preempts one "
               "and the kernel skips no program for one";
   }
-  plan->engine_reasons.push_back(std::move(reason));
+  added.engine_reason = std::move(reason);
   return true;
 }
 

@@ -41,8 +41,8 @@ TEST(PlanTest, CountingModeSampledModeAndSharing) {
   EXPECT_FALSE(p.events[3]->sampled);
   EXPECT_EQ(p.events[3]->filter, "common_pid == 1");
   EXPECT_TRUE(p.needs_comm);
-  EXPECT_TRUE(static_cast<CounterCollector*>(p.collectors[0].get())->counting_mode());
-  EXPECT_FALSE(static_cast<CounterCollector*>(p.collectors[1].get())->counting_mode());
+  EXPECT_TRUE(static_cast<CounterCollector*>(p.metrics[0].collector.get())->counting_mode());
+  EXPECT_FALSE(static_cast<CounterCollector*>(p.metrics[1].collector.get())->counting_mode());
 }
 
 TEST(PlanTest, UnknownEventSuggestsCloseNames) {
@@ -159,7 +159,7 @@ TEST(PlanTest, CounterWithValueSamplesAndNeedsAnIntegerField) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ((*plan)->events.size(), 1u);
   EXPECT_TRUE((*plan)->events[0]->sampled);  // no labels, but it needs every sample's value
-  EXPECT_FALSE(static_cast<CounterCollector*>((*plan)->collectors[0].get())->counting_mode());
+  EXPECT_FALSE(static_cast<CounterCollector*>((*plan)->metrics[0].collector.get())->counting_mode());
   auto bad = Build(R"({"name": "r_total", "type": "counter", "event": "sched:sched_waking",
                        "value": {"field": "comm"}})");
   ASSERT_FALSE(bad.ok());
@@ -187,14 +187,14 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   Config autocfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter"})");
   auto auto_plan = BuildPlan(autocfg, kTracefs, KernelEnums(), false, bpf_ok);
   ASSERT_TRUE(auto_plan.ok()) << auto_plan.status().ToString();
-  EXPECT_EQ(NameOf((*auto_plan)->engines[0]), "perf");
-  EXPECT_NE((*auto_plan)->engine_reasons[0].find("\"unwind\": \"dwarf\" (the default)"), std::string::npos)
-      << (*auto_plan)->engine_reasons[0];
+  EXPECT_EQ(NameOf((*auto_plan)->metrics[0].engine), "perf");
+  EXPECT_NE((*auto_plan)->metrics[0].engine_reason.find("\"unwind\": \"dwarf\" (the default)"), std::string::npos)
+      << (*auto_plan)->metrics[0].engine_reason;
   Config fpcfg = parse(R"({"name": "p", "event": "raw_syscalls:sys_enter", "unwind": "frame_pointer"})");
   auto fp_plan = BuildPlan(fpcfg, kTracefs, KernelEnums(), false, bpf_ok);
   ASSERT_TRUE(fp_plan.ok()) << fp_plan.status().ToString();
-  EXPECT_EQ(NameOf((*fp_plan)->engines[0]), "perf");
-  EXPECT_NE((*fp_plan)->engine_reasons[0].find("hash collisions"), std::string::npos);
+  EXPECT_EQ(NameOf((*fp_plan)->metrics[0].engine), "perf");
+  EXPECT_NE((*fp_plan)->metrics[0].engine_reason.find("hash collisions"), std::string::npos);
 
   // "dwarf" is the perf engine's: on "bpf" it is refused when asked for, and the default
   // becomes frame pointers with a warning.
@@ -211,9 +211,9 @@ TEST(PlanTest, ProfileEnginesAndTheMmapTracker) {
   auto bpf_plan = BuildPlan(bpfcfg, kTracefs, KernelEnums(), false, bpf_ok, {bpfcfg.metrics[0].canonical});
   ASSERT_TRUE(bpf_plan.ok()) << bpf_plan.status().ToString();
   const Plan& p = **bpf_plan;
-  EXPECT_EQ(NameOf(p.engines[0]), "bpf");
-  ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
-  EXPECT_FALSE(p.collectors[0]->stack_profile()->stamped());
+  EXPECT_EQ(NameOf(p.metrics[0].engine), "bpf");
+  ASSERT_NE(p.metrics[0].collector->stack_profile(), nullptr);
+  EXPECT_FALSE(p.metrics[0].collector->stack_profile()->stamped());
   ASSERT_EQ(p.events.size(), 1u);  // no tracepoint event: the mmap tracker only
   EXPECT_TRUE(p.events[0]->mmap_tracker);
   EXPECT_TRUE(p.events[0]->sampled);
@@ -279,10 +279,10 @@ TEST(PlanTest, CpuProfilesSampleTheClockEvent) {
   EXPECT_EQ(e.consumers.size(), 2u);
   EXPECT_EQ(p.events[1]->frequency_hz, 99u);
   EXPECT_TRUE(p.events[1]->include_idle);
-  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kPerf, Engine::kPerf, Engine::kPerf}));
-  ASSERT_NE(p.collectors[0]->stack_profile(), nullptr);
-  EXPECT_EQ(p.collectors[0]->stack_profile()->value_type(), "cpu");
-  EXPECT_EQ(p.collectors[0]->stack_profile()->value_unit(), "nanoseconds");
+  EXPECT_EQ(p.Engines(), (std::vector<Engine>{Engine::kPerf, Engine::kPerf, Engine::kPerf}));
+  ASSERT_NE(p.metrics[0].collector->stack_profile(), nullptr);
+  EXPECT_EQ(p.metrics[0].collector->stack_profile()->value_type(), "cpu");
+  EXPECT_EQ(p.metrics[0].collector->stack_profile()->value_unit(), "nanoseconds");
   // The attr: a software clock at 19 Hz, the period in each sample, the idle task left out.
   TracepointEventOptions o;
   o.sampled = true;
@@ -310,7 +310,7 @@ TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
   auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Plan& p = **plan;
-  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kBpf, Engine::kPerf}));
+  EXPECT_EQ(p.Engines(), (std::vector<Engine>{Engine::kBpf, Engine::kPerf}));
   ASSERT_EQ(p.events.size(), 3u);  // b's clock; a's clock and the mmap tracker
   const EventPlan* bpf_clock = nullptr;
   const EventPlan* perf_clock = nullptr;
@@ -336,7 +336,7 @@ TEST(PlanTest, ABpfCpuProfileHasItsOwnClockEventThatRunsItsProgram) {
   EXPECT_TRUE(bpf_clock->consumers.empty());
   EXPECT_FALSE(bpf_clock->SamePerfEvents(*perf_clock));
   EXPECT_EQ(perf_clock->consumers.size(), 1u);
-  const StackProfile* a = p.collectors[0]->stack_profile();
+  const StackProfile* a = p.metrics[0].collector->stack_profile();
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->value_type(), "cpu");
   EXPECT_EQ(a->value_unit(), "nanoseconds");
@@ -354,10 +354,10 @@ TEST(PlanTest, ABpfOffCpuProfilePairsInTheKernel) {
   auto plan = BuildPlan(*cfg, kTracefs, KernelEnums(), false, bpf::BpfSupport{true, ""}, {cfg->metrics[0].canonical});
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Plan& p = **plan;
-  EXPECT_EQ(p.engines, (std::vector<Engine>{Engine::kBpf}));
+  EXPECT_EQ(p.Engines(), (std::vector<Engine>{Engine::kBpf}));
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_TRUE(p.events[0]->mmap_tracker);
-  const auto* profile = dynamic_cast<const bpf::BpfProfile*>(p.collectors[0].get());
+  const auto* profile = dynamic_cast<const bpf::BpfProfile*>(p.metrics[0].collector.get());
   ASSERT_NE(profile, nullptr);
   EXPECT_EQ(profile->value_type(), "off_cpu");
   EXPECT_EQ(profile->value_unit(), "nanoseconds");

@@ -133,11 +133,11 @@ void PrintCosts(const std::vector<MetricCost>& costs, double seconds, const std:
 
 std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
   std::vector<MetricCost> out;
-  for (size_t i = 0; i < plan.collectors.size(); ++i) {
+  for (const MetricPlan& metric : plan.metrics) {
     MetricCost c;
-    const Collector* collector = plan.collectors[i].get();
+    const Collector* collector = metric.collector.get();
     c.name = collector->name();
-    c.engine = i < plan.engines.size() ? plan.engines[i] : Engine::kPerf;
+    c.engine = metric.engine;
     if (c.engine == Engine::kBpf) {
       double ns = 0;
       for (const EngineStat& st : collector->EngineStats()) {
@@ -146,8 +146,8 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
       }
       if (stats_on) c.kernel_ns = ns;
       if (collector->is_profile()) c.profile_sample_ns = 0;
-    } else if (i < plan.counting_events.size() && !plan.counting_events[i].empty()) {
-      for (const EventPlan* ep : plan.counting_events[i]) c.events += ep->ReadCounts().count;
+    } else if (!metric.counting_events.empty()) {
+      for (const EventPlan* ep : metric.counting_events) c.events += ep->ReadCounts().count;
     } else {
       for (const auto& ep : plan.events) {
         for (const auto& consumer : ep->consumers) {

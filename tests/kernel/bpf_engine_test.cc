@@ -47,10 +47,10 @@ TEST(BpfEngineTest, AutoChoosesAndSaysWhy) {
     {"name": "d_total", "type": "counter", "event": "sched:sched_switch", "engine": "perf",
      "labels": [{"name": "cpu", "source": "cpu"}]}]})");
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ((*plan)->engines, (std::vector<Engine>{Engine::kBpf, Engine::kPerf, Engine::kPerf, Engine::kPerf}));
-  EXPECT_NE((*plan)->engine_reasons[1].find("counting mode"), std::string::npos);
-  EXPECT_NE((*plan)->engine_reasons[2].find("glob"), std::string::npos) << (*plan)->engine_reasons[2];
-  EXPECT_NE((*plan)->engine_reasons[3].find("\"perf\" in the config"), std::string::npos);
+  EXPECT_EQ((*plan)->Engines(), (std::vector<Engine>{Engine::kBpf, Engine::kPerf, Engine::kPerf, Engine::kPerf}));
+  EXPECT_NE((*plan)->metrics[1].engine_reason.find("counting mode"), std::string::npos);
+  EXPECT_NE((*plan)->metrics[2].engine_reason.find("glob"), std::string::npos) << (*plan)->metrics[2].engine_reason;
+  EXPECT_NE((*plan)->metrics[3].engine_reason.find("\"perf\" in the config"), std::string::npos);
   // "bpf" refuses what it cannot express, naming it and the way out.
   auto forced = Plan(R"({"metrics": [{"name": "c_total", "type": "counter", "event": "sched:sched_switch",
      "filter": "prev_comm ~ \"a?c\"", "engine": "bpf"}]})");
@@ -305,7 +305,7 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   CPU_ZERO(&one);
   CPU_SET(0, &one);
   sched_setaffinity(0, sizeof(one), &one);  // inherited by the tasks (`pin` restores the affinity)
-  const Collector& c = *pipeline.plan().collectors[0];
+  const Collector& c = *pipeline.plan().metrics[0].collector;
   for (int i = 0; i < kTasks; ++i) {
     pid_t p = fork();
     ASSERT_GE(p, 0);

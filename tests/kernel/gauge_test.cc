@@ -520,7 +520,8 @@ TEST(KernelGaugeAutoTest, AutoPlansBpfWhereAvailable) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), true, testing::Bpf(), {}, testing::Probed());
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    EXPECT_EQ((*plan)->engines, std::vector<Engine>{FromName<Engine>(want).value()}) << (*plan)->engine_reasons.at(0);
+    EXPECT_EQ((*plan)->Engines(), std::vector<Engine>{FromName<Engine>(want).value()})
+        << (*plan)->metrics.at(0).engine_reason;
   }
   // Up and down labels that differ are the config's error on every engine, in the same words.
   for (const char* engine : {"auto", "bpf", "perf"}) {

@@ -159,10 +159,10 @@ TEST(KernelFeaturesTest, ProgramE2bigFallsBackToPerf) {
   ASSERT_TRUE(cfg.ok());
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(NameOf((*plan)->engines[0]), "perf");
-  EXPECT_NE((*plan)->engine_reasons[0].find("Argument list too long (larger than this kernel allows"),
+  EXPECT_EQ(NameOf((*plan)->metrics[0].engine), "perf");
+  EXPECT_NE((*plan)->metrics[0].engine_reason.find("Argument list too long (larger than this kernel allows"),
             std::string::npos)
-      << (*plan)->engine_reasons[0];
+      << (*plan)->metrics[0].engine_reason;
   constexpr int kCalls = 1000;
   Child child("tpe_e2big", kCalls);
   auto snap = RunWith(R"({"metrics": [{"name": "big_total", "type": "counter", "event": "syscalls:sys_enter_getppid",
@@ -194,18 +194,18 @@ TEST(KernelFeaturesTest, AutoFollowsWhetherSkippedRunsAreCounted) {
   const bool uncounted_skips = f.bpf.preemptible_syscalls && !f.bpf.tracepoint_misses && !f.bpf.fifo_map_syscalls;
   std::printf("%s: preemptible map syscalls %d, misses counted %d, map syscalls at SCHED_FIFO %d: auto runs on %s\n",
               f.bpf.release.c_str(), f.bpf.preemptible_syscalls, f.bpf.tracepoint_misses, f.bpf.fifo_map_syscalls,
-              std::string(NameOf((*plan)->engines[0])).c_str());
-  EXPECT_EQ(NameOf((*plan)->engines[0]), uncounted_skips ? "perf" : "bpf") << (*plan)->engine_reasons[0];
+              std::string(NameOf((*plan)->metrics[0].engine)).c_str());
+  EXPECT_EQ(NameOf((*plan)->metrics[0].engine), uncounted_skips ? "perf" : "bpf") << (*plan)->metrics[0].engine_reason;
   if (uncounted_skips) {
-    EXPECT_NE((*plan)->engine_reasons[0].find("skips a bpf program, uncounted"), std::string::npos)
-        << (*plan)->engine_reasons[0];
+    EXPECT_NE((*plan)->metrics[0].engine_reason.find("skips a bpf program, uncounted"), std::string::npos)
+        << (*plan)->metrics[0].engine_reason;
   }
   // Root on a preemptible kernel (the 5.10-rt and 6.1-rt guests): the map syscalls run at
   // SCHED_FIFO 99 and auto says so.
   if (f.bpf.preemptible_syscalls && getuid() == 0) {
     EXPECT_TRUE(f.bpf.fifo_map_syscalls) << f.bpf.fifo_map_syscalls_note;
-    EXPECT_NE((*plan)->engine_reasons[0].find("map syscalls run at SCHED_FIFO 99"), std::string::npos)
-        << (*plan)->engine_reasons[0];
+    EXPECT_NE((*plan)->metrics[0].engine_reason.find("map syscalls run at SCHED_FIFO 99"), std::string::npos)
+        << (*plan)->metrics[0].engine_reason;
   }
   testing::ResetLoadOptions();
 }

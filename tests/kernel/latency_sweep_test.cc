@@ -60,7 +60,7 @@ TEST_P(LatencySweepTest, EveryStartIsCountedExactlyOnceUnderASweep) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, testing::Bpf(), {}, features);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  auto* metric = dynamic_cast<bpf::BpfMetric*>((*plan)->collectors[0].get());
+  auto* metric = dynamic_cast<bpf::BpfMetric*>((*plan)->metrics[0].collector.get());
   ASSERT_NE(metric, nullptr);
   ASSERT_TRUE(metric->Attach().ok());
 

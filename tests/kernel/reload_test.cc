@@ -121,7 +121,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   auto first = BuildPlan(*config, *tracefs, enums, false, bpf::BpfSupport{false, "injected: map creation failed"}, {},
                          testing::Probed());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  ASSERT_EQ(NameOf((*first)->engines[0]), "perf");
+  ASSERT_EQ(NameOf((*first)->metrics[0].engine), "perf");
   Pipeline pipeline(&*tracefs);
   ASSERT_TRUE(pipeline.Open(std::move(*first)).ok());
   ASSERT_TRUE(pipeline.Start().ok());
@@ -129,7 +129,7 @@ TEST(ReloadTest, AMetricThatChangesEngineAtAReloadKeepsCounting) {
   // Memory is available again: the same config now plans x_total on bpf.
   auto second = BuildPlan(*config, *tracefs, enums, false, testing::Bpf(), {}, testing::Probed());
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  ASSERT_EQ(NameOf((*second)->engines[0]), "bpf");
+  ASSERT_EQ(NameOf((*second)->metrics[0].engine), "bpf");
   Status st = pipeline.Reload(std::move(*second));
   ASSERT_TRUE(st.ok()) << st.ToString();
   ChildCalls(1000);
