@@ -134,9 +134,21 @@ class Pipeline {
   };
 
   void Run();
-  // Self-metrics of the engines: metric_info{metric,engine} and the bpf programs' runs,
-  // misses and run time.
+  // Snapshot's self-metrics, appended to `out` by job (under mu_, with a plan). Per event: hits,
+  // samples, lost and unaccounted samples, pid perf events, kprobe misses.
+  void AppendEventMetrics(std::vector<MetricSnapshot>* out) const;
+  // Per metric: decode errors, series dropped and removed, latency pairs unmatched and in flight.
+  void AppendCollectorMetrics(std::vector<MetricSnapshot>* out) const;
+  // The engines: metric_info{metric,engine} and the bpf programs' runs, misses and run time.
   void AppendEngineMetrics(std::vector<MetricSnapshot>* out) const;
+  // Per CPU ring: bytes read, lost samples, garbled batches.
+  void AppendRingMetrics(std::vector<MetricSnapshot>* out) const;
+  // Per CPU: online, reopens after hotplug, untraced seconds.
+  void AppendCpuMetrics(std::vector<MetricSnapshot>* out) const;
+  // With profiles: learnt processes and images, refused files, unwind tables, debug info, renders.
+  void AppendProfileMetrics(std::vector<MetricSnapshot>* out) const;
+  // The reader's other records and wakeups, build information, kernel features.
+  void AppendReaderAndKernelMetrics(std::vector<MetricSnapshot>* out) const;
   void StopThread();
   Status StartThread();
   // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring); for a

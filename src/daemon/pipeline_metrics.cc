@@ -102,6 +102,21 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (!c->is_profile()) out.push_back(c->Snapshot());
   }
 
+  // The exporter's own metrics, each family beside what it reads.
+  AppendEventMetrics(&out);
+  AppendCollectorMetrics(&out);
+  AppendEngineMetrics(&out);
+  AppendRingMetrics(&out);
+  AppendCpuMetrics(&out);
+  AppendProfileMetrics(&out);
+  AppendReaderAndKernelMetrics(&out);
+
+  return out;
+}
+
+// Per event as the config names it: the kernel's hits, samples, lost and unaccounted samples; pid perf events; kprobe
+// misses.
+void Pipeline::AppendEventMetrics(std::vector<MetricSnapshot>* out) const {
   auto hits = Family("tracepoint_exporter_event_hits_total",
                      "Times the tracepoint fired (after its filter), counted by the kernel.", MetricKind::kCounter);
   auto samples = Family("tracepoint_exporter_samples_total", "Samples decoded, per event.", MetricKind::kCounter);
@@ -170,10 +185,10 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (g.lost_known) Add(&lost, g.labels, static_cast<double>(g.lost));
     if (!g.clock) Add(&unaccounted, g.labels, static_cast<double>(g.unaccounted));
   }
-  out.push_back(std::move(hits));
-  out.push_back(std::move(samples));
-  out.push_back(std::move(lost));
-  out.push_back(std::move(unaccounted));
+  out->push_back(std::move(hits));
+  out->push_back(std::move(samples));
+  out->push_back(std::move(lost));
+  out->push_back(std::move(unaccounted));
 
   auto pid_events = Family("tracepoint_exporter_pid_perf_events",
                            "Perf events (file descriptors) a \"pid\" event holds: one per thread the process had when "
@@ -184,7 +199,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     if (ep->pid > 0)
       Add(&pid_events, {{"event", ep->display}, {"filter", ep->filter}}, static_cast<double>(ep->OpenFdCount()));
   }
-  if (!pid_events.series.empty()) out.push_back(std::move(pid_events));
+  if (!pid_events.series.empty()) out->push_back(std::move(pid_events));
 
   // Kprobe and kretprobe misses: hits the kernel skipped (recursion) and, for a kretprobe,
   // returns it could not catch because every MAXACTIVE instance was taken by a call in flight
@@ -211,9 +226,12 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       }
     }
     for (const auto& [event, n] : misses) Add(&probe_misses, {{"event", event}}, static_cast<double>(n));
-    if (!probe_misses.series.empty()) out.push_back(std::move(probe_misses));
+    if (!probe_misses.series.empty()) out->push_back(std::move(probe_misses));
   }
+}
 
+// Per metric: decode errors, series dropped and removed, latency pairs unmatched and in flight.
+void Pipeline::AppendCollectorMetrics(std::vector<MetricSnapshot>* out) const {
   auto decode = Family("tracepoint_exporter_decode_errors_total",
                        "Samples a metric could not decode (a field outside the record).", MetricKind::kCounter);
   auto dropped =
@@ -231,9 +249,9 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&removed, {{"metric", c->name()}, {"reason", "idle"}}, static_cast<double>(idle));
     Add(&removed, {{"metric", c->name()}, {"reason", "task_exited"}}, static_cast<double>(exited));
   }
-  out.push_back(std::move(decode));
-  out.push_back(std::move(dropped));
-  out.push_back(std::move(removed));
+  out->push_back(std::move(decode));
+  out->push_back(std::move(dropped));
+  out->push_back(std::move(removed));
 
   auto unmatched = Family("tracepoint_exporter_latency_unmatched_total",
                           "Latency starts or ends that made no observation, by reason (replaced, no_start, "
@@ -252,12 +270,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&inflight, {{"metric", c->name()}}, static_cast<double>(c->inflight()));
   }
   if (!unmatched.series.empty()) {
-    out.push_back(std::move(unmatched));
-    out.push_back(std::move(inflight));
+    out->push_back(std::move(unmatched));
+    out->push_back(std::move(inflight));
   }
+}
 
-  AppendEngineMetrics(&out);
-
+// Per CPU ring: bytes read, lost samples, garbled batches.
+void Pipeline::AppendRingMetrics(std::vector<MetricSnapshot>* out) const {
   auto bytes = Family("tracepoint_exporter_ring_buffer_read_bytes_total",
                       "Bytes read from each CPU's perf ring buffer.", MetricKind::kCounter);
   auto ring_lost =
@@ -271,10 +290,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&ring_lost, l, static_cast<double>(r.lost_samples.Get()));
     Add(&ring_err, l, static_cast<double>(r.errors.Get()));
   }
-  out.push_back(std::move(bytes));
-  out.push_back(std::move(ring_lost));
-  out.push_back(std::move(ring_err));
+  out->push_back(std::move(bytes));
+  out->push_back(std::move(ring_lost));
+  out->push_back(std::move(ring_err));
+}
 
+// Per CPU: online, reopens after hotplug, untraced seconds.
+void Pipeline::AppendCpuMetrics(std::vector<MetricSnapshot>* out) const {
   auto online = Family("tracepoint_exporter_cpu_online",
                        "Whether the CPU's perf events are open and counting (0: offline, or its events are being "
                        "reopened after it came back).",
@@ -293,10 +315,13 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
     Add(&reopens, l, static_cast<double>(st.reopens.Get()));
     Add(&untraced, l, st.untraced_seconds.load());
   }
-  out.push_back(std::move(online));
-  out.push_back(std::move(reopens));
-  out.push_back(std::move(untraced));
+  out->push_back(std::move(online));
+  out->push_back(std::move(reopens));
+  out->push_back(std::move(untraced));
+}
 
+// When the plan has profiles: learnt processes and images, refused files, unwind tables, debug info, renders.
+void Pipeline::AppendProfileMetrics(std::vector<MetricSnapshot>* out) const {
   const std::vector<Collector*> collectors = plan_->Collectors();
   if (std::any_of(collectors.begin(), collectors.end(), [](const Collector* c) { return c && c->is_profile(); })) {
     const ProcessImages::Stats images = process_images_.stats();
@@ -305,25 +330,25 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                          "from /proc/PID/maps), to name profiles' user frames with the mappings of their time.",
                          MetricKind::kGauge);
     Add(&learnt, {}, static_cast<double>(images.processes));
-    out.push_back(std::move(learnt));
+    out->push_back(std::move(learnt));
     auto learnt_images = Family("tracepoint_exporter_profile_learnt_images",
                                 "Process images (what a process maps from one exec or fork to the next) held, and "
                                 "the bytes they hold (bound: 64 MiB).",
                                 MetricKind::kGauge);
     Add(&learnt_images, {{"unit", "images"}}, static_cast<double>(images.images));
     Add(&learnt_images, {{"unit", "bytes"}}, static_cast<double>(images.bytes));
-    out.push_back(std::move(learnt_images));
+    out->push_back(std::move(learnt_images));
     auto evicted = Family("tracepoint_exporter_profile_learnt_processes_evicted_total",
                           "Process images forgotten to stay within the bound: ended ones no sample used first, then "
                           "ended ones with samples, then live ones (read again from /proc when needed).",
                           MetricKind::kCounter);
     Add(&evicted, {}, static_cast<double>(images.evicted));
-    out.push_back(std::move(evicted));
+    out->push_back(std::move(evicted));
     auto files =
         Family("tracepoint_exporter_profile_mapped_files",
                "Distinct files (path, device, inode, size, mtime) profiles' user frames lie in.", MetricKind::kGauge);
     Add(&files, {}, static_cast<double>(mapped_files_.size()));
-    out.push_back(std::move(files));
+    out->push_back(std::move(files));
     auto refusals =
         Family("tracepoint_exporter_profile_file_refusals_total",
                "Files other users control that were refused (source elf or perf_map: a render's reads; unwind: "
@@ -338,7 +363,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
             static_cast<double>(counts->Get(reason)));
       }
     }
-    out.push_back(std::move(refusals));
+    out->push_back(std::move(refusals));
     const unwind::CfiCache::Stats cfi = cfi_tables_.stats();
     if (cfi.reads > 0 || cfi.unreadable > 0) {
       auto tables = Family("tracepoint_exporter_profile_unwind_tables",
@@ -347,7 +372,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                            MetricKind::kGauge);
       Add(&tables, {{"unit", "files"}}, static_cast<double>(cfi.files));
       Add(&tables, {{"unit", "bytes"}}, static_cast<double>(cfi.bytes));
-      out.push_back(std::move(tables));
+      out->push_back(std::move(tables));
       auto reads = Family("tracepoint_exporter_profile_unwind_table_reads_total",
                           "Files read for their unwind tables, by result: read, unreadable (gone, refused, not "
                           "x86-64 ELF, or no call frame information: its frames are walked by frame pointer; tried "
@@ -356,7 +381,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       Add(&reads, {{"result", "read"}}, static_cast<double>(cfi.reads));
       Add(&reads, {{"result", "unreadable"}}, static_cast<double>(cfi.unreadable));
       Add(&reads, {{"result", "evicted"}}, static_cast<double>(cfi.evictions));
-      out.push_back(std::move(reads));
+      out->push_back(std::move(reads));
     }
     auto debuginfo = Family("tracepoint_exporter_profile_debuginfo_total",
                             "Lookups of stripped binaries' debug information by source (build_id_dir, debuglink, "
@@ -373,7 +398,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
             static_cast<double>(renderer_.debug_counts().Get(source, result)));
       }
     }
-    out.push_back(std::move(debuginfo));
+    out->push_back(std::move(debuginfo));
     auto rendered = Family("tracepoint_exporter_profile_render_frames",
                            "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
                            "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "
@@ -391,7 +416,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
         Add(&rendered, {{"profile", name}, {"frames", "file_changed"}}, static_cast<double>(f.file_changed));
       }
     }
-    if (!rendered.series.empty()) out.push_back(std::move(rendered));
+    if (!rendered.series.empty()) out->push_back(std::move(rendered));
     auto render_cpu = Family("tracepoint_exporter_profile_render_cpu_seconds_total",
                              "CPU time the exporter spent rendering a profile for its requests (symbolization, "
                              "pprof, flame graph, gzip), by profile. Its sample handling is "
@@ -403,25 +428,28 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
       for (const auto& [name, ns] : render_cpu_ns_)
         Add(&render_cpu, {{"profile", name}}, static_cast<double>(ns) * 1e-9);
     }
-    if (!render_cpu.series.empty()) out.push_back(std::move(render_cpu));
+    if (!render_cpu.series.empty()) out->push_back(std::move(render_cpu));
   }
+}
 
+// The reader's other records and wakeups, build information, kernel features.
+void Pipeline::AppendReaderAndKernelMetrics(std::vector<MetricSnapshot>* out) const {
   auto other = Family("tracepoint_exporter_ring_other_records_total",
                       "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter);
   Add(&other, {}, reader_ ? static_cast<double>(reader_->other_records() + reader_->sample_errors()) : 0.0);
-  out.push_back(std::move(other));
+  out->push_back(std::move(other));
   auto wake = Family(
       "tracepoint_exporter_reader_wakeups_total",
       "Reader thread wakeups (watermark, mark, or timeout: 100 ms while a metric counts ring samples, else 1 s).",
       MetricKind::kCounter);
   Add(&wake, {}, static_cast<double>(wakeups_.Get()));
-  out.push_back(std::move(wake));
+  out->push_back(std::move(wake));
 
   utsname u{};
   ::uname(&u);
   auto info = Family("tracepoint_exporter_build_info", "Build and kernel information; always 1.", MetricKind::kGauge);
   Add(&info, {{"version", TPE_VERSION}, {"kernel", u.release}}, 1);
-  out.push_back(std::move(info));
+  out->push_back(std::move(info));
   auto feature = Family("tracepoint_exporter_kernel_feature",
                         "Whether the running kernel has a feature the exporter uses (1) or not (0; the log and "
                         "--config.check say which fallback runs and what it costs). since: the first kernel with it.",
@@ -429,7 +457,7 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
   for (const auto& row : DescribeFeatures(plan_->features)) {
     Add(&feature, {{"feature", row.feature}, {"since", row.since}}, row.available ? 1 : 0);
   }
-  out.push_back(std::move(feature));
+  out->push_back(std::move(feature));
   if (plan_->features.kallsyms_hidden.has_value()) {  // unknown: no series rather than a false 0
     auto hidden = Family("tracepoint_exporter_kallsyms_hidden",
                          "Whether /proc/kallsyms lists every kernel address as 0 to the exporter (1: kernel frames "
@@ -437,9 +465,8 @@ std::vector<MetricSnapshot> Pipeline::Snapshot() const {
                          "running config was planned.",
                          MetricKind::kGauge);
     Add(&hidden, {}, *plan_->features.kallsyms_hidden ? 1 : 0);
-    out.push_back(std::move(hidden));
+    out->push_back(std::move(hidden));
   }
-  return out;
 }
 
 void Pipeline::AppendEngineMetrics(std::vector<MetricSnapshot>* out) const {
