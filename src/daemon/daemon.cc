@@ -40,6 +40,22 @@ MetricSnapshot Family(std::string name, std::string help, MetricKind kind) {
   return m;
 }
 
+// The bpf metrics of `running` (null: none) as BuildPlan's running_bpf: each one's identity, and
+// for a metric on probe events identity + "\n" + each part it runs (one per event of a replaced
+// binary).
+std::set<std::string> RunningBpfKeys(const Plan* running) {
+  std::set<std::string> keys;
+  if (running == nullptr) return keys;
+  for (const MetricPlan& m : running->metrics) {
+    if (m.engine != Engine::kBpf) continue;
+    keys.insert(m.identity);
+    if (auto* parts = dynamic_cast<const BpfPartsMetric*>(m.collector.get())) {
+      for (const std::string& key : parts->keys()) keys.insert(m.identity + "\n" + key);
+    }
+  }
+  return keys;
+}
+
 // `running`: the running plan on a reload (its bpf metrics are kept, not loaded again), or null.
 StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& tracefs, const KernelEnums& enums,
                                            const Plan* running) {
@@ -52,18 +68,8 @@ StatusOr<std::unique_ptr<Plan>> PlanConfig(const Config& config, const Tracefs& 
   // Except what a sysctl or a dropped privilege changes meanwhile (perf_event_max_stack, kallsyms).
   KernelFeatures features = probed;
   RefreshRuntimeFacts(&features);
-  std::set<std::string> running_bpf;
-  static const std::vector<MetricPlan> kNone;
-  for (const MetricPlan& m : running != nullptr ? running->metrics : kNone) {
-    if (m.engine != Engine::kBpf) continue;
-    running_bpf.insert(m.identity);
-    // A metric on probe events: the parts it runs (one per event of a replaced binary).
-    if (auto* parts = dynamic_cast<const BpfPartsMetric*>(m.collector.get())) {
-      for (const std::string& key : parts->keys()) running_bpf.insert(m.identity + "\n" + key);
-    }
-  }
-  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                       BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf, running_bpf, features));
+  TPE_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(config, tracefs, enums, /*check_filters=*/false, bpf,
+                                                             RunningBpfKeys(running), features));
   if (running == nullptr) {
     for (const auto& n : plan->kernel_notes) TPE_LOG_WARN("kernel: {}", n);
   }

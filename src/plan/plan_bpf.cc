@@ -194,7 +194,8 @@ class BpfMetricPlanner {
       }
       // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
       // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
-      TPE_ASSIGN_OR_RETURN(const uint32_t frames, ProfileFrames(ctx_, m_));
+      TPE_ASSIGN_OR_RETURN(frames_, ProfileFrames(ctx_, m_));
+      const uint32_t frames = frames_;
       const uint64_t bytes =
           ctx_.settings.max_stacks_per_profile * (8ULL * frames + 24) + 8ULL * ctx_.settings.max_stacks_per_profile;
       if (bytes > ctx_.settings.bpf_preallocate_max_bytes) {
@@ -291,9 +292,7 @@ class BpfMetricPlanner {
       spec.user_stack = m_.stack != ProfileStack::kKernel;
       spec.max_series = ctx_.settings.max_stacks_per_profile;
       spec.max_stacks = static_cast<uint32_t>(ctx_.settings.max_stacks_per_profile);
-      // ProfileFrames succeeded above (m is a profile): the frames stack_map_alloc accepts.
-      auto frames = ProfileFrames(ctx_, m_);
-      spec.max_frames = frames.ok() ? *frames : 0;
+      spec.max_frames = frames_;  // from Eligible: the frames stack_map_alloc accepts
       // A user stack is named with the mappings of its process image (bpf/image_stamps.h);
       // without the stamps, with those of the image that predates the daemon, or the latest.
       if (spec.user_stack) {
@@ -694,6 +693,7 @@ class BpfMetricPlanner {
   std::map<std::string, Need> programs_;  // tracepoint id -> its programs
   std::vector<BpfPartsMetric::Part> loaded_;
   std::unique_ptr<bpf::BpfProfile> profile_;
+  uint32_t frames_ = 0;  // a profile's frames per stack (ProfileFrames, once)
 };
 
 }  // namespace

@@ -171,14 +171,10 @@ TEST_F(ProbeBpfTest, AutoPicksBpfWhereExpressibleElsePerfWithTheReason) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
     auto plan = BuildPlan(*cfg, *tracefs, KernelEnums(), false, Bpf(), {}, testing::Probed());
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    const auto& metrics = (*plan)->metrics;
-    ASSERT_EQ(metrics.size(), 4u);
-    std::vector<Engine> engines;
+    const std::vector<Engine> engines = (*plan)->Engines();
+    ASSERT_EQ(engines.size(), 4u);
     std::vector<std::string> why;
-    for (const MetricPlan& m : metrics) {
-      engines.push_back(m.engine);
-      why.push_back(m.engine_reason);
-    }
+    for (const MetricPlan& m : (*plan)->metrics) why.push_back(m.engine_reason);
     EXPECT_EQ(NameOf(engines[0]), "bpf") << why[0];
     EXPECT_EQ(NameOf(engines[1]), "perf") << why[1];  // counting mode
     EXPECT_NE(why[1].find("counting mode"), std::string::npos) << why[1];
