@@ -6,7 +6,8 @@ frame pointers and beside perf.
 
 1. Both views at 19 Hz: a CPU profile (cpu-clock, every CPU) and an off-CPU profile, labelled by
    comm, scraped (pprof) every 10 s as Parca would, while stress-ng keeps both CPUs busy and
-   python3.11 runs a Python loop (stripped, no frame pointers: what dwarf is for). The exporter
+   Debian's python3.11 runs a Python loop (stripped, no frame pointers: what dwarf is for; the
+   one in /usr/bin, not one on PATH, which may be a pyenv build carrying DWARF). The exporter
    with "dwarf" and with "frame_pointer", beside `perf record -F 19 -a --call-graph dwarf` of
    the same two events plus the `perf script` that unwinds and names its samples (ours unwinds
    as it goes). Each row: the tracer's CPU time (user + system, of one CPU) and its RSS.
@@ -27,6 +28,10 @@ import urllib.request
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GETPPID = 110
+
+
+# Debian's own build (-O2, no frame pointers, stripped): what "dwarf" is for.
+PYTHON = "/usr/bin/python3.11"
 
 
 def proc_cpu(pid):
@@ -171,7 +176,7 @@ def main():
     lines = []
     load = [subprocess.Popen(["stress-ng", "--cpu", str(os.cpu_count()), "--quiet"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL),
-            subprocess.Popen(["python3.11", "-c", "while True:\n  sum(range(1000))\n"])]
+            subprocess.Popen([PYTHON, "-c", "while True:\n  sum(range(1000))\n"])]
     try:
         time.sleep(2)
         rows = [("tracepoint_exporter, `\"unwind\": \"dwarf\"`", lambda: both_views(binary, args.port, args.seconds, "dwarf", args.warmup)),

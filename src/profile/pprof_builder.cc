@@ -104,7 +104,20 @@ uint64_t PprofBuilder::FunctionId(const std::string& name, const std::string& fi
 void PprofBuilder::AddSample(std::span<const ProfileFrame> leaf_first,
                              std::span<const std::pair<std::string, std::string>> labels, int64_t value) {
   auto* s = profile_->add_sample();
+  s->mutable_location_id()->Reserve(static_cast<int>(leaf_first.size()));
   for (const ProfileFrame& f : leaf_first) s->add_location_id(LocationOf(f));
+  AddValueAndLabels(s, labels, value);
+}
+
+void PprofBuilder::AddSample(std::span<const uint64_t> leaf_first_location_ids,
+                             std::span<const std::pair<std::string, std::string>> labels, int64_t value) {
+  auto* s = profile_->add_sample();
+  s->mutable_location_id()->Add(leaf_first_location_ids.begin(), leaf_first_location_ids.end());
+  AddValueAndLabels(s, labels, value);
+}
+
+void PprofBuilder::AddValueAndLabels(perftools::profiles::Sample* s,
+                                     std::span<const std::pair<std::string, std::string>> labels, int64_t value) {
   s->add_value(value);
   for (const auto& [k, v] : labels) {
     auto* l = s->add_label();

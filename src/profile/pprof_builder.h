@@ -87,6 +87,12 @@ class PprofBuilder {
   // preceding entries were inlined").
   void AddSample(std::span<const ProfileFrame> leaf_first, std::span<const std::pair<std::string, std::string>> labels,
                  int64_t value);
+  // The same with the frames' Locations made before (AddLocation): a render names each distinct
+  // frame once and adds its many stacks as ids, without copying a frame's names per stack.
+  void AddSample(std::span<const uint64_t> leaf_first_location_ids,
+                 std::span<const std::pair<std::string, std::string>> labels, int64_t value);
+  // The Location of `frame` (made on first sight, as AddSample makes it): its id (1, 2, ...).
+  uint64_t AddLocation(const ProfileFrame& frame) { return LocationOf(frame); }
 
   // When the samples were taken: start (CLOCK_REALTIME, ns since the epoch) and duration (ns).
   void SetTime(int64_t time_ns, int64_t duration_ns);
@@ -103,6 +109,8 @@ class PprofBuilder {
  private:
   int64_t Str(const std::string& s);
   uint64_t LocationOf(const ProfileFrame& frame);
+  void AddValueAndLabels(perftools::profiles::Sample* sample,
+                         std::span<const std::pair<std::string, std::string>> labels, int64_t value);
 
   const uint64_t instance_;
   // The profile's messages live in an arena (google/protobuf/arena.h): a render builds tens of

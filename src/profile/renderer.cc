@@ -12,17 +12,18 @@ namespace tpe {
 namespace {
 
 // Names the frames of a render's stacks: every distinct address once, batched per mapping.
-// Want* every stack first, then Resolve, then Append* each stack.
+// Want* every stack first, then Resolve, then Append* (frames) or Append*Ids (Locations made
+// once per distinct frame: a render's stacks share most of their frames) each stack.
 class FrameNamer {
  public:
   FrameNamer(Symbolizer* symbolizer, PprofBuilder* builder) : sym_(symbolizer), builder_(builder) {}
 
   void WantUser(std::span<const UserFrame> user) {
     for (size_t i = 0; i < user.size(); ++i) {
-      auto [it, inserted] = user_index_.try_emplace(Key(user[i]), 0);
+      auto [it, inserted] = user_index_.try_emplace(Key(user[i]), user_slots_.size());
       if (!inserted) continue;
       auto& batch = user_batches_[user[i].file];
-      it->second = batch.size();
+      user_slots_.push_back(Slot{user[i].file, batch.size()});
       // A return address is named by the call before it; a frame first met as the leaf by its own.
       batch.push_back(Symbolizer::UserAddress{user[i].offset, i != 0});
     }
@@ -38,34 +39,49 @@ class FrameNamer {
     std::vector<FileId> files;
     for (const auto& [file, batch] : user_batches_) files.push_back(file);
     sym_->Prepare(files);
+    std::unordered_map<FileId, size_t> first;  // a file's first entry in user_named_
     for (const auto& [file, batch] : user_batches_) {
-      std::vector<SymbolizedAddress> named = sym_->SymbolizeUser(file, batch);
-      auto& frames = user_frames_[file];
-      for (SymbolizedAddress& a : named) frames.push_back(Frame(std::move(a)));
+      first[file] = user_named_.size();
+      for (SymbolizedAddress& a : sym_->SymbolizeUser(file, batch)) user_named_.push_back(Frame(std::move(a)));
     }
-    for (SymbolizedAddress& a : sym_->SymbolizeKernel(kernel_batch_)) kernel_frames_.push_back(Frame(std::move(a)));
+    for (Slot& slot : user_slots_) slot.named = first.at(slot.file) + slot.in_batch;
+    for (SymbolizedAddress& a : sym_->SymbolizeKernel(kernel_batch_)) kernel_named_.push_back(Frame(std::move(a)));
   }
   void AppendUser(std::span<const UserFrame> user, std::vector<ProfileFrame>* out) {
-    for (const UserFrame& uf : user) {
-      const Named& n = user_frames_.at(uf.file)[user_index_.at(Key(uf))];
-      Count(n, false);
-      out->push_back(n.frame);
-    }
+    for (const UserFrame& uf : user) out->push_back(Counted(UserNamed(uf), false).frame);
   }
   void AppendKernel(std::span<const uint64_t> ips, std::vector<ProfileFrame>* out) {
-    for (uint64_t ip : ips) {
-      const Named& n = kernel_frames_[kernel_index_.at(ip)];
-      Count(n, true);
-      out->push_back(n.frame);
-    }
+    for (uint64_t ip : ips) out->push_back(Counted(kernel_named_[kernel_index_.at(ip)], true).frame);
+  }
+  void AppendUserIds(std::span<const UserFrame> user, std::vector<uint64_t>* out) {
+    for (const UserFrame& uf : user) out->push_back(LocationId(Counted(UserNamed(uf), false)));
+  }
+  void AppendKernelIds(std::span<const uint64_t> ips, std::vector<uint64_t>* out) {
+    for (uint64_t ip : ips) out->push_back(LocationId(Counted(kernel_named_[kernel_index_.at(ip)], true)));
   }
 
  private:
   struct Named {
     ProfileFrame frame;
     SymbolizedAddress::Miss miss = SymbolizedAddress::Miss::kNone;
+    uint64_t location_id = 0;  // the builder's Location; 0 until first asked
+  };
+  struct Slot {
+    FileId file;
+    size_t in_batch;   // index in its file's batch
+    size_t named = 0;  // index in user_named_ (Resolve)
+  };
+  struct KeyHash {
+    size_t operator()(const std::pair<FileId, uint64_t>& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9e3779b97f4a7c15ULL ^ k.first);
+    }
   };
   static std::pair<FileId, uint64_t> Key(const UserFrame& f) { return {f.file, f.offset}; }
+  Named& UserNamed(const UserFrame& uf) { return user_named_[user_slots_[user_index_.at(Key(uf))].named]; }
+  uint64_t LocationId(Named& n) {
+    if (n.location_id == 0) n.location_id = builder_->AddLocation(n.frame);
+    return n.location_id;
+  }
 
   Named Frame(SymbolizedAddress a) {
     Named n;
@@ -88,7 +104,8 @@ class FrameNamer {
     }
     return n;
   }
-  void Count(const Named& n, bool kernel) {
+  // Counts `n` in the symbolizer's stats (each time a stack holds it) and returns it.
+  Named& Counted(Named& n, bool kernel) {
     Symbolizer::Stats& st = sym_->stats();
     ++st.frames;
     st.inlined += n.frame.inlined.size();
@@ -98,16 +115,18 @@ class FrameNamer {
     } else if (n.miss == SymbolizedAddress::Miss::kUnknownMapping) {
       ++st.unknown_mapping;
     }
+    return n;
   }
 
   Symbolizer* sym_;
   PprofBuilder* builder_;
-  std::map<std::pair<FileId, uint64_t>, size_t> user_index_;  // -> index in its file's batch
+  std::unordered_map<std::pair<FileId, uint64_t>, size_t, KeyHash> user_index_;  // -> user_slots_
+  std::vector<Slot> user_slots_;
   std::map<FileId, std::vector<Symbolizer::UserAddress>> user_batches_;
-  std::map<FileId, std::vector<Named>> user_frames_;
+  std::vector<Named> user_named_;  // every file's batch in turn, as named
   std::unordered_map<uint64_t, size_t> kernel_index_;
   std::vector<Symbolizer::KernelAddress> kernel_batch_;
-  std::vector<Named> kernel_frames_;
+  std::vector<Named> kernel_named_;
   std::unordered_map<uint32_t, uint64_t> mapping_ids_;  // symbolizer's mapping -> builder's
 };
 
@@ -128,14 +147,17 @@ void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, Pp
     namer.WantUser(user_of(sc));
   }
   namer.Resolve();
-  std::vector<ProfileFrame> frames;
+  std::vector<uint64_t> frames;  // Location ids, leaf first
   std::vector<std::pair<std::string, std::string>> labels;
+  auto lost = [&](const char* part, const std::string& reason) {
+    return builder->AddLocation(ProfileFrame{0, 0, std::string("[") + part + " stack lost: " + reason + "]"});
+  };
   for (const StackCount& sc : stacks) {
     frames.clear();
-    namer.AppendKernel(sc.kernel, &frames);
-    if (!sc.kernel_lost.empty()) frames.push_back(ProfileFrame{0, 0, "[kernel stack lost: " + sc.kernel_lost + "]"});
-    namer.AppendUser(user_of(sc), &frames);
-    if (!sc.user_lost.empty()) frames.push_back(ProfileFrame{0, 0, "[user stack lost: " + sc.user_lost + "]"});
+    namer.AppendKernelIds(sc.kernel, &frames);
+    if (!sc.kernel_lost.empty()) frames.push_back(lost("kernel", sc.kernel_lost));
+    namer.AppendUserIds(user_of(sc), &frames);
+    if (!sc.user_lost.empty()) frames.push_back(lost("user", sc.user_lost));
     labels.assign(sc.labels.begin(), sc.labels.end());
     labels.emplace_back("pid", std::to_string(sc.pid));
     // pprof values are int64: a value profile's sum past INT64_MAX saturates.
