@@ -1,10 +1,6 @@
 #include "exporter/exporter.h"
 
-#include <google/protobuf/util/delimited_message_util.h>
-#include <io/prometheus/client/metrics.pb.h>
 #include <malloc.h>
-#include <prometheus/metric_family.h>
-#include <prometheus/text_serializer.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -22,7 +18,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "collectors/native_buckets.h"
 #include "common/file_util.h"
 #include "common/html_escape.h"
 #include "common/log.h"
@@ -33,225 +28,13 @@
 namespace tpe {
 namespace {
 
-// `m` (its series merged by WriteFamily) as prometheus-cpp's MetricFamily. Label strings are
-// moved, and each series' vectors freed once converted, so that a page's snapshot and its
-// MetricFamily are not both whole in memory at once.
-prometheus::MetricFamily ToFamily(MetricSnapshot m) {
-  prometheus::MetricFamily f;
-  f.name = std::move(m.name);
-  f.help = std::move(m.help);
-  switch (m.kind) {
-    case MetricKind::kCounter:
-      f.type = prometheus::MetricType::Counter;
-      break;
-    case MetricKind::kGauge:
-      f.type = prometheus::MetricType::Gauge;
-      break;
-    case MetricKind::kHistogram:
-      f.type = prometheus::MetricType::Histogram;
-      break;
+// Writes one metric family in `format` (exposition.h); its snapshot is freed once written.
+void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format) {
+  if (format == ExpositionFormat::kText) {
+    WriteText(std::move(m), &out);
+  } else if (const std::string name = m.name; !WriteProtobuf(std::move(m), &out)) {
+    throw std::runtime_error("protobuf exposition: writing " + name + " failed");  // a 500, logged
   }
-  f.metric.reserve(m.series.size());
-  for (auto& s : m.series) {
-    prometheus::ClientMetric cm;
-    cm.label.reserve(s.labels.size());
-    for (auto& [k, v] : s.labels) cm.label.push_back({std::move(k), std::move(v)});
-    LabelPairs().swap(s.labels);
-    switch (m.kind) {
-      case MetricKind::kCounter:
-        cm.counter.value = s.value;
-        break;
-      case MetricKind::kGauge:
-        cm.gauge.value = s.value;
-        break;
-      case MetricKind::kHistogram: {
-        cm.histogram.sample_count = s.count;
-        cm.histogram.sample_sum = s.sum;
-        uint64_t cumulative = 0;
-        cm.histogram.bucket.reserve(s.bucket_counts.size());
-        for (size_t i = 0; i < s.bucket_counts.size(); ++i) {
-          cumulative += s.bucket_counts[i];
-          prometheus::ClientMetric::Bucket b;
-          b.cumulative_count = cumulative;
-          b.upper_bound = i < m.bucket_bounds.size() ? m.bucket_bounds[i] : std::numeric_limits<double>::infinity();
-          cm.histogram.bucket.push_back(b);
-        }
-        std::vector<uint64_t>().swap(s.bucket_counts);
-        break;
-      }
-    }
-    f.metric.push_back(std::move(cm));
-  }
-  return f;
-}
-
-// HELP text as the text exposition format wants it: `\` as `\\`, a line feed as `\n`.
-void EscapeHelp(std::string* help) {
-  if (help->find_first_of("\\\n") == std::string::npos) return;
-  std::string out;
-  out.reserve(help->size() + 8);
-  for (char c : *help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  *help = std::move(out);
-}
-
-// One sign's native buckets as client_model's spans and deltas: a span per run of consecutive
-// indexes (the first span's offset is its first index, a later one's the gap after the previous
-// span), and each count as the difference from the previous bucket's (the first from 0).
-template <typename AddSpan, typename AddDelta>
-void EncodeNativeBuckets(const std::vector<std::pair<int32_t, uint64_t>>& buckets, AddSpan&& add_span,
-                         AddDelta&& add_delta) {
-  int64_t prev_count = 0;
-  int32_t prev_index = 0;
-  io::prometheus::client::BucketSpan* span = nullptr;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const auto& [index, count] = buckets[i];
-    if (span == nullptr || index != prev_index + 1) {
-      span = add_span();
-      span->set_offset(i == 0 ? index : index - prev_index - 1);
-      span->set_length(0);
-    }
-    span->set_length(span->length() + 1);
-    add_delta(static_cast<int64_t>(count) - prev_count);
-    prev_count = static_cast<int64_t>(count);
-    prev_index = index;
-  }
-}
-
-// Fills the native part of `h` from `n` (its schema already reduced to the metric's bound).
-void ToProtoNative(const NativeSnapshot& n, io::prometheus::client::Histogram* h) {
-  h->set_schema(n.schema);
-  h->set_zero_threshold(n.zero_threshold);
-  h->set_zero_count(n.zero_count);
-  EncodeNativeBuckets(
-      n.positive, [h] { return h->add_positive_span(); }, [h](int64_t d) { h->add_positive_delta(d); });
-  EncodeNativeBuckets(
-      n.negative, [h] { return h->add_negative_span(); }, [h](int64_t d) { h->add_negative_delta(d); });
-  // A native histogram with no bucket and a zero threshold of 0 would read as a classic one
-  // with no buckets: an empty span says it is native (as client_golang does).
-  if (n.positive.empty() && n.negative.empty() && n.zero_threshold == 0 && n.zero_count == 0) {
-    io::prometheus::client::BucketSpan* span = h->add_positive_span();
-    span->set_offset(0);
-    span->set_length(0);
-  }
-}
-
-// The protobuf exposition's message for one family (client_model's metrics.proto), from the
-// MetricFamily the text page is written from, so that both pages carry the same series and
-// values. Buckets as on the text page, the +Inf one included (Prometheus accepts it; clients
-// may leave it implicit); a histogram without classic buckets (`classic` false) has none, and
-// `natives` (one per series, or empty) adds native buckets.
-io::prometheus::client::MetricFamily ToProto(const prometheus::MetricFamily& f, bool classic = true,
-                                             const std::vector<std::optional<NativeSnapshot>>& natives = {}) {
-  namespace pb = io::prometheus::client;
-  pb::MetricFamily out;
-  out.set_name(f.name);
-  out.set_help(f.help);
-  switch (f.type) {
-    case prometheus::MetricType::Counter:
-      out.set_type(pb::COUNTER);
-      break;
-    case prometheus::MetricType::Gauge:
-      out.set_type(pb::GAUGE);
-      break;
-    case prometheus::MetricType::Histogram:
-      out.set_type(pb::HISTOGRAM);
-      break;
-    case prometheus::MetricType::Summary:
-      out.set_type(pb::SUMMARY);
-      break;
-    default:
-      out.set_type(pb::UNTYPED);
-      break;
-  }
-  out.mutable_metric()->Reserve(static_cast<int>(f.metric.size()));
-  for (size_t series = 0; series < f.metric.size(); ++series) {
-    const prometheus::ClientMetric& cm = f.metric[series];
-    pb::Metric* m = out.add_metric();
-    for (const auto& l : cm.label) {
-      pb::LabelPair* lp = m->add_label();
-      lp->set_name(l.name);
-      lp->set_value(l.value);
-    }
-    switch (f.type) {
-      case prometheus::MetricType::Counter:
-        m->mutable_counter()->set_value(cm.counter.value);
-        break;
-      case prometheus::MetricType::Gauge:
-        m->mutable_gauge()->set_value(cm.gauge.value);
-        break;
-      case prometheus::MetricType::Histogram: {
-        pb::Histogram* h = m->mutable_histogram();
-        h->set_sample_count(cm.histogram.sample_count);
-        h->set_sample_sum(cm.histogram.sample_sum);
-        if (classic) {
-          for (const auto& b : cm.histogram.bucket) {
-            pb::Bucket* pbb = h->add_bucket();
-            pbb->set_cumulative_count(b.cumulative_count);
-            pbb->set_upper_bound(b.upper_bound);
-          }
-        }
-        if (series < natives.size() && natives[series]) ToProtoNative(*natives[series], h);
-        break;
-      }
-      default:
-        m->mutable_untyped()->set_value(cm.untyped.value);
-        break;
-    }
-  }
-  return out;
-}
-
-// Logs, once per metric, that a series of it had more than max_buckets native buckets and was
-// exported at a lower schema (`steps` lower; client_golang's doubleBucketWidth).
-void NoteReduction(const std::string& metric, int steps) {
-  if (steps == 0) return;
-  static std::mutex mu;
-  static std::set<std::string> said;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!said.insert(metric).second) return;
-  TPE_LOG_INFO(
-      "metric {}: a series has more native buckets than max_buckets; it is exported {} schema step(s) lower (each "
-      "step merges pairs of buckets), as Prometheus clients do",
-      metric, steps);
-}
-
-// Writes one metric family in `format`: the text exposition format (prometheus-cpp's
-// TextSerializer) or one length-delimited MetricFamily message; its MetricFamily is freed
-// before the next one is built.
-void WriteFamily(std::ostream& out, MetricSnapshot m, ExpositionFormat format = ExpositionFormat::kText) {
-  // The one place every page passes through: series that render one label set are merged here,
-  // for both engines. Then their native buckets (protobuf only: the text format has none), in
-  // order, reduced to the metric's bound.
-  MergeSeriesByLabels(&m);
-  std::vector<std::optional<NativeSnapshot>> natives;
-  if (m.native_max_buckets > 0) {
-    natives.reserve(m.series.size());
-    for (SeriesSnapshot& s : m.series) {
-      natives.push_back(std::move(s.native));
-      if (natives.back()) NoteReduction(m.name, ReduceToMaxBuckets(&*natives.back(), m.native_max_buckets));
-    }
-  }
-  const bool classic = m.classic;
-  std::vector<prometheus::MetricFamily> one;
-  one.push_back(ToFamily(std::move(m)));
-  if (format == ExpositionFormat::kProtobuf) {
-    if (!google::protobuf::util::SerializeDelimitedToOstream(ToProto(one[0], classic, natives), &out)) {
-      throw std::runtime_error("protobuf exposition: writing " + one[0].name + " failed");  // a 500, logged
-    }
-    return;
-  }
-  // The text format escapes a HELP's backslashes and line feeds; prometheus-cpp 1.0's serializer
-  // writes it as it is (a config's help with a newline broke the page).
-  EscapeHelp(&one[0].help);
-  prometheus::TextSerializer().Serialize(out, one);
 }
 
 // Renders the /metrics page: the source's families, the process_* metrics and the previous
@@ -385,18 +168,6 @@ std::vector<MetricSnapshot> ProcessMetrics() {
         Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur)));
   }
   return out;
-}
-
-std::string SerializeText(const std::vector<MetricSnapshot>& metrics) {
-  std::ostringstream out;
-  for (const auto& m : metrics) WriteFamily(out, m);
-  return std::move(out).str();
-}
-
-std::string SerializeProtobuf(const std::vector<MetricSnapshot>& metrics) {
-  std::ostringstream out;
-  for (const auto& m : metrics) WriteFamily(out, m, ExpositionFormat::kProtobuf);
-  return std::move(out).str();
 }
 
 struct HttpExporter::Impl {
