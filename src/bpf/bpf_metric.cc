@@ -541,33 +541,30 @@ std::vector<EngineStat> BpfMetric::EngineStats() const {
   for (size_t i = 0; i < reports.size(); ++i) {
     const ProgramReport& p = reports[i];
     LabelPairs l{{"metric", spec_.name}, {"program", p.role}, {"event", p.event}};
-    out.push_back({"tracepoint_exporter_bpf_program_runs_total", l, static_cast<double>(p.runs)});
+    out.push_back({&kBpfProgramRunsTotalDesc, l, static_cast<double>(p.runs)});
     // A clock's program skipped by bpf_overflow_handler (bpf_prog_active raised) is not a miss
     // the kernel counts: no series rather than a false 0 (bpf_profile.h).
     if (!spec_.end.clock) {
-      out.push_back(
-          {"tracepoint_exporter_bpf_program_misses_total", l, static_cast<double>(p.kernel.recursion_misses)});
+      out.push_back({&kBpfProgramMissesTotalDesc, l, static_cast<double>(p.kernel.recursion_misses)});
     }
     if (p.probe) {
       // Our own counts: exported on every kernel (the misses family is not before Linux 6.7).
-      out.push_back({"tracepoint_exporter_bpf_probe_busy_total", l, static_cast<double>(p.busy)});
-      out.push_back({"tracepoint_exporter_bpf_probe_string_faults_total", l, static_cast<double>(p.string_faults)});
+      out.push_back({&kBpfProbeBusyTotalDesc, l, static_cast<double>(p.busy)});
+      out.push_back({&kBpfProbeStringFaultsTotalDesc, l, static_cast<double>(p.string_faults)});
     }
     // What the sysctl timed, without our cost windows' own time; absent where the kernel's
     // bpf_prog_info has no run_time_ns (before 5.1: never a false 0).
     if (p.kernel.has_run_time) {
-      out.push_back({"tracepoint_exporter_bpf_program_run_seconds_total", l,
+      out.push_back({&kBpfProgramRunSecondsTotalDesc, l,
                      static_cast<double>(programs_[i].cost->RunTimeNs(p.kernel.run_time_ns)) * 1e-9});
     }
     // Absent until a cost window has measured the program (never a false 0).
     if (auto seconds = programs_[i].cost->Seconds(p.runs)) {
-      out.push_back({"tracepoint_exporter_bpf_program_cpu_seconds_total", l, *seconds});
+      out.push_back({&kBpfProgramCpuSecondsTotalDesc, l, *seconds});
     }
   }
-  out.push_back(
-      {"tracepoint_exporter_bpf_map_no_memory_total", {{"metric", spec_.name}}, static_cast<double>(no_memory())});
-  out.push_back(
-      {"tracepoint_exporter_bpf_map_memory_bytes", {{"metric", spec_.name}}, static_cast<double>(map_memory_bytes())});
+  out.push_back({&kBpfMapNoMemoryTotalDesc, {{"metric", spec_.name}}, static_cast<double>(no_memory())});
+  out.push_back({&kBpfMapMemoryBytesDesc, {{"metric", spec_.name}}, static_cast<double>(map_memory_bytes())});
   return out;
 }
 

@@ -72,6 +72,7 @@
 #include "collectors/gauge.h"
 #include "collectors/label_set.h"
 #include "collectors/native_buckets.h"
+#include "common/metric_desc.h"
 #include "common/scoped_fd.h"
 #include "filter/filter.h"
 
@@ -315,5 +316,55 @@ class BpfMetric : public Collector {
   mutable std::atomic<uint64_t> window_{1};
   mutable std::atomic<uint64_t> read_through_{0};  // the last window a scrape read (0: none)
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kBpfProgramRunsTotalDesc{
+    "tracepoint_exporter_bpf_program_runs_total",
+    "Runs of each bpf-engine program (every hit of its tracepoint, before its filter), counted "
+    "by the program.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfProgramMissesTotalDesc{
+    "tracepoint_exporter_bpf_program_misses_total",
+    "Hits of the tracepoint the kernel did not run the program for, because another BPF program "
+    "was running on that CPU (bpf_prog_info.recursion_misses; Linux 6.7 for tracepoint and probe "
+    "programs). hits = runs + misses (+ busy for probe programs).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfProbeBusyTotalDesc{
+    "tracepoint_exporter_bpf_probe_busy_total",
+    "Runs of a probe event's program (uprobe, USDT, kprobe) that preempted another run of it on "
+    "the same CPU and skipped the event, counted by the program on every kernel.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfProbeStringFaultsTotalDesc{
+    "tracepoint_exporter_bpf_probe_string_faults_total",
+    "String arguments a probe event's program could not read and counted as the empty "
+    "string: a bad pointer, or a user page not resident (a BPF program cannot fault it "
+    "in; the perf engine's fetch does, which is why \"auto\" puts metrics that read a "
+    "uprobe's string on perf).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfProgramRunSecondsTotalDesc{
+    "tracepoint_exporter_bpf_program_run_seconds_total",
+    "Kernel CPU time spent in the program (bpf_prog_info.run_time_ns; counted only while the "
+    "sysctl kernel.bpf_stats_enabled is 1).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfProgramCpuSecondsTotalDesc{
+    "tracepoint_exporter_bpf_program_cpu_seconds_total",
+    "Kernel CPU time spent in the program, estimated without leaving BPF run-time stats on: "
+    "its runs priced at the ns per run measured in the latest cost window "
+    "(settings.bpf_cost_window_seconds every settings.bpf_cost_period_seconds). Absent until a "
+    "window has measured it, and where stats cannot be turned on (CAP_SYS_ADMIN, Linux 5.8).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfMapNoMemoryTotalDesc{
+    "tracepoint_exporter_bpf_map_no_memory_total",
+    "Hits a bpf-engine metric could not count because the kernel failed to allocate a map "
+    "element (ENOMEM from the map update; not the cardinality limit, which is "
+    "series_dropped_total, nor the in-flight limit, which is latency_unmatched_total "
+    "{reason=\"table_full\"}).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBpfMapMemoryBytesDesc{
+    "tracepoint_exporter_bpf_map_memory_bytes",
+    "Kernel memory of a bpf-engine metric's maps, as the kernel charges it (the memlock line "
+    "of /proc/self/fdinfo: a hash map's bucket array is allocated up front for "
+    "max_series_per_metric, elements as series appear).",
+    MetricKind::kGauge};
 
 }  // namespace tpe::bpf

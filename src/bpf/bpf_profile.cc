@@ -108,19 +108,18 @@ std::vector<EngineStat> BpfProfile::EngineStats() const {
   std::vector<EngineStat> out = metric_->EngineStats();
   Read r = ReadAll(/*resolve=*/false);  // counts and reasons: no stack is copied for a scrape
   const std::string& name = metric_->spec().name;
-  out.push_back({"tracepoint_exporter_profile_samples_total",
+  out.push_back({&kProfileSamplesTotalDesc,
                  {{"profile", name}},
                  static_cast<double>(off_cpu() ? metric_->stat(kBlocks) : r.samples)});
   if (off_cpu()) {
-    const std::pair<const char*, Stat> counts[] = {
-        {"tracepoint_exporter_profile_off_cpu_short_blocks_total", kShortBlocks},
-        {"tracepoint_exporter_profile_off_cpu_dropped_total", kTableFull},
-        {"tracepoint_exporter_profile_off_cpu_unpaired_total", kUnpaired}};
-    for (const auto& [family, slot] : counts) {
-      out.push_back({family, {{"profile", name}}, static_cast<double>(metric_->stat(slot))});
+    const std::pair<const MetricDesc*, Stat> counts[] = {{&kProfileOffCpuShortBlocksTotalDesc, kShortBlocks},
+                                                         {&kProfileOffCpuDroppedTotalDesc, kTableFull},
+                                                         {&kProfileOffCpuUnpairedTotalDesc, kUnpaired}};
+    for (const auto& [desc, slot] : counts) {
+      out.push_back({desc, {{"profile", name}}, static_cast<double>(metric_->stat(slot))});
     }
   }
-  out.push_back({"tracepoint_exporter_profile_stacks", {{"profile", name}}, static_cast<double>(r.stacks.size())});
+  out.push_back({&kProfileStacksDesc, {{"profile", name}}, static_cast<double>(r.stacks.size())});
   for (const char* part : {"kernel", "user"}) {
     const bool taken = std::string(part) == "kernel" ? metric_->spec().kernel_stack : metric_->spec().user_stack;
     if (!taken) continue;
@@ -128,7 +127,7 @@ std::vector<EngineStat> BpfProfile::EngineStats() const {
     for (const char* reason : {"stack_map_full", "hash_collision"}) r.lost.try_emplace({part, reason}, 0);
   }
   for (const auto& [key, n] : r.lost) {
-    out.push_back({"tracepoint_exporter_profile_stacks_lost_total",
+    out.push_back({&kProfileStacksLostTotalDesc,
                    {{"profile", name}, {"part", key.first}, {"reason", key.second}},
                    static_cast<double>(n)});
   }

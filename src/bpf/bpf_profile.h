@@ -55,6 +55,7 @@
 
 #include "bpf/bpf_metric.h"
 #include "collectors/profile.h"
+#include "common/metric_desc.h"
 
 namespace tpe::bpf {
 
@@ -124,5 +125,15 @@ class BpfProfile : public Collector, public StackProfile {
   mutable std::map<int32_t, std::vector<uint64_t>> frames_;  // stack id -> ips (ids are never reused)
   mutable bool batch_ = true;                                // ReadMap's batch choice
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileStacksLostTotalDesc{
+    "tracepoint_exporter_profile_stacks_lost_total",
+    "Samples of a bpf-engine profile whose kernel or user stack (part) the stack map could "
+    "not hold, by reason: stack_map_full (settings.max_stacks_per_profile distinct stacks "
+    "in use), hash_collision (another stack holds the id's bucket). The samples are counted "
+    "under a frame naming the reason. An off-CPU profile counts ns blocked instead, its "
+    "unit.",
+    MetricKind::kCounter};
 
 }  // namespace tpe::bpf

@@ -15,6 +15,7 @@
 #include "collectors/comm_table.h"
 #include "collectors/label_set.h"
 #include "collectors/snapshot.h"
+#include "common/metric_desc.h"
 #include "common/status.h"
 #include "decode/sample.h"
 
@@ -35,10 +36,10 @@ struct LatencyUnmatched {
   static const char* Name(Reason r);
 };
 
-// One value of an engine self-metric family a collector reports (the family's name and help
-// live with the exporter's self-metrics: daemon/pipeline_metrics.cc).
+// One value of an engine self-metric family a collector reports, under the family's MetricDesc
+// (declared beside the code that counts it: collectors/profile.h, bpf/bpf_metric.h).
 struct EngineStat {
-  std::string family;  // e.g. "tracepoint_exporter_bpf_program_runs_total"
+  const MetricDesc* desc = nullptr;  // its family, declared beside the code that counts it
   LabelPairs labels;
   double value = 0;
 };
@@ -124,5 +125,19 @@ class Collector {
   RelaxedCounter series_dropped_;
   RelaxedCounter decode_errors_;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kDecodeErrorsTotalDesc{"tracepoint_exporter_decode_errors_total",
+                                                   "Samples a metric could not decode (a field outside the record).",
+                                                   MetricKind::kCounter};
+inline constexpr MetricDesc kSeriesDroppedTotalDesc{
+    "tracepoint_exporter_series_dropped_total",
+    "Samples not counted because the metric reached settings.max_series_per_metric.", MetricKind::kCounter};
+inline constexpr MetricDesc kSeriesRemovedTotalDesc{
+    "tracepoint_exporter_series_removed_total",
+    "Series removed, by reason: idle (unchanged for settings.series_idle_timeout_seconds) or "
+    "task_exited (its pid/tid label names a task that exited; removed once its final value "
+    "was scraped, or at once when the metric is full and a new series needs the room).",
+    MetricKind::kCounter};
 
 }  // namespace tpe

@@ -27,6 +27,7 @@
 
 #include "collectors/histogram.h"
 #include "collectors/inflight_table.h"
+#include "common/metric_desc.h"
 
 namespace tpe {
 
@@ -80,5 +81,15 @@ class LatencyCollector : public Collector {
   std::array<RelaxedCounter, kReasonCount> unmatched_;
   std::atomic<size_t> inflight_gauge_{0};  // inflight_.size(), readable from scrape threads
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kLatencyUnmatchedTotalDesc{
+    "tracepoint_exporter_latency_unmatched_total",
+    "Latency starts or ends that made no observation, by reason (replaced, no_start, "
+    "table_full, expired, series_limit).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kLatencyInflightDesc{
+    "tracepoint_exporter_latency_inflight", "Latency starts waiting for their end (at most the metric's max_inflight).",
+    MetricKind::kGauge};
 
 }  // namespace tpe

@@ -246,32 +246,24 @@ MetricSnapshot ProfileCollector::Snapshot() const {
 
 std::vector<EngineStat> ProfileCollector::EngineStats() const {
   std::vector<EngineStat> out = {
-      {"tracepoint_exporter_profile_samples_total", {{"profile", name_}}, static_cast<double>(samples_.Get())},
-      {"tracepoint_exporter_profile_stacks", {{"profile", name_}}, static_cast<double>(stacks_.Get())},
-      {"tracepoint_exporter_profile_other_context_frames_total",
-       {{"profile", name_}},
-       static_cast<double>(other_frames_.Get())},
-      {"tracepoint_exporter_profile_sample_seconds_total", {{"profile", name_}}, sample_ns_.Get() * 1e-9},
+      {&kProfileSamplesTotalDesc, {{"profile", name_}}, static_cast<double>(samples_.Get())},
+      {&kProfileStacksDesc, {{"profile", name_}}, static_cast<double>(stacks_.Get())},
+      {&kProfileOtherContextFramesTotalDesc, {{"profile", name_}}, static_cast<double>(other_frames_.Get())},
+      {&kProfileSampleSecondsTotalDesc, {{"profile", name_}}, sample_ns_.Get() * 1e-9},
   };
   for (int e = 0; e < unwind::kUnwindEnds; ++e) {
     const uint64_t n = unwind_ends_[static_cast<size_t>(e)].Get();
     if (n == 0) continue;
-    out.push_back({"tracepoint_exporter_profile_unwind_ends_total",
+    out.push_back({&kProfileUnwindEndsTotalDesc,
                    {{"profile", name_}, {"reason", unwind::UnwindEndName(static_cast<unwind::UnwindEnd>(e))}},
                    static_cast<double>(n)});
   }
   if (off_cpu_) {
-    out.push_back({"tracepoint_exporter_profile_off_cpu_short_blocks_total",
-                   {{"profile", name_}},
-                   static_cast<double>(short_blocks_.Get())});
-    out.push_back({"tracepoint_exporter_profile_off_cpu_dropped_total",
-                   {{"profile", name_}},
-                   static_cast<double>(dropped_blocks_.Get())});
-    out.push_back({"tracepoint_exporter_profile_off_cpu_unpaired_total",
-                   {{"profile", name_}},
-                   static_cast<double>(unpaired_.Get())});
     out.push_back(
-        {"tracepoint_exporter_profile_off_cpu_tasks", {{"profile", name_}}, static_cast<double>(blocked_gauge_.Get())});
+        {&kProfileOffCpuShortBlocksTotalDesc, {{"profile", name_}}, static_cast<double>(short_blocks_.Get())});
+    out.push_back({&kProfileOffCpuDroppedTotalDesc, {{"profile", name_}}, static_cast<double>(dropped_blocks_.Get())});
+    out.push_back({&kProfileOffCpuUnpairedTotalDesc, {{"profile", name_}}, static_cast<double>(unpaired_.Get())});
+    out.push_back({&kProfileOffCpuTasksDesc, {{"profile", name_}}, static_cast<double>(blocked_gauge_.Get())});
   }
   return out;
 }

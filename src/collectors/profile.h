@@ -29,6 +29,7 @@
 #include "collectors/label_set.h"
 #include "collectors/series_table.h"
 #include "collectors/wide_sum.h"
+#include "common/metric_desc.h"
 #include "decode/callchain.h"
 #include "decode/field_extractor.h"
 #include "process/process_images.h"
@@ -188,5 +189,52 @@ class ProfileCollector : public Collector, public StackProfile {
   Callchain chain_;                     // reused scratch
   std::vector<UserFrame> user_frames_;  // reused scratch
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileSamplesTotalDesc{
+    "tracepoint_exporter_profile_samples_total", "Samples a profile counted into its stacks (/debug/pprof/<profile>).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileStacksDesc{"tracepoint_exporter_profile_stacks",
+                                               "Distinct (label set, stack) series a profile holds; at "
+                                               "settings.max_stacks_per_profile new ones are dropped "
+                                               "(tracepoint_exporter_series_dropped_total{metric}).",
+                                               MetricKind::kGauge};
+inline constexpr MetricDesc kProfileOtherContextFramesTotalDesc{
+    "tracepoint_exporter_profile_other_context_frames_total",
+    "Hypervisor and guest frames of callchains, left out of a profile's stacks.", MetricKind::kCounter};
+inline constexpr MetricDesc kProfileSampleSecondsTotalDesc{
+    "tracepoint_exporter_profile_sample_seconds_total",
+    "Time the reader thread spent handling a perf-engine profile's samples (splitting the callchain, "
+    "keying and counting the stack; CLOCK_MONOTONIC around one sample in 16, scaled), by profile. Rendering is "
+    "tracepoint_exporter_profile_render_cpu_seconds_total.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileUnwindEndsTotalDesc{
+    "tracepoint_exporter_profile_unwind_ends_total",
+    "How a \"dwarf\" profile's user stacks ended when unwound from the unwind tables, by "
+    "reason: outermost (whole: the outermost frame reached), max_frames, no_mapping (a pc "
+    "in no mapping known for the process), no_frame_pointer (code without a table whose "
+    "frame pointer led nowhere), stack_copy (deeper than settings.profile_stack_bytes), "
+    "bad_rule (a rule that cannot be evaluated), no_progress (a corrupt stack), "
+    "no_registers (a kernel thread).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileOffCpuShortBlocksTotalDesc{
+    "tracepoint_exporter_profile_off_cpu_short_blocks_total",
+    "Times a task of an off-CPU profile came back on CPU sooner than its min_block_seconds: "
+    "counted here, left out of the profile.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileOffCpuDroppedTotalDesc{
+    "tracepoint_exporter_profile_off_cpu_dropped_total",
+    "Switch-outs an off-CPU profile could not remember (100,000 tasks already off CPU): "
+    "their time off CPU is lost.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileOffCpuUnpairedTotalDesc{
+    "tracepoint_exporter_profile_off_cpu_unpaired_total",
+    "Blocks an off-CPU profile lost because the task's switch back in was never seen (it "
+    "switched out again first): the kernel did not trace it. Seen on a kernel that traces "
+    "no switch out of one CPU's idle task.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileOffCpuTasksDesc{
+    "tracepoint_exporter_profile_off_cpu_tasks",
+    "Tasks an off-CPU profile holds as switched out (their time is added when they come back).", MetricKind::kGauge};
 
 }  // namespace tpe

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/metric_desc.h"  // MetricKind
+
 namespace tpe {
 
 using LabelPairs = std::vector<std::pair<std::string, std::string>>;
-
-enum class MetricKind { kCounter, kGauge, kHistogram };
 
 // A native histogram series (collectors/native_buckets.h): counts per bucket (not cumulative) by
 // bucket index, ascending, only populated buckets.

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metric_desc.h"
 #include "common/scoped_fd.h"
 #include "common/status.h"
 
@@ -120,5 +121,13 @@ class FileRefusalCounts {
   std::array<std::atomic<uint64_t>, kFileRefusalReasons> counts_{};
   std::array<std::atomic<bool>, kFileRefusalReasons> logged_{};
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileFileRefusalsTotalDesc{
+    "tracepoint_exporter_profile_file_refusals_total",
+    "Files other users control that were refused (source elf or perf_map: a render's reads; unwind: "
+    "the unwind tables of a \"dwarf\" profile's samples), by "
+    "reason: fifo, not_regular, symlink, too_large, owner. Each reason is logged once.",
+    MetricKind::kCounter};
 
 }  // namespace tpe

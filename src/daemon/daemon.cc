@@ -31,15 +31,6 @@ Daemon::~Daemon() {
 }
 
 namespace {
-// An empty family (series added by the caller).
-MetricSnapshot Family(std::string name, std::string help, MetricKind kind) {
-  MetricSnapshot m;
-  m.name = std::move(name);
-  m.help = std::move(help);
-  m.kind = kind;
-  return m;
-}
-
 // The bpf metrics of `running` (null: none) as BuildPlan's running_bpf: each one's identity, and
 // for a metric on probe events identity + "\n" + each part it runs (one per event of a replaced
 // binary).
@@ -201,33 +192,14 @@ std::vector<MetricSnapshot> Daemon::Snapshot() {
   std::vector<MetricSnapshot> out;
   if (pipeline_) out = pipeline_->Snapshot();
   std::lock_guard<std::mutex> lock(mu_);
-  MetricSnapshot ok = Family(
-      "tracepoint_exporter_config_last_reload_successful",
-      "Whether the last configuration reload succeeded (1) or the previous config still runs (0).", MetricKind::kGauge);
-  ok.series.push_back(SeriesSnapshot{{}, last_reload_ok_ ? 1.0 : 0.0, {}, 0, 0, std::nullopt});
-  MetricSnapshot when = Family("tracepoint_exporter_config_last_reload_success_timestamp_seconds",
-                               "Unix time of the last successful configuration load.", MetricKind::kGauge);
-  when.series.push_back(SeriesSnapshot{{}, last_success_unix_, {}, 0, 0, std::nullopt});
-  MetricSnapshot reloads = Family("tracepoint_exporter_config_reloads_total",
-                                  "Configuration reloads (SIGHUP), by result.", MetricKind::kCounter);
-  reloads.series.push_back(
-      SeriesSnapshot{{{"result", "success"}}, static_cast<double>(reload_success_), {}, 0, 0, std::nullopt});
-  reloads.series.push_back(
-      SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(reload_failure_), {}, 0, 0, std::nullopt});
-  MetricSnapshot refreshes =
-      Family("tracepoint_exporter_probe_refreshes_total",
-             "Times the running config was planned again because a probed binary was replaced (a "
-             "package upgrade) or the processes of a replaced one were gone "
-             "(settings.probe_refresh_seconds), by result.",
-             MetricKind::kCounter);
-  refreshes.series.push_back(
-      SeriesSnapshot{{{"result", "success"}}, static_cast<double>(probe_refresh_success_), {}, 0, 0, std::nullopt});
-  refreshes.series.push_back(
-      SeriesSnapshot{{{"result", "failure"}}, static_cast<double>(probe_refresh_failure_), {}, 0, 0, std::nullopt});
-  out.push_back(std::move(ok));
-  out.push_back(std::move(when));
-  out.push_back(std::move(reloads));
-  out.push_back(std::move(refreshes));
+  SelfMetrics m;
+  m.Add(kConfigLastReloadSuccessfulDesc, {}, last_reload_ok_ ? 1.0 : 0.0);
+  m.Add(kConfigLastReloadSuccessTimestampSecondsDesc, {}, last_success_unix_);
+  m.Add(kConfigReloadsTotalDesc, {{"result", "success"}}, static_cast<double>(reload_success_));
+  m.Add(kConfigReloadsTotalDesc, {{"result", "failure"}}, static_cast<double>(reload_failure_));
+  m.Add(kProbeRefreshesTotalDesc, {{"result", "success"}}, static_cast<double>(probe_refresh_success_));
+  m.Add(kProbeRefreshesTotalDesc, {{"result", "failure"}}, static_cast<double>(probe_refresh_failure_));
+  m.MoveTo(&out);
   return out;
 }
 

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "collectors/self_metrics.h"
 #include "collectors/snapshot.h"
+#include "common/metric_desc.h"
 #include "config/config.h"
 #include "daemon/pipeline.h"
 #include "exporter/http_server.h"
@@ -89,5 +91,21 @@ class Daemon {
   bool last_reload_ok_ = true;
   double last_success_unix_ = 0;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by Daemon::Snapshot).
+inline constexpr MetricDesc kConfigLastReloadSuccessfulDesc{
+    "tracepoint_exporter_config_last_reload_successful",
+    "Whether the last configuration reload succeeded (1) or the previous config still runs (0).", MetricKind::kGauge};
+inline constexpr MetricDesc kConfigLastReloadSuccessTimestampSecondsDesc{
+    "tracepoint_exporter_config_last_reload_success_timestamp_seconds",
+    "Unix time of the last successful configuration load.", MetricKind::kGauge};
+inline constexpr MetricDesc kConfigReloadsTotalDesc{"tracepoint_exporter_config_reloads_total",
+                                                    "Configuration reloads (SIGHUP), by result.", MetricKind::kCounter};
+inline constexpr MetricDesc kProbeRefreshesTotalDesc{
+    "tracepoint_exporter_probe_refreshes_total",
+    "Times the running config was planned again because a probed binary was replaced (a "
+    "package upgrade) or the processes of a replaced one were gone "
+    "(settings.probe_refresh_seconds), by result.",
+    MetricKind::kCounter};
 
 }  // namespace tpe

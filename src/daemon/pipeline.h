@@ -41,8 +41,10 @@
 #include <vector>
 
 #include "collectors/profile.h"
+#include "collectors/self_metrics.h"
 #include "collectors/snapshot.h"
 #include "collectors/sweeper.h"
+#include "common/metric_desc.h"
 #include "common/scoped_fd.h"
 #include "daemon/reader.h"
 #include "perf/cpu_hotplug.h"
@@ -136,19 +138,19 @@ class Pipeline {
   void Run();
   // Snapshot's self-metrics, appended to `out` by job (under mu_, with a plan). Per event: hits,
   // samples, lost and unaccounted samples, pid perf events, kprobe misses.
-  void AppendEventMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendEventMetrics(SelfMetrics* m) const;
   // Per metric: decode errors, series dropped and removed, latency pairs unmatched and in flight.
-  void AppendCollectorMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendCollectorMetrics(SelfMetrics* m) const;
   // The engines: metric_info{metric,engine} and the bpf programs' runs, misses and run time.
-  void AppendEngineMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendEngineMetrics(SelfMetrics* m) const;
   // Per CPU ring: bytes read, lost samples, garbled batches.
-  void AppendRingMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendRingMetrics(SelfMetrics* m) const;
   // Per CPU: online, reopens after hotplug, untraced seconds.
-  void AppendCpuMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendCpuMetrics(SelfMetrics* m) const;
   // With profiles: learnt processes and images, refused files, unwind tables, debug info, renders.
-  void AppendProfileMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendProfileMetrics(SelfMetrics* m) const;
   // The reader's other records and wakeups, build information, kernel features.
-  void AppendReaderAndKernelMetrics(std::vector<MetricSnapshot>* out) const;
+  void AppendReaderAndKernelMetrics(SelfMetrics* m) const;
   void StopThread();
   Status StartThread();
   // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring); for a
@@ -221,5 +223,51 @@ class Pipeline {
   bool any_cpu_down_ = false;  // reader thread: a CPU traced before is offline now
   RelaxedCounter wakeups_;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kRingBufferReadBytesTotalDesc{"tracepoint_exporter_ring_buffer_read_bytes_total",
+                                                          "Bytes read from each CPU's perf ring buffer.",
+                                                          MetricKind::kCounter};
+inline constexpr MetricDesc kRingLostSamplesTotalDesc{
+    "tracepoint_exporter_ring_lost_samples_total",
+    "Samples reported lost by PERF_RECORD_LOST/PERF_RECORD_LOST_SAMPLES, per CPU ring.", MetricKind::kCounter};
+inline constexpr MetricDesc kRingErrorsTotalDesc{"tracepoint_exporter_ring_errors_total",
+                                                 "Garbled ring buffer batches that were skipped, per CPU ring.",
+                                                 MetricKind::kCounter};
+inline constexpr MetricDesc kCpuOnlineDesc{
+    "tracepoint_exporter_cpu_online",
+    "Whether the CPU's perf events are open and counting (0: offline, or its events are being "
+    "reopened after it came back).",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kCpuReopensTotalDesc{
+    "tracepoint_exporter_cpu_reopens_total",
+    "Times the CPU's ring and perf events were (re)opened after it came online.", MetricKind::kCounter};
+inline constexpr MetricDesc kCpuUntracedSecondsTotalDesc{
+    "tracepoint_exporter_cpu_untraced_seconds_total",
+    "Seconds the CPU's perf events were dead, from finding it offline to reopening them once "
+    "it was back (events it ran in that time after coming back were not seen).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kProfileRenderFramesDesc{
+    "tracepoint_exporter_profile_render_frames",
+    "Frames of a profile's last render (/debug/pprof/<profile>): all, and those left as an "
+    "offset: no_symbol (a known mapping, no ELF or perf-map symbol holds it), unknown_mapping "
+    "(no mapping known for the process: exited before its mappings were learnt, or not "
+    "readable); file_changed counts the files not read because they are no longer the ones "
+    "sampled (replaced or overwritten since) or are gone. Absent until the profile is "
+    "rendered.",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kProfileRenderCpuSecondsTotalDesc{
+    "tracepoint_exporter_profile_render_cpu_seconds_total",
+    "CPU time the exporter spent rendering a profile for its requests (symbolization, "
+    "pprof, flame graph, gzip), by profile. Its sample handling is "
+    "tracepoint_exporter_profile_sample_seconds_total (perf engine) or "
+    "tracepoint_exporter_bpf_program_cpu_seconds_total (bpf).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kBuildInfoDesc{"tracepoint_exporter_build_info", "Build and kernel information; always 1.",
+                                           MetricKind::kGauge};
+inline constexpr MetricDesc kReaderWakeupsTotalDesc{
+    "tracepoint_exporter_reader_wakeups_total",
+    "Reader thread wakeups (watermark, mark, or timeout: 100 ms while a metric counts ring samples, else 1 s).",
+    MetricKind::kCounter};
 
 }  // namespace tpe

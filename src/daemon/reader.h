@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "collectors/comm_table.h"
+#include "common/metric_desc.h"
 #include "common/scoped_fd.h"
 #include "perf/ring_buffer.h"
 #include "plan/plan.h"
@@ -155,5 +156,10 @@ class Reader {
   RelaxedCounter other_records_;
   RelaxedCounter sample_errors_;  // PERF_RECORD_SAMPLEs too short for their declared layout
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kRingOtherRecordsTotalDesc{
+    "tracepoint_exporter_ring_other_records_total",
+    "Ring records of types not used (stepped over) or samples of unknown ids.", MetricKind::kCounter};
 
 }  // namespace tpe

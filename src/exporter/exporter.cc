@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "collectors/self_metrics.h"
 #include "common/file_util.h"
 #include "common/html_escape.h"
 #include "common/log.h"
@@ -62,12 +63,9 @@ class PageRenderer {
     std::vector<MetricSnapshot> metrics = source_();
     for (auto& m : ProcessMetrics()) metrics.push_back(std::move(m));
     // A scrape cannot time its own serialization: report the previous scrape's snapshot time.
-    MetricSnapshot took;
-    took.name = "tracepoint_exporter_scrape_duration_seconds";
-    took.help = "Time the previous scrape took to snapshot every metric, in seconds.";
-    took.kind = MetricKind::kGauge;
-    took.series.push_back(SeriesSnapshot{{}, last_scrape_seconds_, {}, 0, 0, std::nullopt});
-    metrics.push_back(std::move(took));
+    SelfMetrics took;
+    took.Add(kScrapeDurationSecondsDesc, {}, last_scrape_seconds_);
+    took.MoveTo(&metrics);
     last_scrape_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Room for the previous page and an eighth more: a page that grows a little is written
     // without growing the mapping (pages not written to cost no memory).
@@ -198,15 +196,10 @@ StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(const std::string& l
   auto scrapes = std::make_shared<std::array<std::atomic<uint64_t>, 2>>();
   auto shared_source = std::make_shared<SnapshotSource>([source = std::move(source), scrapes] {
     std::vector<MetricSnapshot> metrics = source();
-    MetricSnapshot m;
-    m.name = "tracepoint_exporter_scrapes_total";
-    m.help = "Requests of the telemetry path, by the exposition format they were answered in.";
-    m.kind = MetricKind::kCounter;
-    m.series.push_back(
-        SeriesSnapshot{{{"format", "text"}}, static_cast<double>((*scrapes)[0].load()), {}, 0, 0, std::nullopt});
-    m.series.push_back(
-        SeriesSnapshot{{{"format", "protobuf"}}, static_cast<double>((*scrapes)[1].load()), {}, 0, 0, std::nullopt});
-    metrics.push_back(std::move(m));
+    SelfMetrics m;
+    m.Add(kScrapesTotalDesc, {{"format", "text"}}, static_cast<double>((*scrapes)[0].load()));
+    m.Add(kScrapesTotalDesc, {{"format", "protobuf"}}, static_cast<double>((*scrapes)[1].load()));
+    m.MoveTo(&metrics);
     return metrics;
   });
   auto share = std::make_shared<PageCacheShare>();

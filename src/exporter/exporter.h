@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "collectors/snapshot.h"
+#include "common/metric_desc.h"
 #include "common/status.h"
 #include "exporter/exposition.h"  // SerializeText, SerializeProtobuf: the pages
 #include "exporter/http_server.h"
@@ -80,5 +81,13 @@ class HttpExporter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Self-metrics counted here (common/metric_desc.h): each page's scrapes and snapshot time.
+inline constexpr MetricDesc kScrapesTotalDesc{
+    "tracepoint_exporter_scrapes_total",
+    "Requests of the telemetry path, by the exposition format they were answered in.", MetricKind::kCounter};
+inline constexpr MetricDesc kScrapeDurationSecondsDesc{
+    "tracepoint_exporter_scrape_duration_seconds",
+    "Time the previous scrape took to snapshot every metric, in seconds.", MetricKind::kGauge};
 
 }  // namespace tpe

@@ -134,7 +134,7 @@ std::vector<EngineStat> BpfPartsMetric::EngineStats() const {
   ForEach([&](const bpf::BpfMetric& m) {
     for (EngineStat& st : m.EngineStats()) {
       auto same = std::find_if(out.begin(), out.end(),
-                               [&](const EngineStat& o) { return o.family == st.family && o.labels == st.labels; });
+                               [&](const EngineStat& o) { return o.desc == st.desc && o.labels == st.labels; });
       if (same != out.end()) {
         same->value += st.value;
       } else {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bpf/loader.h"
+#include "common/metric_desc.h"
 #include "perf/perf_event.h"
 #include "tracefs/probe_events.h"
 
@@ -68,5 +69,18 @@ std::vector<FeatureRow> DescribeFeatures(const KernelFeatures& features);
 // The loader options the plan chooses: preallocated maps when run-time allocation is unsafe,
 // the probe_read helpers before 5.5.
 bpf::LoadOptions ChooseLoadOptions(const KernelFeatures& features);
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kKernelFeatureDesc{
+    "tracepoint_exporter_kernel_feature",
+    "Whether the running kernel has a feature the exporter uses (1) or not (0; the log and "
+    "--config.check say which fallback runs and what it costs). since: the first kernel with it.",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kKallsymsHiddenDesc{
+    "tracepoint_exporter_kallsyms_hidden",
+    "Whether /proc/kallsyms lists every kernel address as 0 to the exporter (1: kernel frames "
+    "of profiles stay raw addresses; it needs CAP_SYSLOG) or not (0), as found when the "
+    "running config was planned.",
+    MetricKind::kGauge};
 
 }  // namespace tpe

@@ -23,6 +23,7 @@
 #include "bpf/loader.h"
 #include "collectors/collector.h"
 #include "common/cgroup_resolver.h"
+#include "common/metric_desc.h"
 #include "common/scoped_fd.h"
 #include "config/config.h"
 #include "format/event_format.h"
@@ -250,5 +251,38 @@ StatusOr<std::unique_ptr<Plan>> BuildPlan(const Config& config, const Tracefs& t
 // separated) take kernel stacks: what hides the addresses (the two sysctls as they are now) and
 // what would show them.
 std::string KallsymsHiddenWarning(const std::string& profiles);
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kEventHitsTotalDesc{"tracepoint_exporter_event_hits_total",
+                                                "Times the tracepoint fired (after its filter), counted by the kernel.",
+                                                MetricKind::kCounter};
+inline constexpr MetricDesc kSamplesTotalDesc{"tracepoint_exporter_samples_total", "Samples decoded, per event.",
+                                              MetricKind::kCounter};
+inline constexpr MetricDesc kSamplesLostTotalDesc{
+    "tracepoint_exporter_samples_lost_total",
+    "Samples the kernel dropped because the ring buffer was full, per event (PERF_FORMAT_LOST).", MetricKind::kCounter};
+inline constexpr MetricDesc kSamplesUnaccountedTotalDesc{
+    "tracepoint_exporter_samples_unaccounted_total",
+    "Hits the kernel counted that became neither a sample nor a lost sample (a lower bound, measured each second): "
+    "samples + lost + unaccounted == hits once the rings are drained. Nonzero when the kernel drops samples "
+    "without accounting for them.",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kPidPerfEventsDesc{
+    "tracepoint_exporter_pid_perf_events",
+    "Perf events (file descriptors) a \"pid\" event holds: one per thread the process had when "
+    "they were opened, on every CPU for a sampled metric (threads it creates later inherit "
+    "them in the kernel). At most settings.max_pid_perf_events.",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kProbeMissesTotalDesc{
+    "tracepoint_exporter_probe_misses_total",
+    "Hits of a kprobe or kretprobe event the kernel missed (<tracefs>/kprobe_profile, third "
+    "column): for a kretprobe mostly returns of calls beyond its maxactive calls in flight, "
+    "which its metrics never see. Raise the event's \"maxactive\" (at most 4096).",
+    MetricKind::kCounter};
+inline constexpr MetricDesc kMetricInfoDesc{
+    "tracepoint_exporter_metric_info",
+    "The engine each metric runs on (bpf: in-kernel aggregation; perf: perf events and rings); "
+    "always 1. --config.check says why.",
+    MetricKind::kGauge};
 
 }  // namespace tpe

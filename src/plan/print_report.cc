@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bpf/bpf_metric.h"
+#include "collectors/profile.h"
+
 namespace tpe {
 namespace {
 
@@ -141,8 +144,8 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
     if (c.engine == Engine::kBpf) {
       double ns = 0;
       for (const EngineStat& st : collector->EngineStats()) {
-        if (st.family == "tracepoint_exporter_bpf_program_runs_total") c.events += static_cast<uint64_t>(st.value);
-        if (st.family == "tracepoint_exporter_bpf_program_run_seconds_total") ns += st.value * 1e9;
+        if (st.desc == &bpf::kBpfProgramRunsTotalDesc) c.events += static_cast<uint64_t>(st.value);
+        if (st.desc == &bpf::kBpfProgramRunSecondsTotalDesc) ns += st.value * 1e9;
       }
       if (stats_on) c.kernel_ns = ns;
       if (collector->is_profile()) c.profile_sample_ns = 0;
@@ -155,7 +158,7 @@ std::vector<MetricCost> MetricCosts(const Plan& plan, bool stats_on) {
         }
       }
       for (const EngineStat& st : collector->EngineStats()) {
-        if (st.family == "tracepoint_exporter_profile_sample_seconds_total") c.profile_sample_ns = st.value * 1e9;
+        if (st.desc == &kProfileSampleSecondsTotalDesc) c.profile_sample_ns = st.value * 1e9;
       }
     }
     out.push_back(std::move(c));

@@ -25,6 +25,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/metric_desc.h"
+
 namespace tpe {
 
 // An index into MappedFiles; kNoFile: the frame lies in no mapping known for its process.
@@ -85,5 +87,10 @@ class MappedFiles {
   uint64_t refused_ = 0;
   size_t bytes_ = 0;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileMappedFilesDesc{
+    "tracepoint_exporter_profile_mapped_files",
+    "Distinct files (path, device, inode, size, mtime) profiles' user frames lie in.", MetricKind::kGauge};
 
 }  // namespace tpe

@@ -50,6 +50,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/metric_desc.h"
 #include "process/mapped_files.h"
 
 namespace tpe {
@@ -183,5 +184,22 @@ class ProcessImages {
   size_t bytes_ = 0;
   Stats counts_;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileLearntProcessesDesc{
+    "tracepoint_exporter_profile_learnt_processes",
+    "Processes whose mappings are known (from PERF_RECORD_MMAP2 and the task records, or read "
+    "from /proc/PID/maps), to name profiles' user frames with the mappings of their time.",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kProfileLearntImagesDesc{
+    "tracepoint_exporter_profile_learnt_images",
+    "Process images (what a process maps from one exec or fork to the next) held, and "
+    "the bytes they hold (bound: 64 MiB).",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kProfileLearntProcessesEvictedTotalDesc{
+    "tracepoint_exporter_profile_learnt_processes_evicted_total",
+    "Process images forgotten to stay within the bound: ended ones no sample used first, then "
+    "ended ones with samples, then live ones (read again from /proc when needed).",
+    MetricKind::kCounter};
 
 }  // namespace tpe

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/metric_desc.h"
 #include "common/status.h"
 
 namespace tpe::symbols {
@@ -59,5 +60,15 @@ class DebugInfoCounts {
   std::array<std::atomic<uint64_t>, kDebugSources * kDebugResults> counts_{};
   std::array<std::atomic<bool>, kDebugSources * kDebugResults> logged_{};
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileDebuginfoTotalDesc{
+    "tracepoint_exporter_profile_debuginfo_total",
+    "Lookups of stripped binaries' debug information by source (build_id_dir, debuglink, "
+    "debugdata, debuginfod) and result: found, missing, build_id_mismatch (refused), "
+    "crc_mismatch (refused), invalid (not ELF, corrupt), refused (untrusted file), pending "
+    "(a debuginfod fetch still running: named by a later render), failed (debuginfod: "
+    "timeout, connection, server error). One per binary and source while it is cached.",
+    MetricKind::kCounter};
 
 }  // namespace tpe::symbols

@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/metric_desc.h"
 #include "common/untrusted_file.h"
 #include "process/mapped_files.h"
 #include "process/process_images.h"
@@ -92,5 +93,18 @@ class ProcessCodeLookup : public CodeLookup {
   };
   std::vector<Held> held_;
 };
+
+// Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
+inline constexpr MetricDesc kProfileUnwindTablesDesc{
+    "tracepoint_exporter_profile_unwind_tables",
+    "The unwind tables (.eh_frame, .debug_frame) \"dwarf\" profiles hold, one per file: "
+    "files, and their bytes (bound: 256 MiB).",
+    MetricKind::kGauge};
+inline constexpr MetricDesc kProfileUnwindTableReadsTotalDesc{
+    "tracepoint_exporter_profile_unwind_table_reads_total",
+    "Files read for their unwind tables, by result: read, unreadable (gone, refused, not "
+    "x86-64 ELF, or no call frame information: its frames are walked by frame pointer; tried "
+    "again after 10 s), evicted (to stay within the bound).",
+    MetricKind::kCounter};
 
 }  // namespace tpe::unwind

@@ -321,7 +321,7 @@ TEST(BpfEngineTest, ExitedTasksMakeRoomWithoutAScrape) {
   auto no_memory = [&c] {
     uint64_t n = 0;
     for (const EngineStat& st : c.EngineStats()) {
-      if (st.family == "tracepoint_exporter_bpf_map_no_memory_total") n += static_cast<uint64_t>(st.value);
+      if (st.desc == &bpf::kBpfMapNoMemoryTotalDesc) n += static_cast<uint64_t>(st.value);
     }
     return n;
   };
