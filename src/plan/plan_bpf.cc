@@ -17,6 +17,7 @@
 #include "filter/filter.h"
 #include "perf/perf_event.h"
 #include "plan/bpf_parts.h"
+#include "plan/engine_choice.h"
 #include "plan/plan_internal.h"
 
 namespace tpe::plan_internal {
@@ -145,106 +146,51 @@ class BpfMetricPlanner {
     std::string event;  // as the config names it
   };
 
-  // Whether the config, the metric's kind and the kernel let it run on bpf: false (and *why_)
-  // for the perf engine; an error when "engine": "bpf" asks for what cannot be.
+  // Whether the config, the metric's kind and the kernel let it run on bpf (ChooseEngine,
+  // engine_choice.h): false (and *why_) for the perf engine; an error when "engine": "bpf" asks
+  // for what cannot be. Its warnings go to the plan.
   StatusOr<bool> Eligible(const bpf::BpfSupport& bpf) {
-    if (m_.engine == Engine::kPerf) {
-      *why_ = "\"engine\": \"perf\" in the config";
-      return false;
-    }
-    if (m_.type == MetricType::kGauge && m_.probe) {
-      const std::string perf_only = "a gauge of probe events runs on the perf engine in this release";
-      if (forced_)
-        return InvalidArgument(where_ + ": \"bpf\" for " + m_.name + ": " + perf_only + "; use \"auto\" or \"perf\"");
-      *why_ = perf_only;
-      return false;
-    }
-    if (m_.type == MetricType::kProfile) {
-      // "auto": perf. A callchain is taken whole with each sample, so its stacks are exact; a
-      // stack map loses a stack to a hash collision or a full map (counted, but lost), at a lower
-      // cost per hit (no sample, no ring traffic): the user's choice.
-      if (!forced_) {
-        *why_ = m_.stack != ProfileStack::kKernel && m_.unwind == UnwindMethod::kDwarf
-                    ? "a profile with \"unwind\": \"dwarf\" (the default): user stacks are unwound from the code's "
-                      "unwind tables with each sample's registers and stack copy, on the perf engine"
-                    : "a profile: perf callchains record every stack exactly (a bpf stack map can lose stacks to hash "
-                      "collisions; \"engine\": \"bpf\" takes them there)";
-        return false;
-      }
-      // User stacks on the bpf engine come from the kernel's frame-pointer walk
-      // (bpf_get_stackid(BPF_F_USER_STACK)); "dwarf" unwinding is the perf engine's.
-      if (m_.stack != ProfileStack::kKernel && m_.unwind == UnwindMethod::kDwarf) {
-        const std::string fp =
-            "user stacks on the bpf engine are walked by frame pointers (bpf_get_stackid), which stop at the first "
-            "function built without them (most of a distribution's binaries)";
-        if (m_.unwind_given) {
-          return InvalidArgument(where_ + ": \"bpf\" for " + m_.name +
-                                 ": \"unwind\": \"dwarf\" runs on the perf engine; " + fp +
-                                 "; use \"auto\" or \"perf\" for dwarf, or \"unwind\": \"frame_pointer\"");
-        }
-        ctx_.plan->warnings.push_back(
-            ctx_.path + ": " + m_.json_path + ": " + m_.name + " on the bpf engine: " + fp +
-            "; \"engine\": \"auto\" unwinds them with the code's unwind tables (dwarf) on the "
-            "perf engine; \"unwind\": \"frame_pointer\" silences this");
-      }
-      if (!m_.value.field.empty()) {
-        return InvalidArgument(where_ + ": \"bpf\" for " + m_.name +
-                               ": a profile that sums a \"value\" field runs on the perf engine in this release; use "
-                               "\"perf\" or \"auto\"");
-      }
-      // The stack map is preallocated whatever its size (stack_map_alloc): bounded like the
-      // other maps. An element is a header (struct stack_map_bucket: ~24 bytes) and the frames.
+    EngineQuestion q;
+    q.name = m_.name;
+    q.where = where_;
+    q.where_metric = ctx_.path + ": " + m_.json_path;
+    q.asked = m_.engine;
+    q.type = m_.type;
+    q.probe = m_.probe;
+    q.dwarf_user_stacks =
+        m_.type == MetricType::kProfile && m_.stack != ProfileStack::kKernel && m_.unwind == UnwindMethod::kDwarf;
+    q.unwind_given = m_.unwind_given;
+    q.sums_value = !m_.value.field.empty();
+    q.label_less_counter = m_.type == MetricType::kCounter && m_.labels.empty() && m_.value.field.empty();
+    q.one_process = m_.pid > 0 || m_.end.pid > 0 ||
+                    std::any_of(m_.starts.begin(), m_.starts.end(), [](const auto& e) { return e.pid > 0; });
+    if (m_.type == MetricType::kProfile && forced_) {
+      // The frames stack_map_alloc is given (BaseSpec reads them again).
       TPE_ASSIGN_OR_RETURN(frames_, ProfileFrames(ctx_, m_));
-      const uint32_t frames = frames_;
-      const uint64_t bytes =
-          ctx_.settings.max_stacks_per_profile * (8ULL * frames + 24) + 8ULL * ctx_.settings.max_stacks_per_profile;
-      if (bytes > ctx_.settings.bpf_preallocate_max_bytes) {
-        return InvalidArgument(where_ + ": \"bpf\" for " + m_.name + ": its stack map of " +
-                               std::to_string(ctx_.settings.max_stacks_per_profile) + " stacks of " +
-                               std::to_string(frames) + " frames preallocates " + std::to_string(bytes >> 20) +
-                               " MiB, over settings.bpf_preallocate_max_bytes (" +
-                               std::to_string(ctx_.settings.bpf_preallocate_max_bytes >> 20) +
-                               " MiB): lower settings.max_stacks_per_profile or profile_max_frames, or raise it");
-      }
+      q.stack_map_frames = frames_;
+      q.stack_map_stacks = ctx_.settings.max_stacks_per_profile;
     }
-    if (!forced_ && m_.type == MetricType::kCounter && m_.labels.empty() && m_.value.field.empty()) {
-      *why_ = "counting mode: the kernel counts a label-less counter exactly, with no samples and no program";
-      return false;
-    }
+    q.preallocate_max_bytes = ctx_.settings.bpf_preallocate_max_bytes;
+    q.bpf_available = bpf.available;
+    q.bpf_reason = bpf.reason;
+    q.running_on_bpf = running_;
     // Programs skipped while a map syscall of ours is preempted on their CPU (PREEMPT_RT, full
-    // preemption), and counted nowhere before Linux 6.7 — unless the map syscalls run at SCHED_FIFO
-    // 99, where no task preempts them (bpf/map_syscall_priority.h). Else perf, which accounts every
-    // sample.
+    // preemption), and counted nowhere before Linux 6.7 — unless the map syscalls run at
+    // SCHED_FIFO 99, where no task preempts them (bpf/map_syscall_priority.h).
     const bpf::BpfFeatures& kf = ctx_.plan->features.bpf;
     if (!kf.tracepoint_misses && kf.preemptible_syscalls && !kf.fifo_map_syscalls) {
-      const std::string skips =
-          "on " + kf.release +
-          " (kernel code preemptible, before Linux 6.7) the kernel skips a bpf program, "
-          "uncounted, while one of the exporter's map syscalls is preempted on its CPU, and the exporter " +
-          (kf.fifo_map_syscalls_note.empty() ? std::string("does not run them at SCHED_FIFO")
-                                             : kf.fifo_map_syscalls_note);
-      if (!forced_) {
-        *why_ = skips + "; the perf engine accounts every sample";
-        return false;
-      }
-      ctx_.plan->warnings.push_back(where_ + ": \"bpf\" for " + m_.name + ": " + skips + ": its counts may fall short");
+      q.uncounted_skips = "on " + kf.release +
+                          " (kernel code preemptible, before Linux 6.7) the kernel skips a bpf program, "
+                          "uncounted, while one of the exporter's map syscalls is preempted on its CPU, and the "
+                          "exporter " +
+                          (kf.fifo_map_syscalls_note.empty() ? std::string("does not run them at SCHED_FIFO")
+                                                             : kf.fifo_map_syscalls_note);
     }
-    const bool one_process = m_.pid > 0 || m_.end.pid > 0 ||
-                             std::any_of(m_.starts.begin(), m_.starts.end(), [](const auto& e) { return e.pid > 0; });
-    if (one_process) {
-      const std::string pid =
-          "\"pid\" (one process) runs on the perf engine: its perf events are opened for that process";
-      if (forced_)
-        return InvalidArgument(where_ + ": \"bpf\" for " + m_.name + ": " + pid + "; use \"auto\" or \"perf\"");
-      *why_ = pid;
-      return false;
-    }
-    if (!bpf.available && !running_) {
-      if (forced_) return PermissionDenied(where_ + ": \"bpf\" for " + m_.name + ": " + bpf.reason);
-      *why_ = "the bpf engine is not available: " + bpf.reason;
-      return false;
-    }
-    return true;
+    EngineAnswer a = ChooseEngine(q);
+    for (std::string& w : a.warnings) ctx_.plan->warnings.push_back(std::move(w));
+    if (!a.refusal.ok()) return a.refusal;
+    if (!a.bpf) *why_ = std::move(a.why_not);
+    return a.bpf;
   }
 
   // Unimplemented: a feature the program generator lacks. Other errors are the config's: the
