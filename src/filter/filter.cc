@@ -398,7 +398,25 @@ class Parser {
     return out + "CPU, COMM";
   }
 
+  // Where a predicate's parts were, for its messages.
+  struct PredicateText {
+    std::string name;   // the field as written
+    std::string what;   // "name (type)"
+    size_t op_pos = 0;  // the operator's offset
+  };
+
+  // One comparison, "field op value" (the kernel's parse_pred()): its field, its operator, then
+  // its value, each checked against the others.
   Status ParsePredicate(FilterPredicate* p) {
+    PredicateText pt;
+    TPE_RETURN_IF_ERROR(ParseField(p, &pt));
+    TPE_RETURN_IF_ERROR(ParseOperator(p, &pt));
+    return ParseValue(p, pt);
+  }
+
+  // The field: an event field first (sched_waking's own "comm" wins over the task's), then the
+  // generic ones, and its suffix; sets p->field and p->column.
+  Status ParseField(FilterPredicate* p, PredicateText* pt) {
     SkipSpace();
     size_t name_pos = pos_;
     while (!AtEnd() && (IsAlnum(t_[pos_]) || t_[pos_] == '_')) ++pos_;
@@ -408,7 +426,6 @@ class Parser {
     std::string name(t_.substr(name_pos, pos_ - name_pos));
     p->column = static_cast<int>(name_pos) + 1;
 
-    // An event field first (sched_waking's own "comm" wins over the task's), then the generic ones.
     Resolved r;
     if (const FieldFormat* f = format_.FindField(name)) {
       r = ResolveField(*f);
@@ -444,11 +461,16 @@ class Parser {
     }
     if (!r.unsupported.empty()) return InvalidArgument(r.unsupported + " (at " + Col(name_pos) + ")");
     p->field = r.field;
-    const std::string what = name + " (" + r.type + ")";
+    pt->name = name;
+    pt->what = name + " (" + r.type + ")";
+    return Status::Ok();
+  }
 
-    // The operator. Order matters: "<=" before "<", ">=" before ">".
+  // The operator: p->op.
+  Status ParseOperator(FilterPredicate* p, PredicateText* pt) {
+    // Order matters: "<=" before "<", ">=" before ">".
     SkipSpace();
-    size_t op_pos = pos_;
+    pt->op_pos = pos_;
     static constexpr std::pair<std::string_view, FilterOp> kOps[] = {
         {"~", FilterOp::kGlob}, {"!=", FilterOp::kNe}, {"==", FilterOp::kEq}, {"<=", FilterOp::kLe},
         {"<", FilterOp::kLt},   {">=", FilterOp::kGe}, {">", FilterOp::kGt},  {"&", FilterOp::kBitAnd},
@@ -464,103 +486,117 @@ class Parser {
     }
     if (!found) {
       std::string hint = LookingAt("=") ? " (equality is ==)" : "";
-      return InvalidArgument("expected an operator (==, !=, <, <=, >, >=, & or ~) after " + name + " at " +
-                             Col(op_pos) + ", found " + Found() + hint);
+      return InvalidArgument("expected an operator (==, !=, <, <=, >, >=, & or ~) after " + pt->name + " at " +
+                             Col(pt->op_pos) + ", found " + Found() + hint);
     }
-    const std::string op_name = FilterOpName(p->op);
+    return Status::Ok();
+  }
 
-    // The value.
+  // The value: a quoted string, CPUS{...} or a number, as the field's kind takes it.
+  Status ParseValue(FilterPredicate* p, const PredicateText& pt) {
     SkipSpace();
-    size_t value_pos = pos_;
-    const FilterFieldKind kind = r.field.kind;
-    if (!AtEnd() && (t_[pos_] == '"' || t_[pos_] == '\'')) {
-      char q = t_[pos_];
-      size_t close = t_.find(q, pos_ + 1);
-      if (close == std::string_view::npos) {
-        return InvalidArgument(std::string("missing closing ") + q + " for the string at " + Col(value_pos));
-      }
-      p->text = std::string(t_.substr(pos_ + 1, close - pos_ - 1));
-      if (p->text.size() > kMaxFilterStringBytes) {
-        return InvalidArgument("string at " + Col(value_pos) + " is " + std::to_string(p->text.size()) +
-                               " bytes; the kernel takes at most " + std::to_string(kMaxFilterStringBytes));
-      }
-      pos_ = close + 1;
-      p->operand = FilterOperand::kString;
-      if (!IsStringKind(kind)) {
-        if (p->op == FilterOp::kGlob) {
-          return InvalidArgument("operator ~ at " + Col(op_pos) + " needs a string field; " + what + " is not one");
-        }
-        return InvalidArgument(what + " is not a string field: expected " +
-                               (kind == FilterFieldKind::kCpumask ? std::string("CPUS{...}") : "a number") + " at " +
-                               Col(value_pos) + ", not a quoted string");
-      }
-      if (p->op != FilterOp::kEq && p->op != FilterOp::kNe && p->op != FilterOp::kGlob) {
-        return InvalidArgument("operator " + op_name + " at " + Col(op_pos) + " is not valid for the string field " +
-                               what + "; use ==, != or ~");
-      }
-      BuildStringMatch(p);
-      return Status::Ok();
-    }
-    if (LookingAt("CPUS")) {
-      pos_ += 4;
-      if (!LookingAt("{")) {
-        return InvalidArgument("expected { right after CPUS at " + Col(pos_) + ", found " + Found());
-      }
-      size_t close = t_.find('}', pos_);
-      if (close == std::string_view::npos) {
-        return InvalidArgument("missing } for the CPUS{ at " + Col(value_pos));
-      }
-      std::string err = ParseCpuList(t_.substr(pos_ + 1, close - pos_ - 1), &p->cpus);
-      if (!err.empty()) return InvalidArgument(err + " (CPUS{ at " + Col(value_pos) + ")");
-      pos_ = close + 1;
-      p->operand = FilterOperand::kCpus;
-      if (IsStringKind(kind)) {
-        return InvalidArgument(what + " is a string: expected a quoted string at " + Col(value_pos) +
-                               ", not CPUS{...}");
-      }
-      if (p->op != FilterOp::kEq && p->op != FilterOp::kNe && p->op != FilterOp::kBitAnd) {
-        return InvalidArgument("operator " + op_name + " at " + Col(op_pos) +
-                               " is not valid with CPUS{...}; use ==, != or &");
-      }
-      return Status::Ok();
-    }
-    if (!AtEnd() && (IsDigit(t_[pos_]) || t_[pos_] == '-')) {
-      if (t_[pos_] == '-') ++pos_;
-      while (!AtEnd() && IsAlnum(t_[pos_])) ++pos_;
-      std::string_view tok = t_.substr(value_pos, pos_ - value_pos);
-      if (tok.size() > kMaxNumberChars) {
-        return InvalidArgument("number at " + Col(value_pos) + " is longer than " + std::to_string(kMaxNumberChars) +
-                               " characters");
-      }
-      p->operand = FilterOperand::kInteger;
-      if (IsStringKind(kind)) {
-        return InvalidArgument(what + " is a string: expected a quoted string ('...' or \"...\") at " + Col(value_pos) +
-                               ", found " + std::string("\"") + std::string(tok) + "\"");
-      }
-      if (kind == FilterFieldKind::kCpumask) {
-        return InvalidArgument(what + " is a CPU mask: compare it with CPUS{...} at " + Col(value_pos) + ", e.g. " +
-                               name + " & CPUS{0-3}");
-      }
-      if (p->op == FilterOp::kGlob) {
-        return InvalidArgument("operator ~ at " + Col(op_pos) + " needs a string field; " + what + " is not one");
-      }
-      if (kind == FilterFieldKind::kCpu && p->op == FilterOp::kBitAnd) {
-        return InvalidArgument(name + " & N at " + Col(op_pos) +
-                               " never matches (the kernel accepts it but its CPU predicate has no &); use " + name +
-                               " & CPUS{...} or " + name + " == N");
-      }
-      std::string err = ParseInteger(tok, r.field.is_signed, name, &p->value);
-      if (!err.empty()) return InvalidArgument(err + " at " + Col(value_pos));
-      return Status::Ok();
-    }
+    const size_t value_pos = pos_;
+    const FilterFieldKind kind = p->field.kind;
+    if (!AtEnd() && (t_[pos_] == '"' || t_[pos_] == '\'')) return ParseStringValue(p, pt, value_pos);
+    if (LookingAt("CPUS")) return ParseCpusValue(p, pt, value_pos);
+    if (!AtEnd() && (IsDigit(t_[pos_]) || t_[pos_] == '-')) return ParseNumberValue(p, pt, value_pos);
     if (IsStringKind(kind)) {
-      return InvalidArgument("expected a quoted string ('...' or \"...\") at " + Col(value_pos) + " for " + what +
+      return InvalidArgument("expected a quoted string ('...' or \"...\") at " + Col(value_pos) + " for " + pt.what +
                              ", found " + Found());
     }
     if (kind == FilterFieldKind::kCpumask) {
-      return InvalidArgument("expected CPUS{...} at " + Col(value_pos) + " for " + what + ", found " + Found());
+      return InvalidArgument("expected CPUS{...} at " + Col(value_pos) + " for " + pt.what + ", found " + Found());
     }
-    return InvalidArgument("expected a number at " + Col(value_pos) + " for " + what + ", found " + Found());
+    return InvalidArgument("expected a number at " + Col(value_pos) + " for " + pt.what + ", found " + Found());
+  }
+
+  // A quoted string, for a string field's ==, != or ~ (a glob).
+  Status ParseStringValue(FilterPredicate* p, const PredicateText& pt, size_t value_pos) {
+    const FilterFieldKind kind = p->field.kind;
+    char q = t_[pos_];
+    size_t close = t_.find(q, pos_ + 1);
+    if (close == std::string_view::npos) {
+      return InvalidArgument(std::string("missing closing ") + q + " for the string at " + Col(value_pos));
+    }
+    p->text = std::string(t_.substr(pos_ + 1, close - pos_ - 1));
+    if (p->text.size() > kMaxFilterStringBytes) {
+      return InvalidArgument("string at " + Col(value_pos) + " is " + std::to_string(p->text.size()) +
+                             " bytes; the kernel takes at most " + std::to_string(kMaxFilterStringBytes));
+    }
+    pos_ = close + 1;
+    p->operand = FilterOperand::kString;
+    if (!IsStringKind(kind)) {
+      if (p->op == FilterOp::kGlob) {
+        return InvalidArgument("operator ~ at " + Col(pt.op_pos) + " needs a string field; " + pt.what + " is not one");
+      }
+      return InvalidArgument(pt.what + " is not a string field: expected " +
+                             (kind == FilterFieldKind::kCpumask ? std::string("CPUS{...}") : "a number") + " at " +
+                             Col(value_pos) + ", not a quoted string");
+    }
+    if (p->op != FilterOp::kEq && p->op != FilterOp::kNe && p->op != FilterOp::kGlob) {
+      return InvalidArgument("operator " + std::string(FilterOpName(p->op)) + " at " + Col(pt.op_pos) +
+                             " is not valid for the string field " + pt.what + "; use ==, != or ~");
+    }
+    BuildStringMatch(p);
+    return Status::Ok();
+  }
+
+  // CPUS{list}, for a CPU or CPU-mask field's ==, != or &.
+  Status ParseCpusValue(FilterPredicate* p, const PredicateText& pt, size_t value_pos) {
+    const FilterFieldKind kind = p->field.kind;
+    pos_ += 4;
+    if (!LookingAt("{")) {
+      return InvalidArgument("expected { right after CPUS at " + Col(pos_) + ", found " + Found());
+    }
+    size_t close = t_.find('}', pos_);
+    if (close == std::string_view::npos) {
+      return InvalidArgument("missing } for the CPUS{ at " + Col(value_pos));
+    }
+    std::string err = ParseCpuList(t_.substr(pos_ + 1, close - pos_ - 1), &p->cpus);
+    if (!err.empty()) return InvalidArgument(err + " (CPUS{ at " + Col(value_pos) + ")");
+    pos_ = close + 1;
+    p->operand = FilterOperand::kCpus;
+    if (IsStringKind(kind)) {
+      return InvalidArgument(pt.what + " is a string: expected a quoted string at " + Col(value_pos) +
+                             ", not CPUS{...}");
+    }
+    if (p->op != FilterOp::kEq && p->op != FilterOp::kNe && p->op != FilterOp::kBitAnd) {
+      return InvalidArgument("operator " + std::string(FilterOpName(p->op)) + " at " + Col(pt.op_pos) +
+                             " is not valid with CPUS{...}; use ==, != or &");
+    }
+    return Status::Ok();
+  }
+
+  // A number, for an integer field.
+  Status ParseNumberValue(FilterPredicate* p, const PredicateText& pt, size_t value_pos) {
+    const FilterFieldKind kind = p->field.kind;
+    if (t_[pos_] == '-') ++pos_;
+    while (!AtEnd() && IsAlnum(t_[pos_])) ++pos_;
+    std::string_view tok = t_.substr(value_pos, pos_ - value_pos);
+    if (tok.size() > kMaxNumberChars) {
+      return InvalidArgument("number at " + Col(value_pos) + " is longer than " + std::to_string(kMaxNumberChars) +
+                             " characters");
+    }
+    p->operand = FilterOperand::kInteger;
+    if (IsStringKind(kind)) {
+      return InvalidArgument(pt.what + " is a string: expected a quoted string ('...' or \"...\") at " +
+                             Col(value_pos) + ", found " + std::string("\"") + std::string(tok) + "\"");
+    }
+    if (kind == FilterFieldKind::kCpumask) {
+      return InvalidArgument(pt.what + " is a CPU mask: compare it with CPUS{...} at " + Col(value_pos) + ", e.g. " +
+                             pt.name + " & CPUS{0-3}");
+    }
+    if (p->op == FilterOp::kGlob) {
+      return InvalidArgument("operator ~ at " + Col(pt.op_pos) + " needs a string field; " + pt.what + " is not one");
+    }
+    if (kind == FilterFieldKind::kCpu && p->op == FilterOp::kBitAnd) {
+      return InvalidArgument(pt.name + " & N at " + Col(pt.op_pos) +
+                             " never matches (the kernel accepts it but its CPU predicate has no &); use " + pt.name +
+                             " & CPUS{...} or " + pt.name + " == N");
+    }
+    std::string err = ParseInteger(tok, p->field.is_signed, pt.name, &p->value);
+    if (!err.empty()) return InvalidArgument(err + " at " + Col(value_pos));
+    return Status::Ok();
   }
 
   std::string_view t_;
