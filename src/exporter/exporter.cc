@@ -11,10 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <limits>
-#include <mutex>
-#include <optional>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -83,14 +79,18 @@ class PageRenderer {
   size_t last_size_ = 0;
 };
 
-MetricSnapshot Gauge(const std::string& name, const std::string& help, double v, MetricKind kind = MetricKind::kGauge) {
-  MetricSnapshot m;
-  m.name = name;
-  m.help = help;
-  m.kind = kind;
-  m.series.push_back(SeriesSnapshot{{}, v, {}, 0, 0, std::nullopt});
-  return m;
-}
+// The standard process metrics (client_golang's process collector), read from /proc/self.
+constexpr MetricDesc kProcessCpuSecondsTotalDesc{
+    "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricKind::kCounter};
+constexpr MetricDesc kProcessVirtualMemoryBytesDesc{"process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                                                    MetricKind::kGauge};
+constexpr MetricDesc kProcessResidentMemoryBytesDesc{"process_resident_memory_bytes", "Resident memory size in bytes.",
+                                                     MetricKind::kGauge};
+constexpr MetricDesc kProcessStartTimeSecondsDesc{
+    "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", MetricKind::kGauge};
+constexpr MetricDesc kProcessOpenFdsDesc{"process_open_fds", "Number of open file descriptors.", MetricKind::kGauge};
+constexpr MetricDesc kProcessMaxFdsDesc{"process_max_fds", "Maximum number of open file descriptors.",
+                                        MetricKind::kGauge};
 
 }  // namespace
 
@@ -136,7 +136,7 @@ std::string LandingPageHtml(const std::string& telemetry_path, const std::vector
 }
 
 std::vector<MetricSnapshot> ProcessMetrics() {
-  std::vector<MetricSnapshot> out;
+  SelfMetrics m;
   const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
   auto stat = ReadFileToString("/proc/self/stat");
@@ -146,25 +146,24 @@ std::vector<MetricSnapshot> ProcessMetrics() {
     std::istringstream in(stat->substr(stat->rfind(')') + 2));
     std::vector<std::string> f((std::istream_iterator<std::string>(in)), std::istream_iterator<std::string>());
     auto field = [&](size_t n) { return n - 3 < f.size() ? std::stod(f[n - 3]) : 0.0; };
-    out.push_back(Gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-                        (field(14) + field(15)) / ticks, MetricKind::kCounter));
-    out.push_back(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", field(23)));
-    out.push_back(Gauge("process_resident_memory_bytes", "Resident memory size in bytes.", field(24) * page));
+    m.Add(kProcessCpuSecondsTotalDesc, {}, (field(14) + field(15)) / ticks);
+    m.Add(kProcessVirtualMemoryBytesDesc, {}, field(23));
+    m.Add(kProcessResidentMemoryBytesDesc, {}, field(24) * page);
     double btime = 0;
     auto s = ReadFileToString("/proc/stat");
     if (s.ok()) {
       size_t p = s->find("\nbtime ");
       if (p != std::string::npos) btime = std::stod(s->substr(p + 7));
     }
-    out.push_back(Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-                        btime + field(22) / ticks));
+    m.Add(kProcessStartTimeSecondsDesc, {}, btime + field(22) / ticks);
   }
-  out.push_back(Gauge("process_open_fds", "Number of open file descriptors.", static_cast<double>(OpenFdCount())));
+  m.Add(kProcessOpenFdsDesc, {}, static_cast<double>(OpenFdCount()));
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    out.push_back(
-        Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur)));
+    m.Add(kProcessMaxFdsDesc, {}, static_cast<double>(rl.rlim_cur));
   }
+  std::vector<MetricSnapshot> out;
+  m.MoveTo(&out);
   return out;
 }
 
