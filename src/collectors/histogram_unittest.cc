@@ -112,6 +112,45 @@ TEST(InflightTableTest, PutTakeReplaceFull) {
 
 // Expiry scans only when a start may have expired: an idle table, or one whose starts end
 // quickly, is never scanned (a 1,000,000-entry table scanned every second cost 0.6 CPU-s/s).
+// Memory follows the most starts in flight at once: a million distinct keys, one at a time,
+// never grow the table past its first page; 1000 at once grow it to 2048 slots (load <= 0.5),
+// each still found after the doublings.
+TEST(InflightTableTest, CapacityFollowsTheStartsInFlight) {
+  InflightTable t(100000);
+  EXPECT_EQ(t.capacity(), InflightTable::kMinCapacity);
+  InflightTable::Start s;
+  for (uint64_t k = 0; k < 1'000'000; ++k) {
+    const std::string key(reinterpret_cast<const char*>(&k), sizeof(k));
+    ASSERT_EQ(t.Put(key, {k, 0}), InflightTable::PutResult::kInserted);
+    ASSERT_TRUE(t.Take(key, &s));
+  }
+  EXPECT_EQ(t.capacity(), InflightTable::kMinCapacity);
+  for (uint64_t k = 0; k < 1000; ++k) {
+    const std::string key(reinterpret_cast<const char*>(&k), sizeof(k));
+    ASSERT_EQ(t.Put(key, {k, static_cast<uint32_t>(k)}), InflightTable::PutResult::kInserted);
+  }
+  EXPECT_EQ(t.capacity(), 2048u);
+  EXPECT_EQ(t.size(), 1000u);
+  for (uint64_t k = 0; k < 1000; ++k) {
+    const std::string key(reinterpret_cast<const char*>(&k), sizeof(k));
+    ASSERT_TRUE(t.Take(key, &s)) << k;
+    EXPECT_EQ(s.time_ns, k);
+    EXPECT_EQ(s.label_id, k);
+  }
+  EXPECT_EQ(t.size(), 0u);
+}
+
+// The table stops doubling at twice max_entries: max_entries starts fit, one more is kFull.
+TEST(InflightTableTest, FullAtMaxEntriesAfterGrowing) {
+  InflightTable t(300);
+  for (uint64_t k = 0; k < 300; ++k) {
+    const std::string key(reinterpret_cast<const char*>(&k), sizeof(k));
+    ASSERT_EQ(t.Put(key, {k, 0}), InflightTable::PutResult::kInserted);
+  }
+  EXPECT_EQ(t.Put("one more", {1, 0}), InflightTable::PutResult::kFull);
+  EXPECT_EQ(t.capacity(), 1024u);
+}
+
 TEST(InflightTableTest, ExpiryScansOnlyWhenSomethingMayExpire) {
   InflightTable t(1'000'000);
   for (uint64_t now = 0; now < 100; ++now) EXPECT_EQ(t.ExpireBefore(now), 0u);  // empty

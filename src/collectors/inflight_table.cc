@@ -16,16 +16,30 @@ bool BuildMatchKey(const std::vector<FieldExtractor>& fields, Bytes raw, std::st
 }
 
 InflightTable::InflightTable(size_t max_entries) : max_entries_(max_entries) {
-  size_t cap = 16;
-  while (cap < max_entries * 2) cap <<= 1;  // load factor <= 0.5 keeps probes short
-  slots_ = static_cast<Slot*>(std::calloc(cap, sizeof(Slot)));
-  if (slots_ == nullptr) {
-    // Out of memory: a table that holds nothing; every Put reports kFull (counted as
-    // table_full), nothing crashes.
-    max_entries_ = 0;
-    cap = 0;
+  max_capacity_ = kMinCapacity;
+  while (max_capacity_ < max_entries * 2) max_capacity_ <<= 1;  // load factor <= 0.5: short probes
+  slots_ = static_cast<Slot*>(std::calloc(kMinCapacity, sizeof(Slot)));
+  // Out of memory: a table that holds nothing; every Put reports kFull (counted as
+  // table_full), nothing crashes.
+  if (slots_ == nullptr) max_entries_ = 0;
+  mask_ = slots_ == nullptr ? 0 : kMinCapacity - 1;
+}
+
+bool InflightTable::Grow() {
+  if (slots_ == nullptr || mask_ + 1 >= max_capacity_) return false;
+  const size_t cap = (mask_ + 1) * 2;
+  Slot* grown = static_cast<Slot*>(std::calloc(cap, sizeof(Slot)));
+  if (grown == nullptr) return false;
+  for (size_t i = 0; i <= mask_; ++i) {
+    if (slots_[i].hash == 0) continue;
+    size_t j = slots_[i].hash & (cap - 1);
+    while (grown[j].hash != 0) j = (j + 1) & (cap - 1);
+    grown[j] = slots_[i];
   }
+  std::free(slots_);
+  slots_ = grown;
   mask_ = cap - 1;
+  return true;
 }
 
 InflightTable::~InflightTable() { std::free(slots_); }
@@ -67,6 +81,9 @@ InflightTable::PutResult InflightTable::Put(std::string_view key, Start start, S
     return PutResult::kReplaced;
   }
   if (size_ >= max_entries_) return PutResult::kFull;
+  // Half full: double. When it cannot (out of memory), fill on while a slot stays empty
+  // (probes end at an empty slot).
+  if ((size_ + 1) * 2 > mask_ + 1 && !Grow() && size_ + 1 >= mask_ + 1) return PutResult::kFull;
   for (i = h & mask_; slots_[i].hash != 0; i = (i + 1) & mask_) {
   }
   Slot& s = slots_[i];

@@ -27,7 +27,7 @@ StatusOr<ScopedFd> Pipeline::OpenFd(EventPlan* ep, int cpu, int tid, uint64_t* i
   o.stack_user_bytes = ep->stack_user_bytes;
   // User frames are named through the process's mappings: learnt from PERF_RECORD_MMAP2 as they
   // are made, in time order with the samples (Reader → ProcessImages).
-  o.track_mmap = o.callchain_user || ep->stack_user_bytes > 0 || ep->mmap_tracker;
+  o.track_mmap = ep->learns_mappings();
   o.dummy = ep->mmap_tracker;
   if (ep->max_stack != 0) o.max_stack = ep->max_stack;
   o.software_clock = ep->software_clock;

@@ -31,6 +31,15 @@ void Reader::SetPlan(Plan* plan) {
     }
   }
   std::sort(by_id_.begin(), by_id_.end());
+  const bool learnt = learn_images_;
+  bool learns = false;
+  for (const auto* events : {&plan_->events, &plan_->draining}) {
+    for (auto& e : *events) learns = learns || e->learns_mappings();
+  }
+  learn_images_ = images_ != nullptr && learns;
+  // The records that follow are not learnt: what is known would go stale (a later plan that
+  // learns again starts from /proc).
+  if (learnt && !learn_images_) images_->Clear();
   for (auto& m : plan_->metrics) {
     if (m.collector != nullptr) m.collector->set_user_stacks(images_, tables_);
   }
@@ -151,21 +160,21 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       CommRecord c;
       if (!ParseCommRecord(p.bytes, &c)) return;
       comms_.OnComm(c.tid, c.comm);
-      if (c.exec && images_ != nullptr) images_->OnExec(p.time_ns, c.pid);
+      if (c.exec && learn_images_) images_->OnExec(p.time_ns, c.pid);
       return;
     }
     case PERF_RECORD_FORK: {
       TaskRecord t;
       if (!ParseTaskRecord(p.bytes, &t)) return;
       comms_.OnFork(t.ptid, t.tid);
-      if (images_ != nullptr) images_->OnFork(p.time_ns, t.ppid, t.pid);
+      if (learn_images_) images_->OnFork(p.time_ns, t.ppid, t.pid);
       return;
     }
     case PERF_RECORD_EXIT: {
       TaskRecord t;
       if (!ParseTaskRecord(p.bytes, &t)) return;
       comms_.OnExit(t.tid);
-      if (images_ != nullptr) images_->OnExit(p.time_ns, t.pid, t.tid);
+      if (learn_images_) images_->OnExit(p.time_ns, t.pid, t.tid);
       return;
     }
     case PERF_RECORD_MMAP2: {
@@ -174,7 +183,7 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
         sample_errors_.Add(1);
         return;
       }
-      if (images_ != nullptr) {
+      if (learn_images_) {
         images_->OnMmap(p.time_ns, m.pid, m.addr, m.len, m.pgoff, m.maj, m.min, m.ino, m.prot, m.filename);
       }
       return;
@@ -186,7 +195,7 @@ void Reader::Dispatch(const CpuRing::Pending& p, uint32_t cpu) {
       // A full ring drops task records too (a LOST_SAMPLES record counts samples only).
       if (p.type == PERF_RECORD_LOST) {
         comms_.OnLost();
-        if (images_ != nullptr) images_->OnLost();
+        if (learn_images_) images_->OnLost();
       }
       for (auto& r : *rings_) {
         if (r.cpu == static_cast<int>(cpu)) r.lost_samples.Add(l.lost);

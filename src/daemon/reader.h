@@ -134,6 +134,10 @@ class Reader {
   size_t last_hit_ = 0;
   CommTable comms_;
   ProcessImages* images_;
+  // The plan has events that learn mappings (EventPlan::learns_mappings): only then do the task
+  // records reach images_ (else a fork would read its parent's /proc/PID/maps and every process
+  // image would be kept, for no profile).
+  bool learn_images_ = false;
   unwind::CfiCache* tables_;
   // Marks by time; next_mark_ns_ is the first one's (max: none), read on every dispatch.
   void RunMarks(uint64_t before_ns);

@@ -60,6 +60,14 @@ std::vector<uint8_t> Comm(uint32_t tid, const char* comm, uint64_t time) {
   b.insert(b.end(), id.begin(), id.end());
   return MakeRecord(PERF_RECORD_COMM, b);
 }
+std::vector<uint8_t> Fork(uint32_t pid, uint32_t ppid, uint64_t time) {
+  std::vector<uint8_t> b;
+  for (uint32_t v : {pid, ppid, pid, ppid}) AppendValue(&b, v);
+  AppendValue(&b, time);
+  auto id = SampleId(pid, time, 0);
+  b.insert(b.end(), id.begin(), id.end());
+  return MakeRecord(PERF_RECORD_FORK, b);
+}
 std::vector<uint8_t> SampleRec(uint64_t id, uint32_t tid, uint64_t time) {
   std::vector<uint8_t> b;
   AppendValue(&b, id);
@@ -130,6 +138,30 @@ TEST(ReaderTest, CommRecordOnOneCpuAppliesToLaterSamplesOnAnother) {
   // data_tail released past everything consumed.
   EXPECT_EQ(f.m0.meta()->data_tail, f.m0.head);
   EXPECT_EQ(f.m1.meta()->data_tail, f.m1.head);
+}
+
+// Task records teach ProcessImages only while the plan has events that learn mappings (a profile
+// with user frames): without one, a fork neither reads its parent's /proc/PID/maps nor keeps an
+// image; when a reload drops the last such event, what was learnt is forgotten.
+TEST(ReaderTest, ProcessImagesLearnOnlyForPlansThatNameUserFrames) {
+  for (bool learns : {false, true}) {
+    SCOPED_TRACE(learns);
+    Fixture f;
+    f.ev->mmap_tracker = learns;
+    f.m0.Put(Fork(7, 0, 100));
+    f.m1.Put(Fork(8, 0, 110));
+    f.MapRings();
+    MappedFiles files;
+    ProcessImages images(&files);
+    Reader reader(&f.plan, &f.rings, &images);
+    reader.Round(/*flush_all=*/true);
+    EXPECT_EQ(images.stats().processes, learns ? 2u : 0u);
+    EXPECT_EQ(images.Current(7).has_value(), learns);
+    f.ev->mmap_tracker = false;
+    reader.SetPlan(&f.plan);
+    EXPECT_EQ(images.stats().processes, 0u);
+    EXPECT_FALSE(images.Current(7).has_value());
+  }
 }
 
 uint64_t Now() {

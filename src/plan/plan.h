@@ -80,6 +80,9 @@ struct EventPlan {
   // engine's profiles with user stacks (their programs send no samples to learn them from).
   // Sampled into the CPU rings; no consumers, no format. Part of the perf events' identity.
   bool mmap_tracker = false;
+  // Its perf events report PERF_RECORD_MMAP2 (user frames are named through the mappings they
+  // teach ProcessImages): user callchains, user stacks, or the mmap tracker.
+  bool learns_mappings() const { return (callchain & kCallchainUser) != 0 || stack_user_bytes > 0 || mmap_tracker; }
   // Not a tracepoint: a CPU profile's software clock event (TracepointEventOptions::
   // software_clock: PERF_COUNT_SW_CPU_CLOCK or _TASK_CLOCK; kSoftwareClockNone for a
   // tracepoint), sampled with PERF_SAMPLE_PERIOD at `frequency_hz` or every `period_ns`,

@@ -194,6 +194,16 @@ void ProcessImages::OnExit(uint64_t /*time_ns*/, uint32_t pid, uint32_t tid) {
   }
 }
 
+void ProcessImages::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t path_bytes = 0;
+  for (const std::string* p : paths_) path_bytes += p == nullptr ? 0 : p->size() + 64;
+  procs_.clear();
+  failed_.clear();
+  evict_order_.clear();
+  bytes_ = path_bytes;
+}
+
 void ProcessImages::OnLost() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [pid, p] : procs_) {

@@ -83,6 +83,9 @@ class ProcessImages {
   void OnExit(uint64_t time_ns, uint32_t pid, uint32_t tid);
   // A ring lost records (PERF_RECORD_LOST): the current images of live processes are in doubt.
   void OnLost();
+  // Forgets every process and image (the records stop coming: nothing known would stay true).
+  // The interned paths and mapped files stay; stats' counters (evicted, proc_reads) too.
+  void Clear();
 
   // Appends the frames of `ips` (user instruction addresses, leaf first: ips[0] the exact pc,
   // the others return addresses, looked up at ip - 1) to `out`, with `pid`'s current image, and
