@@ -153,6 +153,25 @@ class Pipeline {
   void AppendReaderAndKernelMetrics(SelfMetrics* m) const;
   void StopThread();
   Status StartThread();
+  // Reload's steps (pipeline_reload.cc), under mu_ with the reader paused. `kept[i]`: the running
+  // event whose perf events next's event i takes over (null: opened anew); `taken[j]`: running
+  // event j is kept.
+  // 1. Opens (disabled) next's events that are not kept, on every traced CPU.
+  Status OpenReloadEvents(std::unique_ptr<Plan>* next, const std::vector<EventPlan*>& kept);
+  // 2. Detaches the programs of running bpf metrics that `next` drops or replaces, so that old
+  //    and new programs are never attached at once (the kernel caps one tracepoint's programs:
+  //    BPF_TRACE_MAX_PROGS, 64, E2BIG); their counts freeze. Returns them.
+  std::vector<Collector*> DetachDroppedPrograms(const Plan& next);
+  // 3. Attaches the programs of next's new bpf metrics; a kept metric on probe events gets
+  //    programs on the events it did not have (a binary replaced since). The first error.
+  Status AttachNewPrograms(Plan* next);
+  // After a failed step: next's programs detached, `detached` attached again (logged if not).
+  static void UndoAttach(Plan* next, const std::vector<Collector*>& detached);
+  // 4. The swap: kept events move with their fds and counts, kept metrics with their collectors,
+  //    new events are enabled and the running ones disabled. Returns the plan that ran (closing
+  //    its perf events nothing uses any more when destroyed).
+  std::unique_ptr<Plan> SwapPlans(std::unique_ptr<Plan> next, const std::vector<EventPlan*>& kept,
+                                  const std::vector<bool>& taken);
   // Opens `ep`'s perf event on `cpu` (disabled; filter set; SET_OUTPUT to the CPU's ring); for a
   // sampled "pid" event, one per thread of the process (OpenTaskEvents); a counting "pid" event
   // is opened by OpenTaskEvents(ep, -1) instead.
