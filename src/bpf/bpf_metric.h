@@ -261,8 +261,31 @@ class BpfMetric : public Collector {
   const LabelSet& OwnLabels() const {
     return gauge(BpfMetricSpec::Gauge::kUpDown) ? spec_.starts.front().labels : spec_.end.labels;
   }
-  // Lays out keys, emits the programs and (with `create`) creates the maps and loads them.
+  // Lays out keys, emits the programs and (with `create`) creates the maps and loads them
+  // (bpf_metric_build.cc), by steps:
   Status Build(bool create);
+  bool pairs() const { return latency() || inflight_gauge(); }  // starts paired with ends (starts map)
+  // 1. The key layouts, thresholds and value slots: every Unimplemented, before any map exists.
+  //    `native`: the native buckets' shape for the programs (none without native buckets).
+  Status LayOut(std::optional<NativeShape>* native);
+  // 2. Emits the programs into programs_ with the maps of `fds` (placeholders the first time:
+  //    shape errors only): the event's (counter, histogram, profile), a gauge's sides, or the
+  //    starts' and the end's (latency, inflight gauge).
+  Status EmitPrograms(const MapFds& fds, const std::optional<NativeShape>& native);
+  Status EmitGaugePrograms(const MapFds& fds);
+  Status EmitPairPrograms(const MapFds& fds, const std::optional<NativeShape>& native);
+  Status AddProgram(std::string role, const BpfEndpoint* ep, StatusOr<std::vector<bpf_insn>> insns);
+  // The values map's entries: the series (native: their cells, within 2^22); 1 for an inflight
+  // gauge (its end observes nothing).
+  uint32_t ValueEntries() const;
+  // 3. Creates the maps (preallocated when small enough: "Preallocation" in the header) and
+  //    returns their fds (the stats and record maps are each program's: step 4).
+  StatusOr<MapFds> CreateMaps();
+  // 4. Emits each program again with the real maps and its own stats (and record) map, and loads
+  //    it (the verifier's errors are Internal with its log).
+  Status LoadPrograms(MapFds fds, const std::optional<NativeShape>& native);
+  // 5. The reader of the values map's series (series_).
+  void OpenSeries();
   // The endpoints: the starts, then the end.
   std::vector<BpfEndpoint*> Endpoints();
   // Sums the per-CPU stats slots of every program.

@@ -54,6 +54,13 @@ class LabelSet {
   bool empty() const { return labels_.empty(); }
   bool needs_comm() const { return needs_comm_; }
   bool needs_cgroup() const { return needs_cgroup_; }  // some label has source kCgroup
+  // Some label names a task (source "pid" or "tid"): its series go when the task exits.
+  bool names_tasks() const {
+    for (const LabelSpec& l : labels_) {
+      if (l.source == LabelSource::kPid || l.source == LabelSource::kTid) return true;
+    }
+    return false;
+  }
   const std::vector<LabelSpec>& labels() const { return labels_; }
 
  private:
