@@ -16,11 +16,6 @@ namespace {
 constexpr int16_t kValueOff = -16;              // u64 scratch value
 constexpr int16_t kScratchOff = -48;            // 32 bytes for the filter code (COMM)
 constexpr int16_t kWideValueOff = kScratchOff;  // after the filter: a new series' wide sum (24 bytes)
-constexpr int16_t kMatchOff = -80;              // latency match key: up to 4 fields of 8 bytes
-constexpr int16_t kStartValOff = kKeyOff - 8;   // latency start value: u64 time, then labels at kKeyOff
-constexpr size_t kMaxMatchFields = 4;
-
-uint32_t Align8(uint32_t n) { return (n + 7) & ~7u; }
 
 }  // namespace
 namespace internal {
@@ -89,7 +84,6 @@ void EmitWideAdd(Assembler* a, Reg ptr, int16_t off, Reg val, bool is_signed, bo
   EmitWideAddSmall(a, ptr, off, val);
   a->Bind(done);
 }
-
 }  // namespace internal
 namespace internal {
 
@@ -240,7 +234,6 @@ void StackPtr(Assembler* a, Reg r, int16_t off) {
   a->MovReg(r, R10);
   a->Alu(BPF_ADD, r, off);
 }
-
 }  // namespace internal
 namespace internal {
 // Compares R7 with `t` and jumps to `target` when R7 > t (signed or unsigned).
@@ -255,7 +248,7 @@ void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target) {
   }
 }
 }  // namespace internal
-namespace {
+namespace internal {
 
 // Buckets [lo, hi] of R7 by binary search over `t`; each leaf adds 1 to bucket i of the value
 // at R8, then goes to `done`.
@@ -294,8 +287,7 @@ void EmitFindKeyless(Assembler* a, const MapFds& maps, Reg dst, Label out) {
   if (dst != R0) a->MovReg(dst, R0);
   a->Jump(BPF_JEQ, dst, 0, out);
 }
-
-}  // namespace
+}  // namespace internal
 namespace internal {
 // R8 = the histogram value of the key at R10 + kKeyOff, created zeroed from the `zero` map when
 // new; a full map counts kDropped (ENOMEM: kNoMemory) and goes to `out`.
@@ -334,34 +326,18 @@ void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out) {
   a->Bind(have);
 }
 }  // namespace internal
-namespace {
+namespace internal {
 
 // Observes R7 into the histogram value at R8 (bucket by `t`, then the wide sum; `small`: R7 is
 // at most 2^63, as a latency's ns). Clobbers R1-R3 and R7.
-void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, bool small = false) {
+void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, bool small) {
   Label sum = a->NewLabel();
   EmitBucketTree(a, t, is_signed, 0, t.size(), sum);
   a->Bind(sum);
   EmitWideAdd(a, R8, static_cast<int16_t>(8 * (t.size() + 1)), R7, is_signed, small);
 }
 
-void EmitMatchKey(Assembler* a, const std::vector<FieldRef>& match) {
-  a->ZeroStack(kMatchOff, 8 * kMaxMatchFields);
-  for (size_t i = 0; i < match.size(); ++i) {
-    EmitLoadInt(a, match[i], R1);
-    a->Store(8, R10, static_cast<int16_t>(kMatchOff + 8 * static_cast<int>(i)), R1);
-  }
-}
-
-Status CheckMatch(const std::vector<FieldRef>& match) {
-  if (match.empty() || match.size() > kMaxMatchFields) {
-    return Unimplemented("a latency key of " + std::to_string(match.size()) + " fields (the bpf engine takes 1 to " +
-                         std::to_string(kMaxMatchFields) + ")");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
+}  // namespace internal
 
 StatusOr<FieldRef> IntegerField(const FieldFormat& f) {
   FieldRef r;
@@ -526,7 +502,7 @@ Status CheckThresholds(const Buckets& buckets, double scale, bool is_signed) {
 bool CountsRuns(const CounterShape& s) { return !(s.key.size == 0 && s.filter == nullptr && !s.value); }
 bool CountsRuns(const HistogramShape& s) { return s.native || !(s.key.size == 0 && s.filter == nullptr); }
 
-namespace {
+namespace internal {
 
 // Fills a profile's StackKey at R10 + `off` (CounterShape::stacks) from the ctx in R9: the
 // process, the stack ids, and the process image of the user stack (MapFds::image_stamps).
@@ -568,7 +544,7 @@ void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& ma
 // the series created when new: on to `added`; a full map counts kDropped and goes to `out`;
 // ENOMEM counts kNoMemory and falls through to the next instruction, which must lead to `out`.
 // Clobbers R0-R5 (and R7 when `wide`). Jumps go forward only (kernels before 5.3 refuse back-edges).
-void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added, bool wide = false) {
+void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added, bool wide) {
   Label create = a->NewLabel(), full = a->NewLabel(), nomem = a->NewLabel(), found = a->NewLabel();
   a->LoadMapFd(R1, maps.values);
   StackPtr(a, R2, kKeyOff);
@@ -621,7 +597,7 @@ void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added, b
   }
 }
 
-}  // namespace
+}  // namespace internal
 
 StatusOr<std::vector<bpf_insn>> EmitCounter(const CounterShape& s, const MapFds& maps) {
   Assembler a;
@@ -697,264 +673,6 @@ StatusOr<std::vector<bpf_insn>> EmitHistogram(const HistogramShape& s, const Map
   a.Bind(out);
   a.Bind(filtered);
   EmitReturn(&a, s.probe);
-  return a.Finish();
-}
-
-namespace {
-
-// The beginning of the end shape: the prologue, R9 = now (ns), the match key, and its start
-// looked up: to `found` with R0 = the start's value, else on (no start).
-Status EmitEndLookup(Assembler* a, const MapFds& maps, const LatencyEndShape& s, Label filtered, Label found) {
-  TPE_RETURN_IF_ERROR(EmitPrologue(a, maps, s.probe, s.filter, filtered));
-  a->Call(BPF_FUNC_ktime_get_ns);
-  a->MovReg(R9, R0);
-  EmitMatchKey(a, s.match);
-  a->LoadMapFd(R1, maps.starts);
-  StackPtr(a, R2, kMatchOff);
-  a->Call(BPF_FUNC_map_lookup_elem);
-  a->Jump(BPF_JNE, R0, 0, found);
-  return Status::Ok();
-}
-
-// map_update_elem(starts, the match key, the start value, `flags`); R0 = its result.
-void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags) {
-  a->LoadMapFd(R1, maps.starts);
-  StackPtr(a, R2, kMatchOff);
-  StackPtr(a, R3, kStartValOff);
-  a->Mov(R4, flags);
-  CallMapUpdate(a);
-}
-
-// The end of the start shape: the labels `nomem` and `full` count kNoMemory and kTableFull,
-// then `out` and `filtered` return (releasing a probe program's record).
-StatusOr<std::vector<bpf_insn>> FinishStart(Assembler* a, const MapFds& maps, const ProbeRecord* probe, Label nomem,
-                                            Label full, Label out, Label filtered) {
-  a->Bind(nomem);
-  EmitStat(a, maps, kNoMemory);
-  a->Goto(out);
-  a->Bind(full);
-  EmitStat(a, maps, kTableFull);
-  a->Bind(out);
-  a->Bind(filtered);
-  EmitReturn(a, probe);
-  return a->Finish();
-}
-
-}  // namespace
-
-StatusOr<std::vector<bpf_insn>> EmitLatencyStart(const LatencyStartShape& s, const MapFds& maps) {
-  TPE_RETURN_IF_ERROR(CheckMatch(s.match));
-  Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), full = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
-  EmitMatchKey(&a, s.match);
-  a.ZeroStack(kKeyOff, s.labels.MapKeySize());
-  EmitKey(&a, s.labels, kKeyOff);
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.Store(8, R10, kStartValOff, R0);
-  // Insert, or replace a pending start whole (the new start wins, as in the perf engine). A
-  // replace whose start an end consumed meanwhile (-ENOENT) inserts once more.
-  Label replace = a.NewLabel(), nomem = a.NewLabel(), insert_again = a.NewLabel();
-  auto update = [&](int32_t flags) { EmitStartUpdate(&a, maps, flags); };
-  update(BPF_NOEXIST);
-  a.Jump(BPF_JEQ, R0, 0, out);
-  a.Jump(BPF_JEQ, R0, -EEXIST, replace);
-  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-  a.Goto(full);
-  a.Bind(replace);
-  update(BPF_EXIST);
-  a.Jump(BPF_JEQ, R0, -ENOENT, insert_again);
-  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-  a.Jump(BPF_JNE, R0, 0, full);
-  EmitStat(&a, maps, kReplaced);
-  a.Goto(out);
-  a.Bind(insert_again);
-  update(BPF_NOEXIST);
-  a.Jump(BPF_JEQ, R0, 0, out);
-  a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-  a.Goto(full);
-  return FinishStart(&a, maps, s.probe, nomem, full, out, filtered);
-}
-
-StatusOr<std::vector<bpf_insn>> EmitLatencyEnd(const LatencyEndShape& s, const MapFds& maps) {
-  TPE_RETURN_IF_ERROR(CheckMatch(s.match));
-  if (s.start_label_bytes + s.labels.size > kMaxKeyBytes) {
-    return Unimplemented("labels of " + std::to_string(s.start_label_bytes + s.labels.size) +
-                         " key bytes (the bpf engine takes at most " + std::to_string(kMaxKeyBytes) + ")");
-  }
-  const uint32_t cell_off = Align8(s.start_label_bytes + s.labels.size);
-  if (s.native && cell_off + kNativeCellBytes > kMaxKeyBytes) {
-    return Unimplemented("labels of " + std::to_string(s.start_label_bytes + s.labels.size) +
-                         " key bytes with native buckets (at most " + std::to_string(kMaxKeyBytes - kNativeCellBytes) +
-                         ")");
-  }
-  if (s.keyless_series && (s.start_label_bytes + s.labels.size != 0 || s.native)) {
-    return Internal("a key-less latency series with labels or native buckets");
-  }
-  Assembler a;
-  Label filtered = a.NewLabel(), out = a.NewLabel(), found = a.NewLabel(), forward = a.NewLabel();
-  if (!s.observe) {  // an inflight gauge: the start taken out, no time read, nothing observed
-    TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, s.probe, s.filter, filtered));
-    EmitMatchKey(&a, s.match);
-    a.LoadMapFd(R1, maps.starts);
-    StackPtr(&a, R2, kMatchOff);
-    a.Call(BPF_FUNC_map_delete_elem);
-    a.Jump(BPF_JEQ, R0, 0, out);
-    EmitStat(&a, maps, kNoStart);
-    a.Bind(out);
-    a.Bind(filtered);
-    EmitReturn(&a, s.probe);
-    return a.Finish();
-  }
-  TPE_RETURN_IF_ERROR(EmitEndLookup(&a, maps, s, filtered, found));
-  EmitStat(&a, maps, kNoStart);
-  a.Goto(out);
-  a.Bind(found);
-  a.Load(8, R1, R0, 0);
-  a.MovReg(R7, R9);
-  a.AluReg(BPF_SUB, R7, R1);  // now - start: ns
-  a.Jump(BPF_JSGE, R7, 0, forward);
-  a.Mov(R7, 0);  // a start stamped on another CPU a hair later than this end
-  a.Bind(forward);
-  const uint32_t key_bytes =
-      s.native ? cell_off + kNativeCellBytes : std::max<uint32_t>(8, s.start_label_bytes + s.labels.size);
-  if (!s.keyless_series) a.ZeroStack(kKeyOff, Align8(key_bytes));
-  for (uint32_t i = 0; i < s.start_label_bytes; i += 8) {  // the start labels, kept beside the time
-    a.Load(8, R1, R0, static_cast<int16_t>(8 + i));
-    a.Store(8, R10, static_cast<int16_t>(kKeyOff + static_cast<int>(i)), R1);
-  }
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_delete_elem);
-  Label in_time = a.NewLabel(), mine = a.NewLabel();
-  a.Jump(BPF_JEQ, R0, 0, mine);
-  EmitStat(&a, maps, kNoStart);  // another end (another CPU) consumed this start first
-  a.Goto(out);
-  a.Bind(mine);
-  a.LoadImm64(R1, s.timeout_ns);
-  a.JumpReg(BPF_JLE, R7, R1, in_time);
-  EmitStat(&a, maps, kExpired);
-  a.Goto(out);
-  a.Bind(in_time);
-  EmitKey(&a, s.labels, static_cast<int16_t>(kKeyOff + static_cast<int>(s.start_label_bytes)));
-  if (s.native) {
-    EmitObserveNative(&a, maps, s.thresholds, false, *s.native, cell_off, out, /*small=*/true);
-  } else if (s.keyless_series) {
-    EmitFindKeyless(&a, maps, R8, out);
-    EmitObserve(&a, s.thresholds, false, /*small=*/true);  // ns >= 0 as a signed number
-  } else {
-    EmitFindHistogram(&a, maps, out);
-    EmitObserve(&a, s.thresholds, false, /*small=*/true);
-  }
-  a.Bind(out);
-  a.Bind(filtered);
-  EmitReturn(&a, s.probe);
-  return a.Finish();
-}
-
-StatusOr<std::vector<bpf_insn>> EmitOffCpu(const OffCpuShape& s, const MapFds& maps) {
-  if (s.key.size > kMaxKeyBytes || s.key.size < s.stacks.key_offset + sizeof(StackKey)) {
-    return Unimplemented("an off-CPU key of " + std::to_string(s.key.size) + " bytes (at most " +
-                         std::to_string(kMaxKeyBytes) + ", a StackKey included)");
-  }
-  for (const FieldRef* f : {&s.prev_pid, &s.next_pid, &s.prev_state}) {
-    if (f->current_tid) return Unimplemented("common_pid as " + f->name);
-  }
-  Assembler a;
-  Label filtered = a.NewLabel(), in = a.NewLabel(), out = a.NewLabel();
-  TPE_RETURN_IF_ERROR(EmitPrologue(&a, maps, nullptr, nullptr, filtered));
-  const int16_t key_bytes = static_cast<int16_t>(Align8(s.key.size));
-
-  // The switch-out of prev_pid (the current task): remember its time and key by thread id.
-  EmitLoadInt(&a, s.prev_pid, R7);
-  a.Jump(BPF_JEQ, R7, 0, in);  // the idle task
-  a.Call(BPF_FUNC_get_current_pid_tgid);
-  a.Alu(BPF_RSH, R0, 32);
-  a.Jump(BPF_JEQ, R0, static_cast<int32_t>(s.own_tgid), in);  // the exporter's own threads
-  a.ZeroStack(kMatchOff, 8);
-  a.Store(4, R10, kMatchOff, R7);
-  Label staying = a.NewLabel();
-  EmitLoadInt(&a, s.prev_state, R1);
-  a.Alu(BPF_AND, R1, static_cast<int32_t>(s.exiting_mask));
-  a.Jump(BPF_JEQ, R1, 0, staying);
-  // An exiting task will not come back: an entry it left (a switch-in never seen) goes now, so
-  // a thread that gets its id later never finds it.
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_delete_elem);
-  a.Goto(in);
-  a.Bind(staying);
-  a.ZeroStack(kKeyOff, static_cast<uint32_t>(key_bytes));
-  EmitKey(&a, s.key, kKeyOff);
-  a.MovReg(R9, R6);
-  EmitStackKey(&a, s.stacks, maps, static_cast<int16_t>(kKeyOff + static_cast<int>(s.stacks.key_offset)));
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.Store(8, R10, kStartValOff, R0);
-  {
-    Label replace = a.NewLabel(), nomem = a.NewLabel(), full = a.NewLabel();
-    EmitStartUpdate(&a, maps, BPF_NOEXIST);
-    a.Jump(BPF_JEQ, R0, 0, in);
-    a.Jump(BPF_JEQ, R0, -EEXIST, replace);
-    a.Jump(BPF_JEQ, R0, -ENOMEM, nomem);
-    a.Goto(full);
-    a.Bind(replace);  // switched out again before its switch-in was seen: that block is lost
-    EmitStat(&a, maps, kUnpaired);
-    EmitStartUpdate(&a, maps, BPF_ANY);
-    a.Jump(BPF_JEQ, R0, 0, in);
-    // Not replaced (ENOMEM where elements are allocated): the old entry goes, or the next
-    // switch-in would add this stretch on CPU to it.
-    a.MovReg(R8, R0);
-    a.LoadMapFd(R1, maps.starts);
-    StackPtr(&a, R2, kMatchOff);
-    a.Call(BPF_FUNC_map_delete_elem);
-    a.Jump(BPF_JEQ, R8, -ENOMEM, nomem);
-    a.Bind(full);
-    EmitStat(&a, maps, kTableFull);
-    a.Goto(in);
-    a.Bind(nomem);
-    EmitStat(&a, maps, kNoMemory);
-  }
-
-  // The switch-in of next_pid: take its entry whole (copied, then deleted: only the delete that
-  // returned 0 adds), add now - then to its key's series.
-  a.Bind(in);
-  EmitLoadInt(&a, s.next_pid, R7);
-  a.Jump(BPF_JEQ, R7, 0, out);
-  a.ZeroStack(kMatchOff, 8);
-  a.Store(4, R10, kMatchOff, R7);
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_lookup_elem);
-  a.Jump(BPF_JEQ, R0, 0, out);  // not switched out while we watched (or left out above)
-  a.Load(8, R8, R0, 0);
-  for (int i = 0; i < key_bytes; i += 8) {
-    a.Load(8, R1, R0, static_cast<int16_t>(8 + i));
-    a.Store(8, R10, static_cast<int16_t>(kKeyOff + i), R1);
-  }
-  a.LoadMapFd(R1, maps.starts);
-  StackPtr(&a, R2, kMatchOff);
-  a.Call(BPF_FUNC_map_delete_elem);
-  a.Jump(BPF_JNE, R0, 0, out);
-  a.Call(BPF_FUNC_ktime_get_ns);
-  a.MovReg(R7, R0);
-  a.AluReg(BPF_SUB, R7, R8);  // ns off CPU
-  Label forward = a.NewLabel(), counted = a.NewLabel();
-  a.Jump(BPF_JSGE, R7, 0, forward);
-  a.Mov(R7, 0);  // switched out on another CPU a hair later by its clock
-  a.Bind(forward);
-  a.LoadImm64(R1, s.min_block_ns);
-  a.JumpReg(BPF_JGE, R7, R1, counted);
-  EmitStat(&a, maps, kShortBlocks);
-  a.Goto(out);
-  a.Bind(counted);
-  Label added = a.NewLabel();
-  EmitAddToSeries(&a, maps, out, added);
-  a.Goto(out);
-  a.Bind(added);
-  EmitStat(&a, maps, kBlocks);
-  a.Bind(out);
-  a.Bind(filtered);
-  EmitReturn(&a, nullptr);
   return a.Finish();
 }
 

@@ -1,5 +1,7 @@
-// What programs.cc and native_programs.cc share: the series key's place on the stack and the
-// instruction sequences both emit. Not a public interface (programs.h is).
+// What the program emitters share (programs.cc: counters, histograms and the common pieces;
+// latency_programs.cc, off_cpu_programs.cc, native_programs.cc, gauge_programs.cc): the series
+// key's place on the stack and the instruction sequences they emit. Not a public interface
+// (programs.h is).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,12 @@ namespace tpe::bpf::internal {
 inline constexpr int16_t kKeyOff = -80 - static_cast<int16_t>(kMaxKeyBytes);
 // A u32 array index (stats, zero and epoch lookups) on the stack.
 inline constexpr int16_t kIndexOff = -8;
+
+inline uint32_t Align8(uint32_t n) { return (n + 7) & ~7u; }
+// A latency's (or an off-CPU block's) match key on the stack, and the start value stored under
+// it: u64 time, then the start labels at kKeyOff.
+inline constexpr int16_t kMatchOff = -80;
+inline constexpr int16_t kStartValOff = kKeyOff - 8;
 
 // stats[slot] += 1. Clobbers R0-R5.
 void EmitStat(Assembler* a, const MapFds& maps, Stat slot);
@@ -40,6 +48,24 @@ void EmitPerCpuIncrement(Assembler* a, Reg ptr, int16_t off);
 void EmitWideAdd(Assembler* a, Reg ptr, int16_t off, Reg val, bool is_signed, bool small = false);
 // Jumps to `target` when R7 > t (signed or unsigned); clobbers R1.
 void EmitJumpAbove(Assembler* a, uint64_t t, bool is_signed, Label target);
+// map_update_elem with its result in R0 sign-extended from 32 bits (the helper returned int
+// before Linux 6.3: programs.cc). Clobbers R0-R5.
+void CallMapUpdate(Assembler* a);
+// dst = the value of a key-less metric: entry 0 of its 1-entry per-CPU array (programs.h), or
+// to `out` on the null the verifier makes us check for. Clobbers R0-R5.
+void EmitFindKeyless(Assembler* a, const MapFds& maps, Reg dst, Label out);
+// Observes R7 into the histogram value at R8 (bucket by `t`, then the wide sum; `small`: R7 is
+// at most 2^63, as a latency's ns). Clobbers R1-R3 and R7.
+void EmitObserve(Assembler* a, const std::vector<uint64_t>& t, bool is_signed, bool small = false);
+// Fills a profile's StackKey at R10 + `off` (CounterShape::stacks) from the ctx in R9. Clobbers
+// R0-R5.
+void EmitStackKey(Assembler* a, const CounterShape::Stacks& st, const MapFds& maps, int16_t off);
+// values[key at R10 + kKeyOff] += R7, the series created when new: on to `added`; full: kDropped
+// and to `out`; ENOMEM: kNoMemory, falling through (programs.cc). Clobbers R0-R5 (R7 when `wide`).
+void EmitAddToSeries(Assembler* a, const MapFds& maps, Label out, Label added, bool wide = false);
+// map_update_elem(starts, the match key at kMatchOff, the start value at kStartValOff, `flags`);
+// R0 = its result (latency_programs.cc).
+void EmitStartUpdate(Assembler* a, const MapFds& maps, int32_t flags);
 // R8 = the value of the key at R10 + kKeyOff, created zeroed from the `zero` map when new; a
 // full map counts kDropped (ENOMEM: kNoMemory) and goes to `out`. Clobbers R0-R5.
 void EmitFindHistogram(Assembler* a, const MapFds& maps, Label out);
