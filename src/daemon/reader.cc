@@ -23,19 +23,17 @@ void Reader::SetPlan(Plan* plan) {
   ordered_ = plan->needs_ordering || plan->needs_comm;
   by_id_.clear();
   last_hit_ = 0;
+  bool learns = false;
   for (const auto* events : {&plan_->events, &plan_->draining}) {
     for (auto& e : *events) {
       for (uint64_t id : e->ids) {
         if (id != 0) by_id_.emplace_back(id, e.get());
       }
+      learns = learns || e->learns_mappings();
     }
   }
   std::sort(by_id_.begin(), by_id_.end());
   const bool learnt = learn_images_;
-  bool learns = false;
-  for (const auto* events : {&plan_->events, &plan_->draining}) {
-    for (auto& e : *events) learns = learns || e->learns_mappings();
-  }
   learn_images_ = images_ != nullptr && learns;
   // The records that follow are not learnt: what is known would go stale (a later plan that
   // learns again starts from /proc).
