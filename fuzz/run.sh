@@ -5,6 +5,7 @@
 # fuzz/regressions/<target>/ are replayed first.
 #
 #   bash fuzz/run.sh [SECONDS]           all targets
+#   bash fuzz/run.sh --build-only        only build them (CI builds while other stages run)
 #   FUZZ_TARGETS="filter_fuzzer" bash fuzz/run.sh 30
 #   FUZZ_TARGETS=print_fmt_fuzzer bash fuzz/run.sh   (not in the default list: finds libtraceevent bugs)
 #   JOBS=2 (build parallelism), BUILD_DIR=build-fuzz
@@ -14,6 +15,8 @@
 # and how to replay it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BUILD_ONLY=""
+if [[ ${1:-} == --build-only ]]; then BUILD_ONLY=1; shift; fi
 SECONDS_EACH="${1:-60}"
 BUILD_DIR="${BUILD_DIR:-build-fuzz}"
 JOBS="${JOBS:-2}"
@@ -29,6 +32,7 @@ echo "== fuzz: configure and build $BUILD_DIR (clang++, -fsanitize=fuzzer,addres
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPE_FUZZ=ON -DTPE_SANITIZE=ON -DTPE_BUILD_TESTS=OFF >/dev/null
 cmake --build "$BUILD_DIR" --target tpe_fuzzers -j"$JOBS"
+[[ -n $BUILD_ONLY ]] && exit 0
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

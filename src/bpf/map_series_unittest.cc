@@ -157,7 +157,7 @@ TEST(MapSeriesTest, LiveCounterNeverDecreasesWhileTheSweepFolds) {
       m->entries[Key(kLive)] += 3;  // the live task keeps counting
       for (int i = 0; i < 4; ++i) m->entries[Key(next_dead++)] = 7;
       // Another deleter (bpftool, an old daemon) removes a dead key mid-walk of the scrape.
-      m->on_get_next_key = [&, round] {
+      m->on_get_next_key = [&] {
         if (m->get_next_key_calls % 5 == 2 && !m->entries.empty()) m->entries.erase(std::prev(m->entries.end()));
       };
       if (round % 2 == 0) {

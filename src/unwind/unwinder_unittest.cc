@@ -14,23 +14,25 @@
 #include "testing/self_stack.h"
 #include "unwind/cfi_cache.h"
 
-// A chain with live data in every frame, built without frame pointers (as Debian builds):
+// A chain with live data in every frame, built without frame pointers (as Debian builds: this
+// file is compiled with -fomit-frame-pointer, src/unwind/CMakeLists.txt, whatever the build's
+// other flags; gcc's optimize attribute would be per function, but clang has none):
 // tpe_unwind_a -> tpe_unwind_b -> tpe_unwind_c -> the capture (tpe_capture_stack).
 using Captured = tpe::testing::CapturedStack;
 extern "C" {
-__attribute__((noinline, optimize("omit-frame-pointer"))) int tpe_unwind_c(Captured* c, int x) {
+__attribute__((noinline)) int tpe_unwind_c(Captured* c, int x) {
   volatile int live[8] = {x, x + 1};
   tpe_capture_stack(c, 32768);
   asm volatile("" ::: "memory");
   return live[0] + live[1];
 }
-__attribute__((noinline, optimize("omit-frame-pointer"))) int tpe_unwind_b(Captured* c, int x) {
+__attribute__((noinline)) int tpe_unwind_b(Captured* c, int x) {
   volatile int live[16] = {x};
   const int r = tpe_unwind_c(c, x + 1);
   asm volatile("" ::: "memory");
   return r + live[0];
 }
-__attribute__((noinline, optimize("omit-frame-pointer"))) int tpe_unwind_a(Captured* c, int x) {
+__attribute__((noinline)) int tpe_unwind_a(Captured* c, int x) {
   volatile int live[4] = {x};
   const int r = tpe_unwind_b(c, x + 1);
   asm volatile("" ::: "memory");

@@ -243,6 +243,11 @@ class Child {
 // `features` (the running kernel's unless a test gives an older one's), opens and starts the
 // pipeline on the live kernel, runs `during` with it, stops (draining the rings) and returns the
 // snapshot. The plan's process-wide BPF load options are reset to this kernel's afterwards.
+// In a matrix guest, a config that leaves max_series_per_metric at its default gets
+// kGuestMaxSeries instead: kernels that need preallocated maps (before 6.1, PREEMPT_RT) fill
+// every element at creation, which under TCG took 15-30 s per native-histogram map of 10,000
+// series; no test that leaves the default has more than a few hundred series.
+inline constexpr uint64_t kGuestMaxSeries = 1000;
 inline std::vector<MetricSnapshot> RunPipelineWith(const std::string& config,
                                                    const std::function<void(Pipeline&)>& during,
                                                    const KernelFeatures& features = Probed()) {
@@ -252,6 +257,9 @@ inline std::vector<MetricSnapshot> RunPipelineWith(const std::string& config,
   auto cfg = ParseConfig(config, "kernel_test.json");
   EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
   if (!cfg.ok()) return {};
+  if (InGuest() && cfg->settings.max_series_per_metric == Settings{}.max_series_per_metric) {
+    cfg->settings.max_series_per_metric = kGuestMaxSeries;
+  }
   if (CurrentEngine() != "auto") {
     for (auto& m : cfg->metrics) m.engine = FromName<Engine>(CurrentEngine()).value();
   }

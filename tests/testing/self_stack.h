@@ -46,11 +46,12 @@ inline uint64_t MainStackTop() {
 }  // namespace tpe::testing
 
 // The registers and up to `max_bytes` of stack at a point inside this function (its own frame is
-// the leaf a sample would show: tpe_capture_stack).
+// the leaf a sample would show: tpe_capture_stack). A file including this is compiled with
+// -fomit-frame-pointer (src/unwind/CMakeLists.txt), so the capture keeps no frame pointer either.
 // The copy reads the stack above this frame as the kernel does, redzones and all: not
 // instrumented by AddressSanitizer, and word by word through a volatile pointer (no memcpy).
-extern "C" inline __attribute__((noinline, optimize("omit-frame-pointer"), no_sanitize("address"))) void
-tpe_capture_stack(tpe::testing::CapturedStack* c, size_t max_bytes) {
+extern "C" inline __attribute__((noinline, no_sanitize("address"))) void tpe_capture_stack(
+    tpe::testing::CapturedStack* c, size_t max_bytes) {
   uint64_t regs[8];
   asm volatile(
       "lea 0(%%rip), %%rax\n\t"

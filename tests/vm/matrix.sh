@@ -27,6 +27,7 @@ KERNELS=("$@")
 SRC=$(realpath "$(dirname "$0")/../..")
 CACHE=${TPE_VM_CACHE:-$HOME/.cache/tpe-vm}
 TIMEOUT=${TPE_VM_TIMEOUT:-1500}
+POWEROFF_GRACE=30
 # One host thread runs both vCPUs in turn (TPE_VM_ACCEL overrides). Under multi-threaded TCG the
 # kernel's live code patching (text_poke_bp: static keys flipped when a tracepoint is enabled)
 # raced: 6.12 died of "Oops: int3" in __schedule, 6.1 soft-locked up waiting for the other CPU.
@@ -153,6 +154,9 @@ EOF
   # TPE_GUEST_* variables reach the guest script as they are (e.g. TPE_GUEST_E2E_N).
   local v
   for v in $(compgen -v TPE_GUEST_); do printf '%s=%q\n' "$v" "${!v}" >>"$OUT/params"; done
+  # The guest powers itself off after writing $OUT/done; a kernel that then hangs on the way down
+  # (6.1-rt once sat 400 s after its last check until the timeout) is stopped POWEROFF_GRACE
+  # seconds after `done`: its results are complete by then, and the slot goes to the next guest.
   timeout "$TIMEOUT" qemu-system-x86_64 -machine q35 -accel "$ACCEL" -cpu max -smp 2 -m 2048 \
     -nographic -no-reboot -monitor none -serial "file:$OUT/console.log" \
     -kernel "$KDIR/root/boot/vmlinuz-$KVER" -initrd "$KDIR/initrd" \
@@ -161,8 +165,17 @@ EOF
     -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
     -fsdev local,id=out,path="$OUT",security_model=none \
     -device virtio-9p-pci,fsdev=out,mount_tag=results \
-    >"$OUT/qemu.log" 2>&1
-  echo "qemu exit $? (not used)" >>"$OUT/qemu.log"
+    >"$OUT/qemu.log" 2>&1 &
+  local qemu=$! rc i
+  while kill -0 "$qemu" 2>/dev/null && [[ ! -f "$OUT/done" ]]; do sleep 2; done
+  for ((i = 0; i < POWEROFF_GRACE; i += 2)); do kill -0 "$qemu" 2>/dev/null || break; sleep 2; done
+  if kill -0 "$qemu" 2>/dev/null; then
+    echo "guest wrote done but had not powered off ${POWEROFF_GRACE} s later: stopped" >>"$OUT/qemu.log"
+    kill "$qemu" 2>/dev/null
+  fi
+  wait "$qemu"
+  rc=$?
+  echo "qemu exit $rc (not used)" >>"$OUT/qemu.log"
 }
 
 summary=()
