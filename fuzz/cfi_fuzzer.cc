@@ -3,8 +3,9 @@
 // through a memfd with CfiTable::Read. A table that reads is then asked for rows across the file
 // and used to unwind a stack made of the input's own bytes (every register and every stack word
 // the file's bytes), so the CFA and register rules it holds are evaluated (src/unwind/
-// dwarf_expr.h). Checks: errors name the file; an unwind ends with a reason, within max_frames,
-// and its frames are in the one file.
+// dwarf_expr.h), and its in-kernel unwind table is built (src/unwind/unwind_table.h). Checks:
+// errors name the file; an unwind ends with a reason, within max_frames, and its frames are in
+// the one file; the table is sorted, bounded and agrees with itself.
 // Seeds: two static binaries of a three-function chain built -O2 (with and without
 // .eh_frame_hdr), stripped (fuzz/corpus/cfi_fuzzer).
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "unwind/cfi_table.h"
+#include "unwind/unwind_table.h"
 #include "unwind/unwinder.h"
 
 using namespace tpe;
@@ -68,6 +70,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint64_t off = 0; off < size; off += step) {
     bool signal = false;
     (void)table.RowAt(off, &signal);
+  }
+  // The in-kernel unwinder's table (unwind/unwind_table.h): sorted, neighbours differ, bounded,
+  // and every entry's rule is what the row at its offset says.
+  constexpr uint64_t kMaxRows = 100000;
+  auto unwind_table = BuildUnwindTable(table, kMaxRows);
+  if (unwind_table.ok()) {
+    const auto& e = unwind_table->entries;
+    TPE_FUZZ_CHECK(unwind_table->rows <= kMaxRows && e.size() <= unwind_table->rows, "%zu entries of %zu rows",
+                   e.size(), unwind_table->rows);
+    for (size_t i = 1; i < e.size(); ++i) {
+      TPE_FUZZ_CHECK(e[i - 1].offset < e[i].offset && !(e[i - 1].rule == e[i].rule), "entry %zu out of order", i);
+    }
+    for (size_t i = 0; i < e.size() && i < 256; ++i) {
+      TPE_FUZZ_CHECK(unwind_table->RuleAt(e[i].offset) == e[i].rule, "RuleAt(entry %zu) differs", i);
+    }
+  } else {
+    TPE_FUZZ_CHECK(unwind_table.status().message().find("fuzz.elf") != std::string::npos,
+                   "error does not name the file: %s", unwind_table.status().message().c_str());
   }
   // An unwind from each of a few pcs, registers and stack from the file's bytes.
   OneFile lookup(&table, size);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "elf/sections.h"
 
@@ -63,6 +64,24 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
     has_debug_frame |= debug && sh.type != SHT_NOBITS;
   }
   t->eh_frame_ = dwarf_getcfi_elf(t->elf_);
+  // .eh_frame_hdr's bytes for ForEachRow (its size was checked above with the other CFI sections).
+  for (Elf_Scn* scn = elf_nextscn(t->elf_, nullptr); scn != nullptr; scn = elf_nextscn(t->elf_, scn)) {
+    GElf_Shdr sh;
+    size_t shstrndx = 0;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_PROGBITS || elf_getshdrstrndx(t->elf_, &shstrndx) != 0) {
+      continue;
+    }
+    const char* name = elf_strptr(t->elf_, shstrndx, sh.sh_name);
+    if (name == nullptr || std::string_view(name) != ".eh_frame_hdr" || sh.sh_size > limits.max_section_bytes) {
+      continue;
+    }
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) break;
+    t->eh_frame_hdr_ = static_cast<const uint8_t*>(data->d_buf);
+    t->eh_frame_hdr_size_ = data->d_size;
+    t->eh_frame_hdr_address_ = sh.sh_addr;
+    break;
+  }
   if (has_debug_frame) {
     t->dwarf_ = dwarf_begin_elf(t->elf_, DWARF_C_READ, nullptr);
     if (t->dwarf_ != nullptr) t->debug_frame_ = dwarf_getcfi(t->dwarf_);
@@ -153,6 +172,101 @@ bool Compact(Dwarf_Frame* frame, CompactRow* row) {
 }
 
 }  // namespace
+
+namespace {
+
+// Reads a little-endian value of `n` bytes at `p` (the caller checked the bounds).
+uint64_t ReadLe(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+// The size of a value in DWARF pointer encoding `enc` (its low nibble: DW_EH_PE_udata4/sdata4
+// and udata8/sdata8), or 0 for the forms ForEachRow does not read.
+size_t EncodedSize(uint8_t enc) {
+  switch (enc & 0x0f) {
+    case DW_EH_PE_udata4:
+    case DW_EH_PE_sdata4:
+      return 4;
+    case DW_EH_PE_udata8:
+    case DW_EH_PE_sdata8:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+Status CfiTable::ForEachRow(uint64_t max_rows,
+                            const std::function<void(uint64_t, RowForm, const CompactRow&)>& f) const {
+  // .eh_frame_hdr: version 1, eh_frame_ptr_enc, fde_count_enc, table_enc, eh_frame_ptr, fde_count,
+  // then fde_count pairs (initial location, FDE address), sorted by initial location.
+  const uint8_t* h = eh_frame_hdr_;
+  const size_t n = eh_frame_hdr_size_;
+  if (h == nullptr || eh_frame_ == nullptr) return NotFound(display_ + " has no .eh_frame_hdr");
+  const size_t ptr_size = n >= 4 ? EncodedSize(h[1]) : 0;
+  if (n < 4 || h[0] != 1 || ptr_size == 0 || h[2] != DW_EH_PE_udata4 || h[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4) ||
+      n < 4 + ptr_size + 4) {
+    return NotFound(display_ +
+                    ": .eh_frame_hdr without the search table linkers write (version 1, a udata4 count, "
+                    "a datarel sdata4 table)");
+  }
+  const uint64_t count = ReadLe(h + 4 + ptr_size, 4);
+  const size_t table = 4 + ptr_size + 4;
+  if (count > (n - table) / 8) {
+    return NotFound(display_ + ": .eh_frame_hdr's search table of " + std::to_string(count) + " entries is past its " +
+                    std::to_string(n) + " bytes");
+  }
+  auto start_of = [&](uint64_t i) {
+    const auto rel = static_cast<int32_t>(static_cast<uint32_t>(ReadLe(h + table + 8 * i, 4)));
+    return eh_frame_hdr_address_ + static_cast<uint64_t>(int64_t{rel});
+  };
+  const CompactRow none{};
+  uint64_t rows = 0;
+  uint64_t last_offset = 0;
+  bool any = false;
+  // One row per call, in offset order (an out-of-order or overlapping entry is skipped).
+  auto emit = [&](uint64_t address, RowForm form, const CompactRow& row) {
+    auto offset = elf::FileOffsetForAddress(segments_, address);
+    // A gap that starts where a segment's file bytes end (its last function's FDE ends there)
+    // still ends the row before it: one past the segment's last byte.
+    if (!offset.ok() && form == RowForm::kNone && address > 0) {
+      if (auto last = elf::FileOffsetForAddress(segments_, address - 1); last.ok()) offset = *last + 1;
+    }
+    if (!offset.ok() || (any && *offset <= last_offset)) return true;
+    if (++rows > max_rows) return false;
+    any = true;
+    last_offset = *offset;
+    f(*offset, form, row);
+    return true;
+  };
+  auto exhausted = [&] {
+    return Unavailable(display_ + ": more than " + std::to_string(max_rows) + " unwind table rows");
+  };
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t next_fde = i + 1 < count ? start_of(i + 1) : UINT64_MAX;
+    uint64_t address = start_of(i);
+    // The FDE's rows: each row's end (dwarf_frame_info) is the next row's start.
+    while (address < next_fde) {
+      Dwarf_Frame* raw = nullptr;
+      if (dwarf_cfi_addrframe(eh_frame_, address, &raw) != 0 || raw == nullptr) break;
+      FramePtr frame(raw);
+      Dwarf_Addr start = 0, end = 0;
+      bool signal = false;
+      dwarf_frame_info(frame.get(), &start, &end, &signal);
+      CompactRow row;
+      const RowForm form = !signal && Compact(frame.get(), &row) ? RowForm::kCompact : RowForm::kFull;
+      if (!emit(address, form, form == RowForm::kCompact ? row : none)) return exhausted();
+      if (end <= address) break;  // a malformed row that does not advance
+      address = end;
+    }
+    // Up to the next FDE (or past the last one), no FDE covers the code.
+    if (address < next_fde && !emit(address, RowForm::kNone, none)) return exhausted();
+  }
+  return Status::Ok();
+}
 
 RowForm CfiTable::CompactRowAt(uint64_t offset, CompactRow* row) const {
   static_assert(kRowMemo == 512, "the hash below keeps 9 bits");

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,15 @@ class CfiTable {
   RowForm CompactRowAt(uint64_t offset, CompactRow* row) const;
   static constexpr size_t kRowMemo = 512;
 
+  // Walks the rows of .eh_frame over the file's code in file offset order: `f(offset, form, row)`
+  // for each row's first file offset, with `row` filled when `form` is kCompact; a gap between
+  // two FDEs is one call with kNone. The FDEs are found through .eh_frame_hdr's search table (its
+  // initial locations, sorted: LSB "Exception Frames", .eh_frame_hdr), each row's end through
+  // dwarf_frame_info. Visits at most `max_rows` rows. Errors: NotFound when the file has no
+  // .eh_frame_hdr or one in an encoding other than the one linkers write (udata4 count,
+  // datarel sdata4 table); Unavailable past `max_rows` rows (the rows visited stand).
+  Status ForEachRow(uint64_t max_rows, const std::function<void(uint64_t, RowForm, const CompactRow&)>& f) const;
+
   // Approximate bytes held (the sections read and libdw's decoded entries are not counted).
   size_t memory_bytes() const { return bytes_; }
   const std::string& display() const { return display_; }
@@ -96,6 +106,10 @@ class CfiTable {
   Dwarf_CFI* eh_frame_ = nullptr;     // dwarf_getcfi_elf: ours to end
   Dwarf_CFI* debug_frame_ = nullptr;  // dwarf_getcfi: the Dwarf's
   std::vector<elf::LoadSegment> segments_;
+  // .eh_frame_hdr's bytes (libelf's, as long as elf_ lives) and its link-time address.
+  const uint8_t* eh_frame_hdr_ = nullptr;
+  size_t eh_frame_hdr_size_ = 0;
+  uint64_t eh_frame_hdr_address_ = 0;
   size_t bytes_ = 0;
   struct Memo {
     uint64_t offset_plus_1 = 0;  // 0: empty
