@@ -9,24 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "testing/test_util.h"
 #include "unwind/dwarf_expr.h"
 
 namespace tpe::unwind {
 namespace {
-
-std::string MappedLibc() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash != std::string::npos && line.find("/libc.so.6") != std::string::npos) return line.substr(slash);
-  }
-  return "";
-}
 
 struct Counts {
   size_t rows = 0, compact = 0;
@@ -101,7 +91,7 @@ void CheckEveryRow(const std::string& path, uint64_t step, Counts* out) {
 
 TEST(CfiTableTest, CompactRowsSayWhatLibdwsRulesSay) {
   std::vector<std::pair<std::string, uint64_t>> files = {{"/proc/self/exe", 7}};
-  if (const std::string libc = MappedLibc(); !libc.empty()) files.emplace_back(libc, 5);
+  if (const std::string libc = testing::MappedPath("/libc.so.6"); !libc.empty()) files.emplace_back(libc, 5);
   if (::access("/usr/bin/python3.11", R_OK) == 0) files.emplace_back("/usr/bin/python3.11", 17);
   for (const auto& [path, step] : files) {
     Counts c;

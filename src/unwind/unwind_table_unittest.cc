@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "testing/test_util.h"
 
 namespace tpe::unwind {
 namespace {
@@ -86,16 +87,6 @@ TEST(UnwindTableTest, WithoutEhFrameHdrItIsNotFoundAndTheRowBoundRefuses) {
   EXPECT_NE(t.status().message().find("more than 12 unwind table rows"), std::string::npos) << t.status().message();
 }
 
-std::string MappedLibc() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash != std::string::npos && line.find("/libc.so.6") != std::string::npos) return line.substr(slash);
-  }
-  return "";
-}
-
 // At every `step`-th offset of the file, the table's rule is the reduction of the row libdw
 // finds there (CfiTable::CompactRowAt, the perf engine's unwinder's own lookup).
 void CheckEveryOffset(const std::string& path, uint64_t step) {
@@ -130,7 +121,7 @@ void CheckEveryOffset(const std::string& path, uint64_t step) {
 
 TEST(UnwindTableTest, EveryOffsetHasTheRuleLibdwFindsThere) {
   CheckEveryOffset("/proc/self/exe", 7);
-  if (const std::string libc = MappedLibc(); !libc.empty()) CheckEveryOffset(libc, 5);
+  if (const std::string libc = testing::MappedPath("/libc.so.6"); !libc.empty()) CheckEveryOffset(libc, 5);
   if (::access("/usr/bin/python3.11", R_OK) == 0) CheckEveryOffset("/usr/bin/python3.11", 17);
 }
 

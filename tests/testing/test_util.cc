@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "perf/perf_event.h"
 #include "tracefs/tracefs.h"
@@ -14,6 +15,16 @@
 namespace tpe::testing {
 
 std::string DataDir() { return TPE_TEST_DATA; }
+
+std::string MappedPath(const std::string& needle) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash != std::string::npos && line.find(needle) != std::string::npos) return line.substr(slash);
+  }
+  return "";
+}
 
 bool KernelRequired() {
   const char* v = std::getenv("TPE_REQUIRE_KERNEL");

@@ -8,6 +8,10 @@ namespace tpe::testing {
 // The checked-in test data root (tests/data).
 std::string DataDir();
 
+// The path of the first file this process maps whose path contains `needle` (e.g.
+// "/libc.so.6"), from /proc/self/maps; "" when none does.
+std::string MappedPath(const std::string& needle);
+
 // For kernel-tier tests: true when this process may open tracepoint perf events and read
 // tracefs. When it may not, prints why; under TPE_REQUIRE_KERNEL=1 (CI) the caller must fail
 // instead of skipping (use TPE_REQUIRE_KERNEL_OR_SKIP).
