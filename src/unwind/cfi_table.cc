@@ -228,7 +228,10 @@ Status CfiTable::ForEachRow(uint64_t max_rows,
   uint64_t last_offset = 0;
   bool any = false;
   // One row per call, in offset order (an out-of-order or overlapping entry is skipped).
+  // Every row visited counts against the bound, emitted or not (a crafted table's rows outside
+  // the file's segments cost as much to visit).
   auto emit = [&](uint64_t address, RowForm form, const CompactRow& row) {
+    if (++rows > max_rows) return false;
     auto offset = elf::FileOffsetForAddress(segments_, address);
     // A gap that starts where a segment's file bytes end (its last function's FDE ends there)
     // still ends the row before it: one past the segment's last byte.
@@ -236,7 +239,6 @@ Status CfiTable::ForEachRow(uint64_t max_rows,
       if (auto last = elf::FileOffsetForAddress(segments_, address - 1); last.ok()) offset = *last + 1;
     }
     if (!offset.ok() || (any && *offset <= last_offset)) return true;
-    if (++rows > max_rows) return false;
     any = true;
     last_offset = *offset;
     f(*offset, form, row);
@@ -245,6 +247,7 @@ Status CfiTable::ForEachRow(uint64_t max_rows,
   auto exhausted = [&] {
     return Unavailable(display_ + ": more than " + std::to_string(max_rows) + " unwind table rows");
   };
+  if (count > max_rows) return exhausted();  // every FDE has a row at least
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t next_fde = i + 1 < count ? start_of(i + 1) : UINT64_MAX;
     uint64_t address = start_of(i);

@@ -169,13 +169,15 @@ EOF
   local qemu=$! rc i
   while kill -0 "$qemu" 2>/dev/null && [[ ! -f "$OUT/done" ]]; do sleep 2; done
   for ((i = 0; i < POWEROFF_GRACE; i += 2)); do kill -0 "$qemu" 2>/dev/null || break; sleep 2; done
+  local stopped=""
   if kill -0 "$qemu" 2>/dev/null; then
-    echo "guest wrote done but had not powered off ${POWEROFF_GRACE} s later: stopped" >>"$OUT/qemu.log"
+    stopped="; the guest wrote done but had not powered off ${POWEROFF_GRACE} s later: stopped"
     kill "$qemu" 2>/dev/null
   fi
-  wait "$qemu"
-  rc=$?
-  echo "qemu exit $rc (not used)" >>"$OUT/qemu.log"
+  rc=0
+  wait "$qemu" || rc=$?
+  # After qemu is gone: it writes qemu.log from its own offset, over lines appended meanwhile.
+  echo "qemu exit $rc (not used)$stopped" >>"$OUT/qemu.log"
 }
 
 summary=()
