@@ -29,7 +29,7 @@ std::vector<SectionHeader> ReadSectionHeaders(Elf* elf, int fd, uint64_t file_si
     const size_t end = names.find('\0', sh.sh_name);
     if (end == std::string::npos) continue;
     out.push_back(SectionHeader{names.substr(sh.sh_name, end - sh.sh_name), sh.sh_type, sh.sh_flags, sh.sh_offset,
-                                sh.sh_type == SHT_NOBITS ? 0 : sh.sh_size});
+                                sh.sh_type == SHT_NOBITS ? 0 : sh.sh_size, sh.sh_addr, elf_ndxscn(scn)});
   }
   return out;
 }

@@ -20,6 +20,8 @@ struct SectionHeader {
   uint64_t flags = 0;   // SHF_*
   uint64_t offset = 0;  // bytes into the file
   uint64_t size = 0;    // bytes in the file (SHT_NOBITS: none are)
+  uint64_t addr = 0;    // sh_addr: link-time address of an allocated section (0 otherwise)
+  size_t index = 0;     // section index (elf_getscn)
 };
 
 // Every section of `elf` (read from the descriptor `fd` of `file_size` bytes) whose name lies

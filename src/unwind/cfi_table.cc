@@ -9,9 +9,10 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
-#include <string_view>
 
+#include "common/byte_reader.h"
 #include "elf/sections.h"
 
 namespace tpe::unwind {
@@ -50,6 +51,7 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
   }
   // The CFI sections' sizes, checked before libdw reads them.
   bool has_debug_frame = false;
+  std::optional<elf::SectionHeader> eh_frame_hdr;  // read for ForEachRow
   for (const elf::SectionHeader& sh : elf::ReadSectionHeaders(t->elf_, fd, file_size, limits.max_section_bytes)) {
     const bool eh = sh.name == ".eh_frame" || sh.name == ".eh_frame_hdr";
     const bool debug = sh.name == ".debug_frame";
@@ -62,25 +64,16 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
     }
     t->bytes_ += sh.size;
     has_debug_frame |= debug && sh.type != SHT_NOBITS;
+    if (sh.name == ".eh_frame_hdr" && sh.type == SHT_PROGBITS) eh_frame_hdr = sh;
   }
   t->eh_frame_ = dwarf_getcfi_elf(t->elf_);
-  // .eh_frame_hdr's bytes for ForEachRow (its size was checked above with the other CFI sections).
-  for (Elf_Scn* scn = elf_nextscn(t->elf_, nullptr); scn != nullptr; scn = elf_nextscn(t->elf_, scn)) {
-    GElf_Shdr sh;
-    size_t shstrndx = 0;
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_PROGBITS || elf_getshdrstrndx(t->elf_, &shstrndx) != 0) {
-      continue;
+  // .eh_frame_hdr's bytes for ForEachRow (libelf's, bounded above with the other CFI sections).
+  if (eh_frame_hdr) {
+    Elf_Data* data = elf_getdata(elf_getscn(t->elf_, eh_frame_hdr->index), nullptr);
+    if (data != nullptr && data->d_buf != nullptr) {
+      t->eh_frame_hdr_ = std::span<const uint8_t>(static_cast<const uint8_t*>(data->d_buf), data->d_size);
+      t->eh_frame_hdr_address_ = eh_frame_hdr->addr;
     }
-    const char* name = elf_strptr(t->elf_, shstrndx, sh.sh_name);
-    if (name == nullptr || std::string_view(name) != ".eh_frame_hdr" || sh.sh_size > limits.max_section_bytes) {
-      continue;
-    }
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) break;
-    t->eh_frame_hdr_ = static_cast<const uint8_t*>(data->d_buf);
-    t->eh_frame_hdr_size_ = data->d_size;
-    t->eh_frame_hdr_address_ = sh.sh_addr;
-    break;
   }
   if (has_debug_frame) {
     t->dwarf_ = dwarf_begin_elf(t->elf_, DWARF_C_READ, nullptr);
@@ -171,17 +164,6 @@ bool Compact(Dwarf_Frame* frame, CompactRow* row) {
   return true;
 }
 
-}  // namespace
-
-namespace {
-
-// Reads a little-endian value of `n` bytes at `p` (the caller checked the bounds).
-uint64_t ReadLe(const uint8_t* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
 // The size of a value in DWARF pointer encoding `enc` (its low nibble: DW_EH_PE_udata4/sdata4
 // and udata8/sdata8), or 0 for the forms ForEachRow does not read.
 size_t EncodedSize(uint8_t enc) {
@@ -203,25 +185,23 @@ Status CfiTable::ForEachRow(uint64_t max_rows,
                             const std::function<void(uint64_t, RowForm, const CompactRow&)>& f) const {
   // .eh_frame_hdr: version 1, eh_frame_ptr_enc, fde_count_enc, table_enc, eh_frame_ptr, fde_count,
   // then fde_count pairs (initial location, FDE address), sorted by initial location.
-  const uint8_t* h = eh_frame_hdr_;
-  const size_t n = eh_frame_hdr_size_;
-  if (h == nullptr || eh_frame_ == nullptr) return NotFound(display_ + " has no .eh_frame_hdr");
-  const size_t ptr_size = n >= 4 ? EncodedSize(h[1]) : 0;
-  if (n < 4 || h[0] != 1 || ptr_size == 0 || h[2] != DW_EH_PE_udata4 || h[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4) ||
-      n < 4 + ptr_size + 4) {
+  const Bytes h = eh_frame_hdr_;
+  if (h.empty() || eh_frame_ == nullptr) return NotFound(display_ + " has no .eh_frame_hdr");
+  const size_t ptr_size = h.size() >= 4 ? EncodedSize(h[1]) : 0;
+  const auto count = LoadAt<uint32_t>(h, 4 + ptr_size);
+  if (h.size() < 4 || h[0] != 1 || ptr_size == 0 || h[2] != DW_EH_PE_udata4 ||
+      h[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4) || !count) {
     return NotFound(display_ +
                     ": .eh_frame_hdr without the search table linkers write (version 1, a udata4 count, "
                     "a datarel sdata4 table)");
   }
-  const uint64_t count = ReadLe(h + 4 + ptr_size, 4);
   const size_t table = 4 + ptr_size + 4;
-  if (count > (n - table) / 8) {
-    return NotFound(display_ + ": .eh_frame_hdr's search table of " + std::to_string(count) + " entries is past its " +
-                    std::to_string(n) + " bytes");
+  if (*count > (h.size() - table) / 8) {
+    return NotFound(display_ + ": .eh_frame_hdr's search table of " + std::to_string(*count) + " entries is past its " +
+                    std::to_string(h.size()) + " bytes");
   }
-  auto start_of = [&](uint64_t i) {
-    const auto rel = static_cast<int32_t>(static_cast<uint32_t>(ReadLe(h + table + 8 * i, 4)));
-    return eh_frame_hdr_address_ + static_cast<uint64_t>(int64_t{rel});
+  auto start_of = [&](uint64_t i) {  // within the table, checked above
+    return eh_frame_hdr_address_ + static_cast<uint64_t>(int64_t{LoadAt<int32_t>(h, table + 8 * i).value()});
   };
   const CompactRow none{};
   uint64_t rows = 0;
@@ -247,9 +227,9 @@ Status CfiTable::ForEachRow(uint64_t max_rows,
   auto exhausted = [&] {
     return Unavailable(display_ + ": more than " + std::to_string(max_rows) + " unwind table rows");
   };
-  if (count > max_rows) return exhausted();  // every FDE has a row at least
-  for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t next_fde = i + 1 < count ? start_of(i + 1) : UINT64_MAX;
+  if (*count > max_rows) return exhausted();  // every FDE has a row at least
+  for (uint64_t i = 0; i < *count; ++i) {
+    const uint64_t next_fde = i + 1 < *count ? start_of(i + 1) : UINT64_MAX;
     uint64_t address = start_of(i);
     // The FDE's rows: each row's end (dwarf_frame_info) is the next row's start.
     while (address < next_fde) {

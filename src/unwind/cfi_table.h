@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,7 @@ class CfiTable {
   Dwarf_CFI* debug_frame_ = nullptr;  // dwarf_getcfi: the Dwarf's
   std::vector<elf::LoadSegment> segments_;
   // .eh_frame_hdr's bytes (libelf's, as long as elf_ lives) and its link-time address.
-  const uint8_t* eh_frame_hdr_ = nullptr;
-  size_t eh_frame_hdr_size_ = 0;
+  std::span<const uint8_t> eh_frame_hdr_;
   uint64_t eh_frame_hdr_address_ = 0;
   size_t bytes_ = 0;
   struct Memo {
