@@ -103,7 +103,14 @@ TEST_P(CpuProfileTest, ASpinningChildsCpuTimeIsUnderItsFunction) {
               static_cast<long long>(w.total), static_cast<long long>(cpu_ns));
   ASSERT_GT(cpu_ns, 1900000000) << "the child spun for 2 s of CPU time";
   EXPECT_GE(w.under, w.total * 9 / 10) << folded;
-  EXPECT_NEAR(static_cast<double>(w.total), static_cast<double>(cpu_ns), 0.1 * static_cast<double>(cpu_ns))
+  // Never more than the child's CPU time (+10 %: a sample's period is nominal). Fewer in a TCG
+  // guest: its vCPU thread loses the host's CPU, the cpu-clock hrtimer fires late and
+  // perf_swevent_hrtimer (kernel/events/core.c) forwards past the periods it missed, so a
+  // guest's profile has run 4-15 % short (5.10, 6.1 under qemu), on a host within 10 %.
+  const double below = testing::InGuest() ? 0.25 : 0.1;
+  EXPECT_LE(static_cast<double>(w.total), 1.1 * static_cast<double>(cpu_ns))
+      << "profile " << w.total << " ns, /proc/PID/stat " << cpu_ns << " ns";
+  EXPECT_GE(static_cast<double>(w.total), (1 - below) * static_cast<double>(cpu_ns))
       << "profile " << w.total << " ns, /proc/PID/stat " << cpu_ns << " ns";
   // The idle task is left out: no stack through the idle loop (kernel/sched/idle.c).
   EXPECT_EQ(folded.find("do_idle"), std::string::npos) << folded;
