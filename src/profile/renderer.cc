@@ -12,15 +12,18 @@ namespace tpe {
 namespace {
 
 // Names the frames of a render's stacks: every distinct address once, batched per mapping.
-// Want* every stack first, then Resolve, then Append* (frames) or Append*Ids (Locations made
-// once per distinct frame: a render's stacks share most of their frames) each stack.
+// Want* every stack first (each returns its frames' indices in the namer, appended to `refs`,
+// so that the frames are looked up once per occurrence), then Resolve, then Append* (frames) or
+// Append*Ids (Locations made once per distinct frame: a render's stacks share most of their
+// frames) each stack with the indices Want* gave.
 class FrameNamer {
  public:
   FrameNamer(Symbolizer* symbolizer, PprofBuilder* builder) : sym_(symbolizer), builder_(builder) {}
 
-  void WantUser(std::span<const UserFrame> user) {
+  void WantUser(std::span<const UserFrame> user, std::vector<uint32_t>* refs) {
     for (size_t i = 0; i < user.size(); ++i) {
-      auto [it, inserted] = user_index_.try_emplace(Key(user[i]), user_slots_.size());
+      auto [it, inserted] = user_index_.try_emplace(Key(user[i]), static_cast<uint32_t>(user_slots_.size()));
+      refs->push_back(it->second);
       if (!inserted) continue;
       auto& batch = user_batches_[user[i].file];
       user_slots_.push_back(Slot{user[i].file, batch.size()});
@@ -28,17 +31,15 @@ class FrameNamer {
       batch.push_back(Symbolizer::UserAddress{user[i].offset, i != 0});
     }
   }
-  void WantKernel(std::span<const uint64_t> ips) {
+  void WantKernel(std::span<const uint64_t> ips, std::vector<uint32_t>* refs) {
     for (size_t i = 0; i < ips.size(); ++i) {
-      if (kernel_index_.try_emplace(ips[i], kernel_batch_.size()).second) {
-        kernel_batch_.push_back(Symbolizer::KernelAddress{ips[i], i != 0});
-      }
+      auto [it, inserted] = kernel_index_.try_emplace(ips[i], static_cast<uint32_t>(kernel_batch_.size()));
+      refs->push_back(it->second);
+      if (inserted) kernel_batch_.push_back(Symbolizer::KernelAddress{ips[i], i != 0});
     }
   }
   void Resolve() {
-    std::vector<FileId> files;
-    for (const auto& [file, batch] : user_batches_) files.push_back(file);
-    sym_->Prepare(files);
+    sym_->Prepare(user_batches_);
     std::unordered_map<FileId, size_t> first;  // a file's first entry in user_named_
     for (const auto& [file, batch] : user_batches_) {
       first[file] = user_named_.size();
@@ -47,17 +48,17 @@ class FrameNamer {
     for (Slot& slot : user_slots_) slot.named = first.at(slot.file) + slot.in_batch;
     for (SymbolizedAddress& a : sym_->SymbolizeKernel(kernel_batch_)) kernel_named_.push_back(Frame(std::move(a)));
   }
-  void AppendUser(std::span<const UserFrame> user, std::vector<ProfileFrame>* out) {
-    for (const UserFrame& uf : user) out->push_back(Counted(UserNamed(uf), false).frame);
+  void AppendUser(std::span<const uint32_t> refs, std::vector<ProfileFrame>* out) {
+    for (uint32_t r : refs) out->push_back(Counted(UserNamed(r), false).frame);
   }
-  void AppendKernel(std::span<const uint64_t> ips, std::vector<ProfileFrame>* out) {
-    for (uint64_t ip : ips) out->push_back(Counted(kernel_named_[kernel_index_.at(ip)], true).frame);
+  void AppendKernel(std::span<const uint32_t> refs, std::vector<ProfileFrame>* out) {
+    for (uint32_t r : refs) out->push_back(Counted(kernel_named_[r], true).frame);
   }
-  void AppendUserIds(std::span<const UserFrame> user, std::vector<uint64_t>* out) {
-    for (const UserFrame& uf : user) out->push_back(LocationId(Counted(UserNamed(uf), false)));
+  void AppendUserIds(std::span<const uint32_t> refs, std::vector<uint64_t>* out) {
+    for (uint32_t r : refs) out->push_back(LocationId(Counted(UserNamed(r), false)));
   }
-  void AppendKernelIds(std::span<const uint64_t> ips, std::vector<uint64_t>* out) {
-    for (uint64_t ip : ips) out->push_back(LocationId(Counted(kernel_named_[kernel_index_.at(ip)], true)));
+  void AppendKernelIds(std::span<const uint32_t> refs, std::vector<uint64_t>* out) {
+    for (uint32_t r : refs) out->push_back(LocationId(Counted(kernel_named_[r], true)));
   }
 
  private:
@@ -77,7 +78,7 @@ class FrameNamer {
     }
   };
   static std::pair<FileId, uint64_t> Key(const UserFrame& f) { return {f.file, f.offset}; }
-  Named& UserNamed(const UserFrame& uf) { return user_named_[user_slots_[user_index_.at(Key(uf))].named]; }
+  Named& UserNamed(uint32_t ref) { return user_named_[user_slots_[ref].named]; }
   uint64_t LocationId(Named& n) {
     if (n.location_id == 0) n.location_id = builder_->AddLocation(n.frame);
     return n.location_id;
@@ -120,11 +121,11 @@ class FrameNamer {
 
   Symbolizer* sym_;
   PprofBuilder* builder_;
-  std::unordered_map<std::pair<FileId, uint64_t>, size_t, KeyHash> user_index_;  // -> user_slots_
+  std::unordered_map<std::pair<FileId, uint64_t>, uint32_t, KeyHash> user_index_;  // -> user_slots_
   std::vector<Slot> user_slots_;
   std::map<FileId, std::vector<Symbolizer::UserAddress>> user_batches_;
-  std::vector<Named> user_named_;  // every file's batch in turn, as named
-  std::unordered_map<uint64_t, size_t> kernel_index_;
+  std::vector<Named> user_named_;                        // every file's batch in turn, as named
+  std::unordered_map<uint64_t, uint32_t> kernel_index_;  // -> kernel_batch_, kernel_named_
   std::vector<Symbolizer::KernelAddress> kernel_batch_;
   std::vector<Named> kernel_named_;
   std::unordered_map<uint32_t, uint64_t> mapping_ids_;  // symbolizer's mapping -> builder's
@@ -142,9 +143,15 @@ void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, Pp
     }
     return sc.user_frames;
   };
+  // Every stack's frames as the namer's indices: kernel part, then user part.
+  std::vector<uint32_t> refs;
+  std::vector<size_t> ends;  // per stack: where its kernel part ends in refs, where its user part ends
+  ends.reserve(2 * stacks.size());
   for (const StackCount& sc : stacks) {
-    namer.WantKernel(sc.kernel);
-    namer.WantUser(user_of(sc));
+    namer.WantKernel(sc.kernel, &refs);
+    ends.push_back(refs.size());
+    namer.WantUser(user_of(sc), &refs);
+    ends.push_back(refs.size());
   }
   namer.Resolve();
   std::vector<uint64_t> frames;  // Location ids, leaf first
@@ -152,12 +159,16 @@ void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, Pp
   auto lost = [&](const char* part, const std::string& reason) {
     return builder->AddLocation(ProfileFrame{0, 0, std::string("[") + part + " stack lost: " + reason + "]"});
   };
-  for (const StackCount& sc : stacks) {
+  const std::span<const uint32_t> all(refs);
+  size_t at = 0;
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const StackCount& sc = stacks[i];
     frames.clear();
-    namer.AppendKernelIds(sc.kernel, &frames);
+    namer.AppendKernelIds(all.subspan(at, ends[2 * i] - at), &frames);
     if (!sc.kernel_lost.empty()) frames.push_back(lost("kernel", sc.kernel_lost));
-    namer.AppendUserIds(user_of(sc), &frames);
+    namer.AppendUserIds(all.subspan(ends[2 * i], ends[2 * i + 1] - ends[2 * i]), &frames);
     if (!sc.user_lost.empty()) frames.push_back(lost("user", sc.user_lost));
+    at = ends[2 * i + 1];
     labels.assign(sc.labels.begin(), sc.labels.end());
     labels.emplace_back("pid", std::to_string(sc.pid));
     // pprof values are int64: a value profile's sum past INT64_MAX saturates.
@@ -169,17 +180,19 @@ void AddStacks(const std::vector<StackCount>& stacks, Symbolizer* symbolizer, Pp
 void AppendUser(Symbolizer* symbolizer, std::span<const UserFrame> user, PprofBuilder* builder,
                 std::vector<ProfileFrame>* out) {
   FrameNamer namer(symbolizer, builder);
-  namer.WantUser(user);
+  std::vector<uint32_t> refs;
+  namer.WantUser(user, &refs);
   namer.Resolve();
-  namer.AppendUser(user, out);
+  namer.AppendUser(refs, out);
 }
 
 void AppendKernel(Symbolizer* symbolizer, std::span<const uint64_t> ips, PprofBuilder* builder,
                   std::vector<ProfileFrame>* out) {
   FrameNamer namer(symbolizer, builder);
-  namer.WantKernel(ips);
+  std::vector<uint32_t> refs;
+  namer.WantKernel(ips, &refs);
   namer.Resolve();
-  namer.AppendKernel(ips, out);
+  namer.AppendKernel(refs, out);
 }
 
 ProfileRenderer::ProfileRenderer(ProcessImages* images, const MappedFiles* files, Options options)
@@ -231,7 +244,8 @@ ProfileRenderer::Rendered ProfileRenderer::Render(std::vector<StackCount> stacks
                             .debug_options = &options_.debug_lookup,
                             .debuginfod = debuginfod.get(),
                             .debug_counts = &debug_counts_,
-                            .debuginfod_wait = options_.debuginfod_wait};
+                            .debuginfod_wait = options_.debuginfod_wait,
+                            .names = &names_};
     Symbolizer symbolizer(files_, kallsyms_.Get(now), caches, options_.proc_root);
     AddStacks(stacks, &symbolizer, out.builder.get());
     if (!symbolizer.kernel_misses().empty()) kallsyms_.MarkMissed(symbolizer.kernel_misses());

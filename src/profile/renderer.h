@@ -6,9 +6,10 @@
 //
 // ProfileRenderer owns what renders share: the kernel's symbols (KallsymsCache), the ELF files
 // read (ElfFileCache, bounded in bytes), the perf maps (PerfMapCache), the debug files found
-// (symbols::DebugCache) and the debuginfod client, and the refusals' and sources' counts; the process images (for
-// the bpf engine's raw user stacks, normalized here with the image their process had when the sample was counted) and
-// the mapped files are the pipeline's.
+// (symbols::DebugCache), the user frames named (NameCache: a continuous profile's frames are
+// named once, not at every scrape) and the debuginfod client, and the refusals' and sources' counts; the process images
+// (for the bpf engine's raw user stacks, normalized here with the image their process had when the sample was counted)
+// and the mapped files are the pipeline's.
 //
 // Thread-safety: AddStacks uses `symbolizer` (not thread-safe) for the call. ProfileRenderer::
 // Render may be called from several threads at once (the caches are thread-safe; each render has
@@ -81,6 +82,7 @@ class ProfileRenderer {
   PerfMapCache perf_maps_;
   FileRefusalCounts elf_refusals_{"elf"};
   symbols::DebugCache debug_files_;
+  NameCache names_;  // user frames named by earlier renders
   symbols::DebugInfoCounts debug_counts_;
   mutable std::mutex debuginfod_mu_;
   std::shared_ptr<symbols::DebuginfodClient> debuginfod_;  // guarded by debuginfod_mu_; null: off

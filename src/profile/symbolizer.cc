@@ -135,11 +135,45 @@ Symbolizer::FileState& Symbolizer::StateFor(FileId id) {
     case MappedFile::Kind::kPseudo:
       break;
   }
-  st.mapping = AddMapping(std::move(m));
+  auto known = file_mappings_.find(id);  // names kept came first: one mapping for the file
+  st.mapping = known != file_mappings_.end() ? known->second : AddMapping(std::move(m));
+  file_mappings_.emplace(id, st.mapping);
   return st;
 }
 
-void Symbolizer::Prepare(std::span<const FileId> files) {
+uint32_t Symbolizer::MappingOfKept(FileId id, const SymbolMapping& m) {
+  auto [it, inserted] = file_mappings_.try_emplace(id, 0);
+  if (inserted) it->second = AddMapping(m);
+  return it->second;
+}
+
+void Symbolizer::Keep(FileId id, FileState& st, const UserAddress& ua, const SymbolizedAddress& a) {
+  if (caches_.names == nullptr || a.miss == SymbolizedAddress::Miss::kUnknownMapping || !st.file ||
+      st.file->kind != MappedFile::Kind::kFile || st.elf == nullptr || st.debug_pending) {
+    return;
+  }
+  if (st.kept_mapping == nullptr) st.kept_mapping = std::make_shared<const SymbolMapping>(mappings_[st.mapping]);
+  caches_.names->Put(NameCache::Key{id, ua.offset, ua.return_address},
+                     NameCache::Name{st.kept_mapping, std::make_shared<const std::vector<SymbolFrame>>(a.frames),
+                                     a.miss == SymbolizedAddress::Miss::kNoSymbol});
+}
+
+std::vector<NameCache::Key> Symbolizer::KeysOf(FileId id, std::span<const UserAddress> addresses) {
+  std::vector<NameCache::Key> keys;
+  keys.reserve(addresses.size());
+  for (const UserAddress& a : addresses) keys.push_back(NameCache::Key{id, a.offset, a.return_address});
+  return keys;
+}
+
+void Symbolizer::Prepare(const std::map<FileId, std::vector<UserAddress>>& batches) {
+  std::vector<FileId> files;
+  for (const auto& [id, addresses] : batches) {
+    if (caches_.names != nullptr && id != kNoFile &&
+        caches_.names->CountKept(KeysOf(id, addresses)) == addresses.size()) {
+      continue;  // every address named before: the file need not be read
+    }
+    files.push_back(id);
+  }
   std::vector<std::string> pending;
   for (FileId id : files) {
     FileState& st = StateFor(id);
@@ -198,14 +232,25 @@ SymbolizedAddress Symbolizer::NameUser(FileState& st, const UserAddress& a) {
 std::vector<SymbolizedAddress> Symbolizer::SymbolizeUser(FileId file, std::span<const UserAddress> addresses) {
   std::vector<SymbolizedAddress> out;
   out.reserve(addresses.size());
-  FileState& st = StateFor(file);
-  for (const UserAddress& a : addresses) {
-    if (!st.file) {  // no mapping, or an id the table never handed out: nothing is known of it
-      out.push_back(SymbolizedAddress{
-          0, st.mapping, {SymbolFrame{"[unknown]", "", 0, false}}, SymbolizedAddress::Miss::kUnknownMapping});
+  std::vector<NameCache::Name> kept;
+  if (caches_.names != nullptr && file != kNoFile) caches_.names->Find(KeysOf(file, addresses), &kept);
+  FileState* st = nullptr;  // read at the first address not kept
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const UserAddress& a = addresses[i];
+    if (i < kept.size() && kept[i].mapping != nullptr) {
+      out.push_back(
+          SymbolizedAddress{a.offset, MappingOfKept(file, *kept[i].mapping), *kept[i].frames,
+                            kept[i].no_symbol ? SymbolizedAddress::Miss::kNoSymbol : SymbolizedAddress::Miss::kNone});
       continue;
     }
-    out.push_back(NameUser(st, a));
+    if (st == nullptr) st = &StateFor(file);
+    if (!st->file) {  // no mapping, or an id the table never handed out: nothing is known of it
+      out.push_back(SymbolizedAddress{
+          0, st->mapping, {SymbolFrame{"[unknown]", "", 0, false}}, SymbolizedAddress::Miss::kUnknownMapping});
+      continue;
+    }
+    out.push_back(NameUser(*st, a));
+    Keep(file, *st, a, out.back());
   }
   return out;
 }

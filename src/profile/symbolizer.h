@@ -50,6 +50,7 @@
 #include "process/process_images.h"
 #include "profile/elf_cache.h"
 #include "profile/kallsyms.h"
+#include "profile/name_cache.h"
 #include "profile/perf_map_reader.h"
 #include "symbols/debug_cache.h"
 #include "symbols/debug_lookup.h"
@@ -69,6 +70,9 @@ struct SymbolizerCaches {
   symbols::DebuginfodClient* debuginfod = nullptr;
   symbols::DebugInfoCounts* debug_counts = nullptr;
   std::chrono::milliseconds debuginfod_wait{0};
+  // Names kept from earlier renders (null: every render names every address). The symbolizer
+  // keeps there what cannot improve later (name_cache.h) and reads files only for what is not.
+  NameCache* names = nullptr;
 };
 
 // One function at an address.
@@ -119,18 +123,19 @@ class Symbolizer {
   Symbolizer(const MappedFiles* files, std::shared_ptr<const Kallsyms> kallsyms, Caches caches = {},
              std::string proc_root = "/proc");
 
-  // Reads what naming `files` needs; when a debuginfod server is still fetching some of their
-  // debug files, waits for those at most Caches::debuginfod_wait and looks again.
-  void Prepare(std::span<const FileId> files);
-
   // A user address: a file offset, and whether it is a return address (named by the call before
   // it: offset - 1) rather than the exact pc of the leaf.
   struct UserAddress {
     uint64_t offset = 0;
     bool return_address = false;
   };
+  // Reads what naming `batches` (addresses per file) needs: the files holding an address that
+  // Caches::names does not; when a debuginfod server is still fetching some of their debug files,
+  // waits for those at most Caches::debuginfod_wait and looks again.
+  void Prepare(const std::map<FileId, std::vector<UserAddress>>& batches);
   // Names `addresses` in file `file` (kNoFile: no mapping known; one "[unknown]" each), one
-  // result per address, in order.
+  // result per address, in order: from Caches::names where it holds them, else from the file
+  // (read now if Prepare did not), keeping there what qualifies.
   std::vector<SymbolizedAddress> SymbolizeUser(FileId file, std::span<const UserAddress> addresses);
   // Names kernel instruction addresses (`return_address` as above).
   struct KernelAddress {
@@ -158,6 +163,7 @@ class Symbolizer {
     bool perf_map_read = false;
     bool debug_pending = false;  // a debuginfod fetch was in progress
     uint32_t mapping = 0;
+    std::shared_ptr<const SymbolMapping> kept_mapping;  // mappings_[mapping], as names kept refer to it
   };
   FileState& StateFor(FileId id);
   // The file's debug information (cached), or null when none is looked for. Opens the file when
@@ -166,6 +172,13 @@ class Symbolizer {
   uint32_t PseudoMapping(const std::string& name);
   uint32_t AddMapping(SymbolMapping m);
   SymbolizedAddress NameUser(FileState& state, const UserAddress& a);
+  // Keeps `a` (looked up in `state`) in Caches::names when it cannot improve later: from a file
+  // read (not JIT code), its debug information settled (no debuginfod fetch pending).
+  void Keep(FileId id, FileState& state, const UserAddress& ua, const SymbolizedAddress& a);
+  // This symbolizer's mapping index for file `id`, whose kept names carry `m`.
+  uint32_t MappingOfKept(FileId id, const SymbolMapping& m);
+  // The keys of `addresses` in file `id`.
+  static std::vector<NameCache::Key> KeysOf(FileId id, std::span<const UserAddress> addresses);
 
   const MappedFiles* files_;
   std::shared_ptr<const Kallsyms> kallsyms_;  // never null
@@ -175,7 +188,8 @@ class Symbolizer {
   std::set<uint64_t> kernel_misses_;
   std::vector<SymbolMapping> mappings_;
   std::unordered_map<FileId, FileState> states_;
-  std::map<std::string, uint32_t> pseudo_;  // "[unknown]", "[kernel.kallsyms]", "[xfs.ko]" -> mapping
+  std::unordered_map<FileId, uint32_t> file_mappings_;  // a file's mapping index, by file read or names kept
+  std::map<std::string, uint32_t> pseudo_;              // "[unknown]", "[kernel.kallsyms]", "[xfs.ko]" -> mapping
 };
 
 }  // namespace tpe

@@ -153,6 +153,81 @@ TEST(SymbolizerTest, AFrameInNoMappingIsUnknownAndCounted) {
 }
 
 // JIT code: an anonymous executable mapping named by /tmp/perf-PID.map.
+// Names kept across renders (NameCache): a later render names what an earlier one did without
+// reading the file again — here the file is gone by then — including an address no symbol
+// holds (still counted as unsymbolized each time); without the cache the file is needed.
+TEST(SymbolizerTest, NamesKeptAcrossRendersNeedNotTheFileAgain) {
+  char tmpl[] = "/tmp/tpe_sym_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string copy = tmpl;
+  {
+    auto self = ReadFileToString("/proc/self/exe");
+    ASSERT_TRUE(self.ok());
+    std::ofstream(copy, std::ios::binary) << *self;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(copy.c_str(), &st), 0);
+  auto maps = ParseProcMaps(*ReadFileToString("/proc/self/maps"));
+  ASSERT_TRUE(maps.ok());
+  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
+  const ProcMapping* pm = MappingAt(*maps, f);
+  ASSERT_NE(pm, nullptr);
+  MappedFiles files;
+  MappedFile mf;
+  mf.path = copy;
+  mf.inode = st.st_ino;
+  mf.stat_known = true;
+  mf.size = static_cast<uint64_t>(st.st_size);
+  mf.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  mf.pid = 0x7ffffff0;  // no such process: by path only
+  const FileId id = files.Intern(mf);
+  // The function's first byte, and offset 0 (the ELF header: no symbol holds it).
+  const std::vector<UserFrame> user = {{id, pm->FileOffset(f)}, {id, 0}};
+  NameCache names;
+  struct Got {
+    std::vector<ProfileFrame> frames;
+    Symbolizer::Stats stats;
+    std::string build_id;
+  };
+  auto render = [&](NameCache* cache) {
+    Symbolizer sym(&files, nullptr, {.names = cache}, "/nonexistent-proc");
+    PprofBuilder b("samples", "count");
+    Got got;
+    AppendUser(&sym, std::span<const UserFrame>(user).first(1), &b, &got.frames);
+    // The second as a leaf of its own (named at its offset, not offset - 1).
+    AppendUser(&sym, std::span<const UserFrame>(user).subspan(1), &b, &got.frames);
+    got.stats = sym.stats();
+    if (!got.frames.empty() && got.frames[0].mapping_id != 0) {
+      const auto& m = b.profile().mapping(static_cast<int>(got.frames[0].mapping_id - 1));
+      got.build_id = b.profile().string_table(m.build_id());
+    }
+    return got;
+  };
+  const Got first = render(&names);
+  ASSERT_EQ(first.frames.size(), 2u);
+  EXPECT_EQ(first.frames[0].function, "tpe_symbolizer_test_function");
+  EXPECT_EQ(first.frames[1].function, "");
+  EXPECT_EQ(first.stats.unsymbolized, 1u);
+  EXPECT_EQ(first.build_id.size(), 40u);
+  EXPECT_EQ(names.stats().entries, 2u) << "the name and the address no symbol holds";
+  ::unlink(copy.c_str());
+  const Got second = render(&names);
+  ASSERT_EQ(second.frames.size(), 2u);
+  EXPECT_EQ(second.frames[0].function, "tpe_symbolizer_test_function");
+  EXPECT_EQ(second.frames[0].address, user[0].offset);
+  EXPECT_EQ(second.frames[1].function, "");
+  EXPECT_EQ(second.stats.unsymbolized, 1u);
+  EXPECT_EQ(second.stats.file_changed, 0u) << "not read";
+  EXPECT_EQ(second.build_id, first.build_id) << "the mapping as the file had it";
+  EXPECT_GE(names.stats().hits, 2u);
+  const Got uncached = render(nullptr);
+  ASSERT_EQ(uncached.frames.size(), 2u);
+  EXPECT_EQ(uncached.frames[0].function, "") << "the file is gone";
+  EXPECT_EQ(uncached.stats.file_changed, 1u);
+}
+
 TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   void* code = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(code, MAP_FAILED);
@@ -169,7 +244,8 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   std::vector<UserFrame> user;
   images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{at + 0x10, at + 0x201}, 1, &user);
   PerfMapCache perf_maps("/proc");
-  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
+  NameCache names;
+  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps, .names = &names});
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   AppendUser(&sym, user, &b, &frames);
@@ -181,6 +257,7 @@ TEST(SymbolizerTest, JitFramesFromThePerfMap) {
   EXPECT_EQ(sym.stats().unsymbolized, 1u);
   const auto& m = b.profile().mapping(static_cast<int>(frames[0].mapping_id - 1));
   EXPECT_EQ(b.profile().string_table(m.filename()), "[jit pid " + std::to_string(getpid()) + "]");
+  EXPECT_EQ(names.stats().entries, 0u) << "JIT code is not kept: its runtime reuses addresses";
 }
 
 // A perf map made a FIFO by a hostile user: the render does not wait on it (the server's threads
@@ -197,7 +274,8 @@ TEST(SymbolizerTest, AFifoPerfMapIsRefusedNotWaitedOn) {
   std::vector<UserFrame> user;
   images.Normalize(static_cast<uint32_t>(getpid()), std::vector<uint64_t>{at + 0x10}, 1, &user);
   PerfMapCache perf_maps("/proc");
-  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps});
+  NameCache names;
+  Symbolizer sym(&files, nullptr, {.perf_maps = &perf_maps, .names = &names});
   PprofBuilder b("samples", "count");
   std::vector<ProfileFrame> frames;
   AppendUser(&sym, user, &b, &frames);
