@@ -5,7 +5,8 @@ frame pointers and beside perf.
     sudo bench/unwind_cost.sh [--seconds S]
 
 1. Both views at 19 Hz: a CPU profile (cpu-clock, every CPU) and an off-CPU profile, labelled by
-   comm, scraped (pprof) every 10 s as Parca would, while stress-ng keeps both CPUs busy and
+   comm, scraped (pprof) as Parca does (back-to-back 10 s windows) and, separately, whole every
+   10 s, while stress-ng keeps both CPUs busy and
    Debian's python3.11 runs a Python loop (stripped, no frame pointers: what dwarf is for; the
    one in /usr/bin, not one on PATH, which may be a pyenv build carrying DWARF). The exporter
    with "dwarf" and with "frame_pointer", beside `perf record -F 19 -a --call-graph dwarf` of
@@ -79,7 +80,30 @@ class Exporter:
         self.proc.wait(timeout=30)
 
 
-def both_views(binary, port, seconds, unwind, warmup):
+def scrape_windows(url, seconds):
+    """Both profiles as Parca pulls them: back-to-back windows (?seconds=10), the two at once."""
+    import threading
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        w = max(1, min(10, int(round(seconds - (time.monotonic() - t0)))))
+        threads = [threading.Thread(target=lambda p=p: urllib.request.urlopen(
+            "%s/debug/pprof/%s?seconds=%d" % (url, p, w), timeout=w + 60).read()) for p in ("cpu", "off_cpu")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def scrape_cumulative(url, seconds):
+    """Both profiles whole (every stack since the start) every 10 s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        time.sleep(min(10, seconds - (time.monotonic() - t0)))
+        for p in ("cpu", "off_cpu"):
+            urllib.request.urlopen(url + "/debug/pprof/" + p, timeout=60).read()
+
+
+def both_views(binary, port, seconds, unwind, warmup, scrape):
     profiles = [{"name": "cpu", "event": "cpu-clock", "frequency_hz": 19, "unwind": unwind,
                  "labels": [{"name": "comm", "source": "comm"}]},
                 {"name": "off_cpu", "type": "off_cpu", "unwind": unwind,
@@ -90,10 +114,7 @@ def both_views(binary, port, seconds, unwind, warmup):
         for p in ("cpu", "off_cpu"):  # warm: kallsyms, symbol tables, debug info, unwind tables
             urllib.request.urlopen(e.url + "/debug/pprof/" + p, timeout=60).read()
         c0, t0 = proc_cpu(e.proc.pid), time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            time.sleep(min(10, seconds - (time.monotonic() - t0)))
-            for p in ("cpu", "off_cpu"):
-                urllib.request.urlopen(e.url + "/debug/pprof/" + p, timeout=60).read()
+        scrape(e.url, seconds)
         cpu = (proc_cpu(e.proc.pid) - c0) / (time.monotonic() - t0)
         whole = metric(e.url, "tracepoint_exporter_profile_unwind_ends_total", {"profile": "cpu", "reason": "outermost"})
         return {"cpu": cpu, "rss": rss_kib(e.proc.pid), "outermost": whole}
@@ -179,14 +200,19 @@ def main():
             subprocess.Popen([PYTHON, "-c", "while True:\n  sum(range(1000))\n"])]
     try:
         time.sleep(2)
-        rows = [("tracepoint_exporter, `\"unwind\": \"dwarf\"`", lambda: both_views(binary, args.port, args.seconds, "dwarf", args.warmup)),
-                ("tracepoint_exporter, `\"unwind\": \"frame_pointer\"`",
-                 lambda: both_views(binary, args.port, args.seconds, "frame_pointer", args.warmup)),
+        def ours(unwind, scrape):
+            return lambda: both_views(binary, args.port, args.seconds, unwind, args.warmup, scrape)
+        rows = [("tracepoint_exporter, `\"unwind\": \"dwarf\"`, 10 s windows", ours("dwarf", scrape_windows)),
+                ("tracepoint_exporter, `\"unwind\": \"dwarf\"`, whole profile every 10 s",
+                 ours("dwarf", scrape_cumulative)),
+                ("tracepoint_exporter, `\"unwind\": \"frame_pointer\"`, 10 s windows",
+                 ours("frame_pointer", scrape_windows)),
                 ("`perf record -e cpu-clock/freq=19/ -e sched:sched_switch -a --call-graph dwarf` + `perf script`",
                  lambda: perf_record(["-e", "cpu-clock/freq=19/", "-e", "sched:sched_switch", "-a", "--call-graph",
                                       "dwarf"], args.seconds))]
         lines += ["## Both views (CPU and off-CPU profiles) at 19 Hz, %d CPUs busy, %d s after %d s of warm-up, "
-                  "scraped every 10 s" % (os.cpu_count(), args.seconds, args.warmup), "",
+                  "scraped as Parca does (back-to-back 10 s windows, `?seconds=10`) or whole every 10 s"
+                  % (os.cpu_count(), args.seconds, args.warmup), "",
                   "| tracer | CPU (% of one CPU) | RSS (MiB) | notes |", "|---|---|---|---|"]
         for name, run in rows:
             r = run()

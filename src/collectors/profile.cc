@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "unwind/cfi_cache.h"
@@ -32,22 +33,50 @@ std::atomic<uint64_t> g_instances{0};
 
 uint64_t NextProfileInstance() { return g_instances.fetch_add(1) + 1; }
 
-std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after) {
-  using Key = const StackCount*;
-  struct Less {
-    bool operator()(Key a, Key b) const {
-      return std::tie(a->labels, a->pid, a->kernel, a->user_frames, a->user, a->image_ns, a->kernel_lost,
-                      a->user_lost) <
-             std::tie(b->labels, b->pid, b->kernel, b->user_frames, b->user, b->image_ns, b->kernel_lost, b->user_lost);
+namespace {
+
+// The identity of a series as Stacks() gives it: everything but its value.
+auto SeriesOf(const StackCount& sc) {
+  return std::tie(sc.labels, sc.pid, sc.kernel, sc.user_frames, sc.user, sc.image_ns, sc.kernel_lost, sc.user_lost);
+}
+
+struct SeriesHash {
+  size_t operator()(const StackCount* sc) const {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+    for (const auto& [k, v] : sc->labels) {
+      mix(std::hash<std::string>()(k));
+      mix(std::hash<std::string>()(v));
     }
-  };
-  std::map<Key, uint64_t, Less> was;
+    mix(sc->pid);
+    for (uint64_t ip : sc->kernel) mix(ip);
+    for (const UserFrame& f : sc->user_frames) mix(f.offset * 31 + f.file);
+    for (uint64_t ip : sc->user) mix(ip);
+    mix(sc->image_ns);
+    mix(std::hash<std::string>()(sc->kernel_lost));
+    mix(std::hash<std::string>()(sc->user_lost));
+    return static_cast<size_t>(h);
+  }
+};
+
+struct SeriesEqual {
+  bool operator()(const StackCount* a, const StackCount* b) const { return SeriesOf(*a) == SeriesOf(*b); }
+};
+
+}  // namespace
+
+std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::vector<StackCount> after) {
+  // Hashed, not ordered: a window's two reads of a profile of thousands of stacks are compared
+  // in one pass each (bench/unwind_cost.sh's off-CPU profile: ~4,000 stacks of ~30 frames).
+  std::unordered_map<const StackCount*, uint64_t, SeriesHash, SeriesEqual> was;
+  was.reserve(before.size());
   for (const StackCount& sc : before) was[&sc] += sc.value;
   // Equal series of `after` (the bpf engine's keys can render the same: lost stacks under one
   // reason) are summed first, at the first one's place: each is compared with `before` once.
-  std::map<Key, size_t, Less> first;  // keys point into `merged` (reserved: never reallocated)
+  std::unordered_map<const StackCount*, size_t, SeriesHash, SeriesEqual> first;  // keys point into `merged`
+  first.reserve(after.size());
   std::vector<StackCount> merged;
-  merged.reserve(after.size());
+  merged.reserve(after.size());  // never reallocated: `first` points into it
   for (StackCount& sc : after) {
     merged.push_back(std::move(sc));
     auto [it, fresh] = first.emplace(&merged.back(), merged.size() - 1);
@@ -213,26 +242,100 @@ void ProfileCollector::OnSwitch(const Sample& s, CommTable* comms) {
   blocked_gauge_.v.store(blocked_.size(), std::memory_order_relaxed);
 }
 
+namespace {
+
+uint64_t Saturated(const WideSum& v) {
+  const uint128 sum = v.Get();
+  return sum > ~uint64_t{0} ? ~uint64_t{0} : static_cast<uint64_t>(sum);
+}
+
+// StackProfile's default baseline: the stacks themselves.
+struct StacksBaseline : StackBaseline {
+  std::vector<StackCount> stacks;
+};
+
+// ProfileCollector's: each series' value by its key, the keys in one buffer.
+struct SeriesBaseline : StackBaseline {
+  std::string keys;
+  std::unordered_map<std::string_view, uint64_t> values;  // views into `keys`
+};
+
+}  // namespace
+
+std::shared_ptr<const StackBaseline> StackProfile::Baseline() const {
+  auto b = std::make_shared<StacksBaseline>();
+  b->stacks = Stacks();
+  return b;
+}
+
+std::vector<StackCount> StackProfile::StacksSince(const StackBaseline& baseline) const {
+  const auto* b = dynamic_cast<const StacksBaseline*>(&baseline);
+  return tpe::StacksSince(b != nullptr ? b->stacks : std::vector<StackCount>{}, Stacks());
+}
+
+StackCount ProfileCollector::Decode(std::string_view key, uint64_t value,
+                                    std::unordered_map<std::string_view, LabelPairs>* rendered) const {
+  StackCount sc;
+  const size_t label_bytes = labels_.KeySize(key);
+  auto [labels, fresh] = rendered->try_emplace(key.substr(0, label_bytes));
+  if (fresh) labels->second = labels_.Render(labels->first);
+  sc.labels = labels->second;
+  size_t at = label_bytes;
+  sc.pid = ReadAt<uint32_t>(key, &at);
+  const auto nk = ReadAt<uint16_t>(key, &at);
+  const auto nu = ReadAt<uint16_t>(key, &at);
+  sc.kernel.reserve(nk);
+  sc.user_frames.reserve(nu);
+  for (uint16_t i = 0; i < nk; ++i) sc.kernel.push_back(ReadAt<uint64_t>(key, &at));
+  for (uint16_t i = 0; i < nu; ++i) {
+    UserFrame f;
+    f.file = ReadAt<FileId>(key, &at);
+    f.offset = ReadAt<uint64_t>(key, &at);
+    sc.user_frames.push_back(f);
+  }
+  sc.value = value;
+  return sc;
+}
+
 std::vector<StackCount> ProfileCollector::Stacks() const {
   std::vector<StackCount> out;
+  out.reserve(stacks_.Get());
+  // A profile's stacks share a few label sets (one per comm): each rendered once per read.
+  std::unordered_map<std::string_view, LabelPairs> rendered;
+  series_.ForEach([&](std::string_view key, const WideSum& v) { out.push_back(Decode(key, Saturated(v), &rendered)); });
+  return out;
+}
+
+std::shared_ptr<const StackBaseline> ProfileCollector::Baseline() const {
+  auto b = std::make_shared<SeriesBaseline>();
+  std::vector<std::pair<size_t, uint64_t>> ends;  // per series: where its key ends in b->keys, its value
+  ends.reserve(stacks_.Get());
   series_.ForEach([&](std::string_view key, const WideSum& v) {
-    StackCount sc;
-    const size_t label_bytes = labels_.KeySize(key);
-    sc.labels = labels_.Render(key.substr(0, label_bytes));
-    size_t at = label_bytes;
-    sc.pid = ReadAt<uint32_t>(key, &at);
-    const auto nk = ReadAt<uint16_t>(key, &at);
-    const auto nu = ReadAt<uint16_t>(key, &at);
-    for (uint16_t i = 0; i < nk; ++i) sc.kernel.push_back(ReadAt<uint64_t>(key, &at));
-    for (uint16_t i = 0; i < nu; ++i) {
-      UserFrame f;
-      f.file = ReadAt<FileId>(key, &at);
-      f.offset = ReadAt<uint64_t>(key, &at);
-      sc.user_frames.push_back(f);
+    b->keys.append(key);
+    ends.emplace_back(b->keys.size(), Saturated(v));
+  });
+  b->values.reserve(ends.size());
+  const std::string_view all(b->keys);
+  size_t at = 0;
+  for (const auto& [end, value] : ends) {
+    b->values.emplace(all.substr(at, end - at), value);
+    at = end;
+  }
+  return b;
+}
+
+std::vector<StackCount> ProfileCollector::StacksSince(const StackBaseline& baseline) const {
+  const auto* b = dynamic_cast<const SeriesBaseline*>(&baseline);
+  if (b == nullptr) return StackProfile::StacksSince(baseline);
+  std::vector<StackCount> out;
+  std::unordered_map<std::string_view, LabelPairs> rendered;
+  series_.ForEach([&](std::string_view key, const WideSum& v) {
+    uint64_t value = Saturated(v);
+    if (auto it = b->values.find(key); it != b->values.end()) {
+      if (value == it->second) return;              // did not grow: not decoded
+      if (value > it->second) value -= it->second;  // (a series never shrinks; else taken whole)
     }
-    const uint128 sum = v.Get();
-    sc.value = sum > ~uint64_t{0} ? ~uint64_t{0} : static_cast<uint64_t>(sum);
-    out.push_back(std::move(sc));
+    out.push_back(Decode(key, value, &rendered));
   });
   return out;
 }

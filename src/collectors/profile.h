@@ -20,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -68,6 +69,13 @@ std::vector<StackCount> StacksSince(const std::vector<StackCount>& before, std::
 // across a reload from its replacement. Thread-safe.
 uint64_t NextProfileInstance();
 
+// A profile's series as they were at one moment (StackProfile::Baseline), for
+// StackProfile::StacksSince: the start of a window. Opaque; immutable once made.
+class StackBaseline {
+ public:
+  virtual ~StackBaseline() = default;
+};
+
 // What serves a profile (daemon/profile_pages.h), whichever engine collects it: ProfileCollector
 // (perf samples with callchains) or bpf::BpfProfile (stack maps). Thread-safety: every method
 // from any thread.
@@ -76,6 +84,13 @@ class StackProfile {
   virtual ~StackProfile() = default;
   // Every series so far; a value profile's values are raw integers, to be multiplied by scale().
   virtual std::vector<StackCount> Stacks() const = 0;
+  // The profile now, as the start of a window (never null). This default keeps Stacks(); a
+  // profile that can tell its series apart more cheaply keeps only their values.
+  virtual std::shared_ptr<const StackBaseline> Baseline() const;
+  // What the profile gained since `baseline` (a Baseline() of this profile, not of another): the
+  // series that grew, by how much — tpe::StacksSince(stacks then, Stacks()). This default
+  // computes exactly that.
+  virtual std::vector<StackCount> StacksSince(const StackBaseline& baseline) const;
   virtual double scale() const = 0;
   // NextProfileInstance() of this profile.
   virtual uint64_t instance() const = 0;
@@ -150,6 +165,10 @@ class ProfileCollector : public Collector, public StackProfile {
 
   // StackProfile.
   std::vector<StackCount> Stacks() const override;
+  // The series' values by their keys (no stack decoded, no label rendered); StacksSince decodes
+  // only the series that grew since.
+  std::shared_ptr<const StackBaseline> Baseline() const override;
+  std::vector<StackCount> StacksSince(const StackBaseline& baseline) const override;
   double scale() const override { return scale_; }
   uint64_t instance() const override { return instance_; }
   std::string value_type() const override {
@@ -173,6 +192,9 @@ class ProfileCollector : public Collector, public StackProfile {
   // Builds key_ (labels, pid, stack) for `s`; false on a decode error (counted).
   bool BuildKey(const Sample& s, CommTable* comms);
   void OnSwitch(const Sample& s, CommTable* comms);
+  // The series of `key` with `value` as a StackCount; `rendered`: label sets rendered so far.
+  StackCount Decode(std::string_view key, uint64_t value,
+                    std::unordered_map<std::string_view, LabelPairs>* rendered) const;
   uint64_t instance_;
   SeriesTable<WideSum> series_;  // a value profile's sums do not wrap past 2^64 (wide_sum.h)
   RelaxedCounter samples_, stacks_, other_frames_;

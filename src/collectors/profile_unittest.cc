@@ -4,8 +4,10 @@
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "common/file_util.h"
 #include "format/event_format.h"
@@ -103,6 +105,8 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
   Feed(&p, &comms, 10, b, 7);
   Feed(&p, &comms, 10, k, 2);
   const std::vector<StackCount> before = p.Stacks();
+  const auto baseline = p.Baseline();                   // the collector's: values by series key
+  const auto generic = p.StackProfile::Baseline();      // StackProfile's default: the stacks
   Feed(&p, &comms, 10, a, 300);                         // grows
   Feed(&p, &comms, 11, a, 4);                           // same frames, another process: new
   Feed(&p, &comms, 10, k, 1);                           // grows
@@ -116,6 +120,25 @@ TEST(ProfileCollectorTest, StacksSinceIsWhatEachSeriesGained) {
   EXPECT_EQ(got, (std::map<std::pair<uint32_t, size_t>, uint64_t>{{{10, 2}, 300}, {{11, 2}, 4}, {{10, 0}, 1}}));
   EXPECT_TRUE(StacksSince(p.Stacks(), p.Stacks()).empty());
   EXPECT_EQ(StacksSince({}, p.Stacks()).size(), 4u);
+  // A window from a baseline (only the series that grew decoded) is the same, series for series,
+  // through the collector's baseline and through StackProfile's default.
+  auto flat = [](const std::vector<StackCount>& stacks) {
+    std::vector<std::tuple<uint32_t, std::vector<uint64_t>, std::vector<uint64_t>, uint64_t>> out;
+    for (const StackCount& sc : stacks) {
+      std::vector<uint64_t> user;
+      for (const UserFrame& f : sc.user_frames) user.push_back(f.offset);
+      out.emplace_back(sc.pid, sc.kernel, user, sc.value);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto expected = flat(StacksSince(before, p.Stacks()));
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_EQ(flat(p.StacksSince(*baseline)), expected);
+  EXPECT_EQ(flat(p.StackProfile::StacksSince(*generic)), expected);
+  EXPECT_TRUE(p.StacksSince(*p.Baseline()).empty());
+  // A baseline of no series (taken before any sample): every series gained all it holds.
+  EXPECT_EQ(p.StacksSince(*other.Baseline()).size(), 4u);
 }
 
 TEST(ProfileCollectorTest, FullTableDropsAndCountsBadChainsAreDecodeErrors) {

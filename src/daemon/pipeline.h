@@ -88,9 +88,23 @@ class Pipeline {
     uint64_t instance = 0;   // StackProfile::instance(): changes when a reload replaces it
     std::vector<StackCount> stacks;
   };
-  std::optional<ProfileData> Profile(const std::string& name) const;
-  // Profile `name` of `plan`, or nullopt. Whoever may read `plan` (the reader thread in a mark).
-  static std::optional<ProfileData> ProfileOf(const Plan& plan, const std::string& name);
+  // The start of a window on a profile: its instance and its series then.
+  struct ProfileStart {
+    uint64_t instance = 0;
+    std::shared_ptr<const StackBaseline> baseline;  // never null
+  };
+  // Profile `name` of the running plan, or nullopt; with `since` (a ProfileStart of the same
+  // profile), its stacks are what it gained since then (StackProfile::StacksSince) — all of them
+  // when a reload replaced the profile meanwhile (another instance). Any thread.
+  std::optional<ProfileData> Profile(const std::string& name, const ProfileStart* since = nullptr) const;
+  // Profile `name` of `plan`, or nullopt (`since` as Profile's). Whoever may read `plan` (the
+  // reader thread in a mark).
+  static std::optional<ProfileData> ProfileOf(const Plan& plan, const std::string& name,
+                                              const ProfileStart* since = nullptr);
+  // The start of a window on profile `name` of the running plan / of `plan`, or nullopt when
+  // there is no such profile. Threads as Profile / ProfileOf.
+  std::optional<ProfileStart> StartProfile(const std::string& name) const;
+  static std::optional<ProfileStart> StartProfileOf(const Plan& plan, const std::string& name);
   // Calls `fn` on the reader thread with the running plan exactly at `at_ns` (CLOCK_MONOTONIC):
   // after every record stamped before it was dispatched, before any stamped at or after it
   // (Reader::AddMark; kept across reloads, run at Stop). Before Start and after Stop: at once.

@@ -18,20 +18,42 @@
 
 namespace tpe {
 
-std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const std::string& name) {
+namespace {
+
+const StackProfile* FindProfile(const Plan& plan, const std::string& name) {
   for (const Collector* c : plan.Collectors()) {
-    if (c && c->stack_profile() != nullptr && c->name() == name) {
-      const StackProfile& p = *c->stack_profile();
-      return ProfileData{p.value_type(), p.value_unit(), p.scale(), p.instance(), p.Stacks()};
-    }
+    if (c && c->stack_profile() != nullptr && c->name() == name) return c->stack_profile();
   }
-  return std::nullopt;
+  return nullptr;
 }
 
-std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name) const {
+}  // namespace
+
+std::optional<Pipeline::ProfileData> Pipeline::ProfileOf(const Plan& plan, const std::string& name,
+                                                         const ProfileStart* since) {
+  const StackProfile* p = FindProfile(plan, name);
+  if (p == nullptr) return std::nullopt;
+  const bool window = since != nullptr && since->instance == p->instance();
+  return ProfileData{p->value_type(), p->value_unit(), p->scale(), p->instance(),
+                     window ? p->StacksSince(*since->baseline) : p->Stacks()};
+}
+
+std::optional<Pipeline::ProfileData> Pipeline::Profile(const std::string& name, const ProfileStart* since) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!plan_) return std::nullopt;
-  return ProfileOf(*plan_, name);
+  return ProfileOf(*plan_, name, since);
+}
+
+std::optional<Pipeline::ProfileStart> Pipeline::StartProfileOf(const Plan& plan, const std::string& name) {
+  const StackProfile* p = FindProfile(plan, name);
+  if (p == nullptr) return std::nullopt;
+  return ProfileStart{p->instance(), p->Baseline()};
+}
+
+std::optional<Pipeline::ProfileStart> Pipeline::StartProfile(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!plan_) return std::nullopt;
+  return StartProfileOf(*plan_, name);
 }
 
 void Pipeline::AddMark(uint64_t at_ns, std::function<void(const Plan&)> fn) const {

@@ -199,7 +199,8 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
   struct Window {
     std::mutex mu;
     std::condition_variable cv;
-    std::optional<Pipeline::ProfileData> bounds[2];
+    std::optional<Pipeline::ProfileStart> start;  // the profile at the window's start
+    std::optional<Pipeline::ProfileData> end;     // what it gained by the window's end
     bool done[2] = {false, false};
     bool read_now = false;  // not stamped: the end is read by `later`, at end_ns at the earliest
     uint64_t end_ns = 0;    // CLOCK_MONOTONIC
@@ -214,24 +215,35 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
       w->start_ns = NowNs();
     }
     if (pipeline.ProfileStamped(name) == false) {
-      auto data = pipeline.Profile(name);
+      auto start = pipeline.StartProfile(name);
       std::lock_guard<std::mutex> lock(w->mu);
-      w->bounds[0] = std::move(data);
+      w->start = std::move(start);
       w->done[0] = true;
       w->read_now = true;
       w->end_ns = MonotonicNs() + static_cast<uint64_t>(duration_ns);
       return;
     }
     const uint64_t t0 = MonotonicNs();
-    for (int i = 0; i < 2; ++i) {
-      pipeline.AddMark(t0 + (i == 0 ? 0 : static_cast<uint64_t>(duration_ns)), [w, i, name](const Plan& plan) {
-        auto data = Pipeline::ProfileOf(plan, name);
+    // The start mark runs first (marks run in time order): the end mark finds its start.
+    pipeline.AddMark(t0, [w, name](const Plan& plan) {
+      auto start = Pipeline::StartProfileOf(plan, name);
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->start = std::move(start);
+      w->done[0] = true;
+      w->cv.notify_all();
+    });
+    pipeline.AddMark(t0 + static_cast<uint64_t>(duration_ns), [w, name](const Plan& plan) {
+      std::optional<Pipeline::ProfileStart> start;
+      {
         std::lock_guard<std::mutex> lock(w->mu);
-        w->bounds[i] = std::move(data);
-        w->done[i] = true;
-        w->cv.notify_all();
-      });
-    }
+        start = w->start;
+      }
+      auto data = Pipeline::ProfileOf(plan, name, start ? &*start : nullptr);
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->end = std::move(data);
+      w->done[1] = true;
+      w->cv.notify_all();
+    });
   };
   reply.delay = std::chrono::seconds(seconds);
   reply.later = [&pipeline, name = request.name, format = request.format, w, duration_ns] {
@@ -243,9 +255,12 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
         std::this_thread::sleep_for(std::chrono::nanoseconds(end_ns - now));
       }
       CatchUpWithTheReader(pipeline);
-      auto data = pipeline.Profile(name);
       lock.lock();
-      w->bounds[1] = std::move(data);
+      std::optional<Pipeline::ProfileStart> start = w->start;
+      lock.unlock();
+      auto data = pipeline.Profile(name, start ? &*start : nullptr);
+      lock.lock();
+      w->end = std::move(data);
       w->done[1] = true;
     }
     // The reader wakes for the mark at the window's end; a stopped or paused reader (a reload)
@@ -256,17 +271,13 @@ PprofReply ServeProfile(const Pipeline& pipeline, const PprofRequest& request) {
                             "\": the window's end was not reached (the daemon is stopping or "
                             "reloading); retry\n"};
     }
-    auto& before = w->bounds[0];
-    auto& after = w->bounds[1];
-    if (!after) {
+    // What the profile gained in the window (ProfileOf with the start; all of it when a reload
+    // replaced the profile meanwhile: its samples since then are all this window has of it).
+    if (!w->end) {
       return HttpAnswer{404, "text/plain; charset=utf-8",
                         "profile \"" + name + "\" was removed by a reload during the request\n"};
     }
-    // Replaced by a reload meanwhile: its samples since then are all this window has of it.
-    if (before && before->instance == after->instance) {
-      after->stacks = StacksSince(before->stacks, std::move(after->stacks));
-    }
-    Pipeline::ProfileData data = std::move(*after);
+    Pipeline::ProfileData data = std::move(*w->end);
     const int64_t start_ns = w->start_ns;
     lock.unlock();
     return Render(pipeline, name, std::move(data), format, start_ns, duration_ns);
