@@ -77,37 +77,52 @@ TEST(SymbolizerTest, RendersShareTheFilesTheyRead) {
   EXPECT_NE(cache.Find("999"), nullptr);
 }
 
-// A file named by its path after its process is gone (a proc root that does not exist): named
-// while it is the file that was sampled (inode, size, mtime), left as file and offset once it
-// was overwritten in place (same inode, other content) — never named from the new content.
-TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
+// A copy of this test binary in /tmp (`path`), interned in `files` as a file known by its path
+// only (as after its process is gone: a pid that does not exist), and the file offset of
+// tpe_symbolizer_test_function in it.
+struct SelfCopy {
+  std::string path;
+  FileId id = kNoFile;
+  uint64_t function_offset = 0;
+};
+void CopySelf(MappedFiles* files, SelfCopy* out) {
   char tmpl[] = "/tmp/tpe_sym_XXXXXX";
   const int fd = ::mkstemp(tmpl);
   ASSERT_GE(fd, 0);
   ::close(fd);
-  const std::string copy = tmpl;
+  out->path = tmpl;
   {
     auto self = ReadFileToString("/proc/self/exe");
     ASSERT_TRUE(self.ok());
-    std::ofstream(copy, std::ios::binary) << *self;
+    std::ofstream(out->path, std::ios::binary) << *self;
   }
   struct stat st {};
-  ASSERT_EQ(::stat(copy.c_str(), &st), 0);
+  ASSERT_EQ(::stat(out->path.c_str(), &st), 0);
   auto maps = ParseProcMaps(*ReadFileToString("/proc/self/maps"));
   ASSERT_TRUE(maps.ok());
-  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
-  const ProcMapping* pm = MappingAt(*maps, f);
+  const ProcMapping* pm = MappingAt(*maps, AddressOf(&tpe_symbolizer_test_function));
   ASSERT_NE(pm, nullptr);
-  MappedFiles files;
   MappedFile mf;
-  mf.path = copy;
+  mf.path = out->path;
   mf.inode = st.st_ino;
   mf.stat_known = true;
   mf.size = static_cast<uint64_t>(st.st_size);
   mf.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   mf.pid = 0x7ffffff0;  // no such process: by path only
-  const FileId id = files.Intern(mf);
-  const std::vector<UserFrame> user = {{id, pm->FileOffset(f)}};
+  out->id = files->Intern(mf);
+  out->function_offset = pm->FileOffset(AddressOf(&tpe_symbolizer_test_function));
+}
+
+// A file named by its path after its process is gone (a proc root that does not exist): named
+// while it is the file that was sampled (inode, size, mtime), left as file and offset once it
+// was overwritten in place (same inode, other content) — never named from the new content.
+TEST(SymbolizerTest, AFileOverwrittenInPlaceIsNotNamed) {
+  MappedFiles files;
+  SelfCopy self;
+  ASSERT_NO_FATAL_FAILURE(CopySelf(&files, &self));
+  const std::string& copy = self.path;
+  const FileId id = self.id;
+  const std::vector<UserFrame> user = {{id, self.function_offset}};
   {
     Symbolizer sym(&files, nullptr, {}, "/nonexistent-proc");
     PprofBuilder b("samples", "count");
@@ -157,34 +172,13 @@ TEST(SymbolizerTest, AFrameInNoMappingIsUnknownAndCounted) {
 // reading the file again — here the file is gone by then — including an address no symbol
 // holds (still counted as unsymbolized each time); without the cache the file is needed.
 TEST(SymbolizerTest, NamesKeptAcrossRendersNeedNotTheFileAgain) {
-  char tmpl[] = "/tmp/tpe_sym_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  ASSERT_GE(fd, 0);
-  ::close(fd);
-  const std::string copy = tmpl;
-  {
-    auto self = ReadFileToString("/proc/self/exe");
-    ASSERT_TRUE(self.ok());
-    std::ofstream(copy, std::ios::binary) << *self;
-  }
-  struct stat st {};
-  ASSERT_EQ(::stat(copy.c_str(), &st), 0);
-  auto maps = ParseProcMaps(*ReadFileToString("/proc/self/maps"));
-  ASSERT_TRUE(maps.ok());
-  const uint64_t f = AddressOf(&tpe_symbolizer_test_function);
-  const ProcMapping* pm = MappingAt(*maps, f);
-  ASSERT_NE(pm, nullptr);
   MappedFiles files;
-  MappedFile mf;
-  mf.path = copy;
-  mf.inode = st.st_ino;
-  mf.stat_known = true;
-  mf.size = static_cast<uint64_t>(st.st_size);
-  mf.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-  mf.pid = 0x7ffffff0;  // no such process: by path only
-  const FileId id = files.Intern(mf);
+  SelfCopy self;
+  ASSERT_NO_FATAL_FAILURE(CopySelf(&files, &self));
+  const std::string& copy = self.path;
+  const FileId id = self.id;
   // The function's first byte, and offset 0 (the ELF header: no symbol holds it).
-  const std::vector<UserFrame> user = {{id, pm->FileOffset(f)}, {id, 0}};
+  const std::vector<UserFrame> user = {{id, self.function_offset}, {id, 0}};
   NameCache names;
   struct Got {
     std::vector<ProfileFrame> frames;
