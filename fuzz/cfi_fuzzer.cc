@@ -18,6 +18,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "unwind/cfi_table.h"
+#include "unwind/unwind_rows.h"
 #include "unwind/unwind_table.h"
 #include "unwind/unwinder.h"
 
@@ -84,6 +85,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (size_t i = 0; i < e.size() && i < 256; ++i) {
       TPE_FUZZ_CHECK(unwind_table->RuleAt(e[i].offset) == e[i].rule, "RuleAt(entry %zu) differs", i);
+    }
+    // Packed as the BPF program reads it: every entry's rule kept, or a stop where it does not
+    // fit; never another rule.
+    auto packed = PackUnwindTable(*unwind_table);
+    if (packed.ok()) {
+      const auto& rows = packed->rows;
+      for (size_t i = 1; i < rows.size(); ++i) {
+        TPE_FUZZ_CHECK(rows[i - 1].offset < rows[i].offset && rows[i - 1].rule != rows[i].rule,
+                       "packed row %zu out of order", i);
+      }
+      for (size_t i = 0; i < e.size() && i < 256; ++i) {
+        const UnwindRule r = PackedRuleAt(rows, e[i].offset);
+        TPE_FUZZ_CHECK(r == e[i].rule || r.cfa == CfaRule::kStop, "packed rule of entry %zu differs", i);
+      }
     }
   } else {
     TPE_FUZZ_CHECK(unwind_table.status().message().find("fuzz.elf") != std::string::npos,
