@@ -1,5 +1,9 @@
 #include "bpf/unwind_programs.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "unwind/unwind_table.h"
 
 namespace tpe::bpf {
@@ -66,6 +70,89 @@ void EmitRowSearch(Assembler* a, int rows_fd, int16_t stack_off, Label fail) {
   a->Bind(before);
   a->Mov(R6, static_cast<int32_t>(unwind::CfaRule::kNoTable));
   a->Bind(done);
+}
+
+StatusOr<std::string> PackUnwindMappings(std::span<const UnwindMapping> mappings) {
+  if (mappings.size() > kMaxUnwindMappings) {
+    return InvalidArgument(std::to_string(mappings.size()) + " executable mappings: at most " +
+                           std::to_string(kMaxUnwindMappings) + " per process");
+  }
+  std::vector<UnwindMapping> sorted(mappings.begin(), mappings.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const UnwindMapping& x, const UnwindMapping& y) { return x.start < y.start; });
+  constexpr uint64_t kUserTop = uint64_t{1} << 47;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const UnwindMapping& m = sorted[i];
+    if (m.end <= m.start || m.end > kUserTop) {
+      return InvalidArgument("mapping " + std::to_string(i) + " is not a range of user addresses");
+    }
+    if (i > 0 && sorted[i - 1].end > m.start) {
+      return InvalidArgument("mappings " + std::to_string(i - 1) + " and " + std::to_string(i) + " overlap");
+    }
+  }
+  std::string value(kUnwindMappingsBytes, '\0');
+  const auto count = static_cast<uint32_t>(sorted.size());
+  std::memcpy(value.data(), &count, 4);
+  if (!sorted.empty()) std::memcpy(value.data() + 8, sorted.data(), sorted.size() * sizeof(UnwindMapping));
+  return value;
+}
+
+const UnwindMapping* FindUnwindMapping(const std::string& value, uint64_t pc) {
+  if (value.size() != kUnwindMappingsBytes) return nullptr;
+  uint32_t count = 0;
+  std::memcpy(&count, value.data(), 4);
+  const auto* m = reinterpret_cast<const UnwindMapping*>(value.data() + 8);
+  const UnwindMapping* end = m + std::min(count, kMaxUnwindMappings);
+  const UnwindMapping* it =
+      std::upper_bound(m, end, pc, [](uint64_t p, const UnwindMapping& x) { return p < x.start; });
+  if (it == m) return nullptr;
+  --it;
+  return pc < it->end ? it : nullptr;
+}
+
+void EmitMappingSearch(Assembler* a, Label unknown) {
+  static_assert((kMaxUnwindMappings & (kMaxUnwindMappings - 1)) == 0 && kMaxUnwindMappings == 256);
+  // R2 = the address of entry (index & 255), less 8 (masked: within the value whatever the index).
+  auto entry = [a](Reg index) {
+    a->MovReg(R2, index);
+    a->Alu(BPF_AND, R2, static_cast<int32_t>(kMaxUnwindMappings - 1));
+    a->Alu(BPF_LSH, R2, 5);  // * sizeof(UnwindMapping)
+    a->AluReg(BPF_ADD, R2, R9);
+  };
+  a->Load(4, R7, R9, 0);  // hi = count
+  a->Jump(BPF_JEQ, R7, 0, unknown);
+  a->Jump(BPF_JGT, R7, static_cast<int32_t>(kMaxUnwindMappings), unknown);
+  a->Mov(R6, 0);                          // lo
+  for (int step = 0; step < 8; ++step) {  // 2^8 = kMaxUnwindMappings
+    a->MovReg(R1, R7);
+    a->AluReg(BPF_SUB, R1, R6);
+    a->Alu(BPF_RSH, R1, 1);
+    a->AluReg(BPF_ADD, R1, R6);  // mid
+    entry(R1);
+    a->Load(8, R2, R2, 8);  // mid's start
+    // left = 1 when pc < start (user addresses, below 2^47: the difference's sign).
+    a->MovReg(R3, R8);
+    a->AluReg(BPF_SUB, R3, R2);
+    a->Alu(BPF_RSH, R3, 63);
+    a->MovReg(R4, R6);
+    a->AluReg(BPF_SUB, R4, R1);
+    a->AluReg(BPF_MUL, R4, R3);
+    a->AluReg(BPF_ADD, R4, R1);  // lo = left ? lo : mid
+    a->MovReg(R5, R1);
+    a->AluReg(BPF_SUB, R5, R7);
+    a->AluReg(BPF_MUL, R5, R3);
+    a->AluReg(BPF_ADD, R7, R5);  // hi = left ? mid : hi
+    a->MovReg(R6, R4);
+  }
+  entry(R6);
+  a->Load(8, R3, R2, 8);  // start
+  a->JumpReg(BPF_JGT, R3, R8, unknown);
+  a->Load(8, R3, R2, 16);  // end
+  a->JumpReg(BPF_JGE, R8, R3, unknown);
+  a->Load(8, R3, R2, 24);  // bias
+  a->AluReg(BPF_SUB, R8, R3);
+  a->Load(4, R6, R2, 32);  // first_row
+  a->Load(4, R7, R2, 36);  // row_count
 }
 
 }  // namespace tpe::bpf

@@ -1,5 +1,6 @@
 // Pieces of the in-kernel user stack unwinder (issue 36) emitted as BPF instructions: the
-// binary search of a file's packed unwind rows (unwind/unwind_rows.h).
+// search of a process's executable mappings for a pc (which file, where in it, which rows), and
+// the binary search of that file's packed unwind rows (unwind/unwind_rows.h).
 //
 // Every file's rows lie in one BPF_MAP_TYPE_ARRAY of shards: element k holds rows
 // [k * kRowsPerShard, (k + 1) * kRowsPerShard) of all files laid end to end (value_size
@@ -16,8 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 
 #include "bpf/assembler.h"
+#include "common/status.h"
 
 namespace tpe::bpf {
 
@@ -36,5 +40,34 @@ inline constexpr uint32_t kMaxRowsPerFile = uint32_t{1} << kRowSearchSteps;
 // stack at R10 + `stack_off` (8-aligned). Jumps to `fail` when a shard lookup in the map
 // `rows_fd` finds no element (a row index past the map).
 void EmitRowSearch(Assembler* a, int rows_fd, int16_t stack_off, Label fail);
+
+// A process's executable mappings as the unwinder reads them: one value of a map keyed by the
+// process (its tgid), a u32 count at byte 0, then up to kMaxUnwindMappings UnwindMappings from
+// byte 8, sorted by start, not overlapping.
+inline constexpr uint32_t kMaxUnwindMappings = 256;  // a power of two: indices are masks
+struct UnwindMapping {
+  uint64_t start = 0;      // first address
+  uint64_t end = 0;        // end address, exclusive
+  uint64_t bias = 0;       // start less the file offset it maps: file offset = pc - bias
+  uint32_t first_row = 0;  // the file's rows in the rows map (EmitRowSearch's first, count)
+  uint32_t row_count = 0;  // 0: the file has no table (its frames are walked by frame pointer)
+  bool operator==(const UnwindMapping&) const = default;
+};
+static_assert(sizeof(UnwindMapping) == 32);
+inline constexpr uint32_t kUnwindMappingsBytes = 8 + kMaxUnwindMappings * sizeof(UnwindMapping);
+
+// The map value for `mappings` (any order): sorted, the count first. Errors: InvalidArgument when
+// there are more than kMaxUnwindMappings, one is empty (end <= start), two overlap, or an address
+// is not a user address (below 2^47).
+StatusOr<std::string> PackUnwindMappings(std::span<const UnwindMapping> mappings);
+// The mapping of `value` (PackUnwindMappings's) holding `pc`, or null: what EmitMappingSearch finds.
+const UnwindMapping* FindUnwindMapping(const std::string& value, uint64_t pc);
+
+// Emits the search of a process's mappings, branch-free over up to kMaxUnwindMappings entries
+// (8 halvings). On entry R9 = a pointer to the process's map value (PackUnwindMappings's layout,
+// kUnwindMappingsBytes bytes), R8 = the pc. On exit, when a mapping holds the pc: R8 = its file
+// offset, R6 = first_row, R7 = row_count (EmitRowSearch's inputs); R9 kept; R0-R5 clobbered.
+// Jumps to `unknown` when none does (no mapping, the pc before the first or between two).
+void EmitMappingSearch(Assembler* a, Label unknown);
 
 }  // namespace tpe::bpf

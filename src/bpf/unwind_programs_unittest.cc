@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -145,6 +146,123 @@ TEST_F(RowSearchTest, ARunPastTheMapFailsCleanly) {
   // A run claimed longer than the map holds: the first halving looks past the last shard.
   EXPECT_EQ(Search(firsts[0], kMaxRowsPerFile, 0x200), kFailed);
   EXPECT_EQ(Search(uint64_t{1} << 40, 1, 0x200), kFailed);
+}
+
+// EmitMappingSearch over a process's mappings, against FindUnwindMapping: the pc at each
+// mapping's first and last byte, just outside, between two, before the first and past the last.
+class MappingSearchTest : public ::testing::Test {
+ protected:
+  static constexpr int kMappingsFd = 22;
+  static constexpr uint64_t kUnknown = 0x404;
+
+  void SetUp() override {
+    Assembler a;
+    Label unknown = a.NewLabel(), exit = a.NewLabel(), not_first = a.NewLabel(), not_count = a.NewLabel();
+    // ctx: u64 tgid at 8, pc at 16, which output at 24 (0 file offset, 1 first_row, 2 row_count).
+    a.Load(8, R6, R1, 8);
+    a.Load(8, R8, R1, 16);
+    a.Load(8, R7, R1, 24);
+    a.Store(8, R10, -8, R7);
+    a.Store(4, R10, -16, R6);
+    a.LoadMapFd(R1, kMappingsFd);
+    a.MovReg(R2, R10);
+    a.Alu(BPF_ADD, R2, -16);
+    a.Call(BPF_FUNC_map_lookup_elem);
+    a.Jump(BPF_JEQ, R0, 0, unknown);
+    a.MovReg(R9, R0);
+    EmitMappingSearch(&a, unknown);
+    a.Load(8, R1, R10, -8);
+    a.MovReg(R0, R8);
+    a.Jump(BPF_JNE, R1, 1, not_first);
+    a.MovReg(R0, R6);
+    a.Bind(not_first);
+    a.Jump(BPF_JNE, R1, 2, not_count);
+    a.MovReg(R0, R7);
+    a.Bind(not_count);
+    a.Goto(exit);
+    a.Bind(unknown);
+    a.Mov(R0, static_cast<int32_t>(kUnknown));
+    a.Bind(exit);
+    a.Exit();
+    auto prog = a.Finish();
+    ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+    prog_ = *prog;
+    FakeMap m;
+    m.type = BPF_MAP_TYPE_HASH;
+    m.key_size = 4;
+    m.value_size = kUnwindMappingsBytes;
+    m.max_entries = 16;
+    in_.AddMap(kMappingsFd, m);
+  }
+
+  void SetProcess(uint32_t tgid, const std::string& value) {
+    in_.map(kMappingsFd)->entries[std::string(reinterpret_cast<const char*>(&tgid), 4)] = value;
+  }
+
+  uint64_t Run(uint32_t tgid, uint64_t pc, uint64_t which) {
+    uint64_t record[4] = {0, tgid, pc, which};
+    auto r = in_.Run(prog_, std::string_view(reinterpret_cast<const char*>(record), sizeof(record)), FakeTask{});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : ~0ull;
+  }
+
+  // The program's answer for `pc` is FindUnwindMapping's.
+  void Expect(uint32_t tgid, const std::string& value, uint64_t pc) {
+    const UnwindMapping* m = FindUnwindMapping(value, pc);
+    if (m == nullptr) {
+      ASSERT_EQ(Run(tgid, pc, 0), kUnknown) << "pc 0x" << std::hex << pc;
+      return;
+    }
+    ASSERT_EQ(Run(tgid, pc, 0), pc - m->bias) << "pc 0x" << std::hex << pc;
+    ASSERT_EQ(Run(tgid, pc, 1), m->first_row) << "pc 0x" << std::hex << pc;
+    ASSERT_EQ(Run(tgid, pc, 2), m->row_count) << "pc 0x" << std::hex << pc;
+  }
+
+  Interpreter in_;
+  std::vector<bpf_insn> prog_;
+};
+
+TEST_F(MappingSearchTest, EveryEdgeOfEveryCount) {
+  // 1, 2, 3, ..., 256 mappings of 0x3000 bytes with gaps of 0x1000, given in reverse order.
+  for (uint32_t n : {1u, 2u, 3u, 7u, 8u, 9u, 40u, 255u, 256u}) {
+    std::vector<UnwindMapping> ms;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t start = 0x400000 + uint64_t{i} * 0x4000;
+      ms.push_back({start, start + 0x3000, start - uint64_t{i} * 0x1000, i * 100, i % 3 == 0 ? 0 : 50 + i});
+    }
+    std::reverse(ms.begin(), ms.end());
+    auto value = PackUnwindMappings(ms);
+    ASSERT_TRUE(value.ok()) << value.status().ToString();
+    SetProcess(n, *value);
+    std::reverse(ms.begin(), ms.end());
+    ASSERT_NO_FATAL_FAILURE(Expect(n, *value, 0));
+    ASSERT_NO_FATAL_FAILURE(Expect(n, *value, 0x3fffff));
+    for (const UnwindMapping& m : ms) {
+      for (uint64_t pc : {m.start - 1, m.start, m.start + 0x123, m.end - 1, m.end, m.end + 0xfff}) {
+        ASSERT_NO_FATAL_FAILURE(Expect(n, *value, pc));
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(Expect(n, *value, (uint64_t{1} << 47) - 1));
+  }
+  EXPECT_EQ(Run(999, 0x400000, 0), kUnknown) << "a process with no mappings known";
+}
+
+TEST_F(MappingSearchTest, BadMappingsAreRefused) {
+  std::vector<UnwindMapping> too_many(kMaxUnwindMappings + 1);
+  for (size_t i = 0; i < too_many.size(); ++i) too_many[i] = {0x1000 * (i + 1), 0x1000 * (i + 1) + 0x800, 0, 0, 0};
+  auto r = PackUnwindMappings(too_many);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("at most 256 per process"), std::string::npos) << r.status().message();
+  const std::vector<UnwindMapping> overlap = {{0x1000, 0x3000, 0, 0, 0}, {0x2000, 0x4000, 0, 0, 0}};
+  EXPECT_NE(PackUnwindMappings(overlap).status().message().find("overlap"), std::string::npos);
+  const std::vector<UnwindMapping> empty = {{0x2000, 0x2000, 0, 0, 0}};
+  EXPECT_FALSE(PackUnwindMappings(empty).ok());
+  const std::vector<UnwindMapping> kernel = {{0xffffffff81000000, 0xffffffff82000000, 0, 0, 0}};
+  EXPECT_FALSE(PackUnwindMappings(kernel).ok());
+  auto none = PackUnwindMappings({});
+  ASSERT_TRUE(none.ok());
+  SetProcess(5, *none);
+  EXPECT_EQ(Run(5, 0x400000, 0), kUnknown);
 }
 
 }  // namespace
