@@ -155,4 +155,77 @@ void EmitMappingSearch(Assembler* a, Label unknown) {
   a->Load(4, R7, R2, 36);  // row_count
 }
 
+namespace {
+
+// R0 = the u64 of user memory at R3 (bpf_probe_read_user into R10 + tmp_off); jumps to `fail`
+// when the read faults. Clobbers R1-R5.
+void ReadUser64(Assembler* a, int16_t tmp_off, Label fail) {
+  a->MovReg(R1, R10);
+  a->Alu(BPF_ADD, R1, tmp_off);
+  a->Mov(R2, 8);
+  a->Call(BPF_FUNC_probe_read_user);
+  a->Jump(BPF_JNE, R0, 0, fail);
+  a->Load(8, R0, R10, tmp_off);
+}
+
+}  // namespace
+
+void EmitUnwindStep(Assembler* a, int16_t regs_off, int16_t tmp_off, Label stop) {
+  const int16_t rip = regs_off, rsp = static_cast<int16_t>(regs_off + 8), rbp = static_cast<int16_t>(regs_off + 16);
+  Label frame_pointer = a->NewLabel(), cfa_known = a->NewLabel(), rbp_known = a->NewLabel();
+  Label rbp_at_cfa = a->NewLabel();
+  // R7 = the CFA.
+  a->MovReg(R1, R6);
+  a->Alu(BPF_AND, R1, 3);
+  a->Jump(BPF_JEQ, R1, static_cast<int32_t>(unwind::CfaRule::kStop), stop);
+  a->Jump(BPF_JEQ, R1, static_cast<int32_t>(unwind::CfaRule::kNoTable), frame_pointer);
+  a->Load(8, R7, R10, rsp);
+  a->Jump(BPF_JEQ, R1, static_cast<int32_t>(unwind::CfaRule::kRsp), cfa_known);
+  a->Load(8, R7, R10, rbp);
+  a->Bind(cfa_known);
+  a->MovReg(R1, R6);
+  a->Alu(BPF_RSH, R1, 12);
+  a->AluReg(BPF_ADD, R7, R1);
+  a->Goto(rbp_at_cfa);
+  // The frame pointer's rule: CFA = rbp + 16; the caller's rbp saved at CFA - 16.
+  a->Bind(frame_pointer);
+  a->Load(8, R7, R10, rbp);
+  a->Alu(BPF_ADD, R7, 16);
+  a->LoadImm64(R6, static_cast<uint64_t>(unwind::RbpRule::kAtCfa) << 2 | uint64_t{0xfe} << 4);
+  a->Bind(rbp_at_cfa);
+  // Progress: the caller's frame lies above this one.
+  a->Load(8, R1, R10, rsp);
+  a->JumpReg(BPF_JLE, R7, R1, stop);
+  // The caller's rbp (read first: a fault leaves the registers as they were).
+  a->MovReg(R1, R6);
+  a->Alu(BPF_RSH, R1, 2);
+  a->Alu(BPF_AND, R1, 3);
+  Label rbp_same = a->NewLabel(), rbp_undefined = a->NewLabel();
+  a->Jump(BPF_JEQ, R1, static_cast<int32_t>(unwind::RbpRule::kSame), rbp_same);
+  a->Jump(BPF_JNE, R1, static_cast<int32_t>(unwind::RbpRule::kAtCfa), rbp_undefined);
+  a->MovReg(R3, R6);
+  a->Alu(BPF_RSH, R3, 4);
+  a->Alu(BPF_AND, R3, 0xff);
+  a->Alu(BPF_LSH, R3, 56);
+  a->Alu(BPF_ARSH, R3, 53);  // the signed byte * 8
+  a->AluReg(BPF_ADD, R3, R7);
+  ReadUser64(a, tmp_off, stop);
+  a->MovReg(R6, R0);
+  a->Goto(rbp_known);
+  a->Bind(rbp_undefined);
+  a->Mov(R6, 0);
+  a->Goto(rbp_known);
+  a->Bind(rbp_same);
+  a->Load(8, R6, R10, rbp);
+  a->Bind(rbp_known);
+  // The return address at CFA - 8.
+  a->MovReg(R3, R7);
+  a->Alu(BPF_SUB, R3, 8);
+  ReadUser64(a, tmp_off, stop);
+  a->Jump(BPF_JEQ, R0, 0, stop);
+  a->Store(8, R10, rip, R0);
+  a->Store(8, R10, rsp, R7);
+  a->Store(8, R10, rbp, R6);
+}
+
 }  // namespace tpe::bpf

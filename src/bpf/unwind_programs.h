@@ -70,4 +70,13 @@ const UnwindMapping* FindUnwindMapping(const std::string& value, uint64_t pc);
 // Jumps to `unknown` when none does (no mapping, the pc before the first or between two).
 void EmitMappingSearch(Assembler* a, Label unknown);
 
+// Emits one frame's step: the caller's rip, rsp and rbp from this frame's, by the packed rule in
+// R6 (PackedRow::rule, or CfaRule::kNoTable: the frame pointer's rule, CFA = rbp + 16 with the
+// caller's rbp at CFA - 16). The registers are three u64 at R10 + regs_off (rip, rsp, rbp),
+// updated in place; the stack is read with bpf_probe_read_user into the u64 at R10 + tmp_off.
+// The return address is at CFA - 8 (unwind_table.h). Jumps to `stop` on a kStop rule, a read
+// that faults, a CFA not above rsp (no progress: a loop or garbage) or a return address of 0 (the
+// outermost frame); the registers are then unchanged. R0-R5, R6, R7 clobbered.
+void EmitUnwindStep(Assembler* a, int16_t regs_off, int16_t tmp_off, Label stop);
+
 }  // namespace tpe::bpf

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,109 @@ TEST_F(MappingSearchTest, BadMappingsAreRefused) {
   ASSERT_TRUE(none.ok());
   SetProcess(5, *none);
   EXPECT_EQ(Run(5, 0x400000, 0), kUnknown);
+}
+
+// EmitUnwindStep over a stack of known words: each rule's caller registers, and each way a step
+// stops with the registers as they were.
+class UnwindStepTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kStack = 0x7ffd0000;  // 32 words: word i holds 0x1000 + i
+  static constexpr uint64_t kStopped = 0x5709;
+
+  void SetUp() override {
+    Assembler a;
+    Label stop = a.NewLabel(), exit = a.NewLabel();
+    // ctx: rip, rsp, rbp at 8, 16, 24; the rule at 32; which register to return at 40.
+    for (int i = 0; i < 3; ++i) {
+      a.Load(8, R2, R1, static_cast<int16_t>(8 + 8 * i));
+      a.Store(8, R10, static_cast<int16_t>(-40 + 8 * i), R2);
+    }
+    a.Load(8, R6, R1, 32);
+    a.Load(8, R2, R1, 40);
+    a.Store(8, R10, -56, R2);
+    EmitUnwindStep(&a, -40, -48, stop);
+    a.Load(8, R1, R10, -56);
+    a.Load(8, R0, R10, -40);
+    a.Jump(BPF_JEQ, R1, 0, exit);
+    a.Load(8, R0, R10, -32);
+    a.Jump(BPF_JEQ, R1, 1, exit);
+    a.Load(8, R0, R10, -24);
+    a.Goto(exit);
+    a.Bind(stop);
+    a.Mov(R0, static_cast<int32_t>(kStopped));
+    a.Bind(exit);
+    a.Exit();
+    auto prog = a.Finish();
+    ASSERT_TRUE(prog.ok()) << prog.status().ToString();
+    prog_ = *prog;
+    std::string words(32 * 8, '\0');
+    for (uint64_t i = 0; i < 32; ++i) {
+      const uint64_t w = 0x1000 + i;
+      std::memcpy(words.data() + i * 8, &w, 8);
+    }
+    in_.AddUserMemory(kStack, words);
+    in_.AddUserMemory(0x7ffe0000, std::string(64, '\0'));  // a stack of zeros: return address 0
+  }
+
+  struct Regs {
+    uint64_t rip, rsp, rbp;
+    bool operator==(const Regs&) const = default;
+  };
+  // The caller's registers, or nullopt when the step stopped.
+  std::optional<Regs> Step(Regs r, uint32_t rule) {
+    Regs out{};
+    for (uint64_t which = 0; which < 3; ++which) {
+      uint64_t record[6] = {0, r.rip, r.rsp, r.rbp, rule, which};
+      auto v = in_.Run(prog_, std::string_view(reinterpret_cast<const char*>(record), sizeof(record)), FakeTask{});
+      EXPECT_TRUE(v.ok()) << v.status().ToString();
+      if (!v.ok() || *v == kStopped) return std::nullopt;
+      (which == 0 ? out.rip : which == 1 ? out.rsp : out.rbp) = *v;
+    }
+    return out;
+  }
+  static uint32_t Rule(unwind::CfaRule cfa, int32_t cfa_offset, unwind::RbpRule rbp = unwind::RbpRule::kSame,
+                       int32_t rbp_offset = 0) {
+    unwind::UnwindTable t;
+    t.entries = {{0, {cfa, rbp, cfa_offset, rbp_offset}}};
+    auto p = unwind::PackUnwindTable(t);
+    EXPECT_TRUE(p.ok());
+    return p.ok() ? p->rows[0].rule : 0;
+  }
+  static uint64_t Word(uint64_t address) { return 0x1000 + (address - kStack) / 8; }
+
+  Interpreter in_;
+  std::vector<bpf_insn> prog_;
+};
+
+TEST_F(UnwindStepTest, EachRuleGivesTheCallersRegisters) {
+  using unwind::CfaRule;
+  using unwind::RbpRule;
+  const uint64_t rsp = kStack + 0x10, rbp = kStack + 0x40;
+  // rsp + 16, rbp untouched: the return address at CFA - 8 = rsp + 8.
+  EXPECT_EQ(Step({0x401000, rsp, rbp}, Rule(CfaRule::kRsp, 16)), (Regs{Word(rsp + 8), rsp + 16, rbp}));
+  // rbp + 16, rbp saved at CFA - 16 (a frame after push rbp; mov rbp, rsp).
+  EXPECT_EQ(Step({0x401000, rsp, rbp}, Rule(CfaRule::kRbp, 16, RbpRule::kAtCfa, -16)),
+            (Regs{Word(rbp + 8), rbp + 16, Word(rbp)}));
+  // No table: the frame pointer's rule, the same as above.
+  EXPECT_EQ(Step({0x401000, rsp, rbp}, static_cast<uint32_t>(CfaRule::kNoTable)),
+            (Regs{Word(rbp + 8), rbp + 16, Word(rbp)}));
+  // rsp + 48 with rbp saved at CFA - 24 (pushed after another register).
+  EXPECT_EQ(Step({0x401000, rsp, rbp}, Rule(CfaRule::kRsp, 48, RbpRule::kAtCfa, -24)),
+            (Regs{Word(rsp + 40), rsp + 48, Word(rsp + 24)}));
+  // The caller's rbp not known: 0.
+  EXPECT_EQ(Step({0x401000, rsp, rbp}, Rule(CfaRule::kRsp, 8, RbpRule::kUndefined)), (Regs{Word(rsp), rsp + 8, 0}));
+}
+
+TEST_F(UnwindStepTest, StopsWithoutGuessing) {
+  using unwind::CfaRule;
+  const uint64_t rsp = kStack + 0x10;
+  EXPECT_EQ(Step({0x401000, rsp, rsp}, static_cast<uint32_t>(CfaRule::kStop)), std::nullopt) << "a stop rule";
+  EXPECT_EQ(Step({0x401000, rsp, kStack}, Rule(CfaRule::kRbp, 8)), std::nullopt) << "CFA not above rsp";
+  EXPECT_EQ(Step({0x401000, 0x7ffd8000, 0}, Rule(CfaRule::kRsp, 16)), std::nullopt) << "the read faults";
+  EXPECT_EQ(Step({0x401000, 0x7ffe0000, 0}, Rule(CfaRule::kRsp, 16)), std::nullopt) << "return address 0";
+  // The caller's rbp saved past the stack's end (CFA + 1016: outside the 256 bytes).
+  EXPECT_EQ(Step({0x401000, rsp, rsp}, Rule(CfaRule::kRsp, 16, unwind::RbpRule::kAtCfa, 1016)), std::nullopt)
+      << "the caller's rbp cannot be read";
 }
 
 }  // namespace
