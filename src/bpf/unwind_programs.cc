@@ -191,7 +191,8 @@ void EmitUnwindStep(Assembler* a, int16_t regs_off, int16_t tmp_off, Label stop)
   a->Bind(frame_pointer);
   a->Load(8, R7, R10, rbp);
   a->Alu(BPF_ADD, R7, 16);
-  a->LoadImm64(R6, static_cast<uint64_t>(unwind::RbpRule::kAtCfa) << 2 | uint64_t{0xfe} << 4);
+  a->Mov(R6,
+         static_cast<int32_t>(static_cast<uint32_t>(unwind::RbpRule::kAtCfa) << 2 | 0xfeu << 4));  // rbp at CFA - 16
   a->Bind(rbp_at_cfa);
   // Progress: the caller's frame lies above this one.
   a->Load(8, R1, R10, rsp);

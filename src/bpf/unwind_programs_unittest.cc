@@ -4,19 +4,19 @@
 // PackedRuleAt's (unwind_rows.h); a run past the map's rows fails cleanly.
 #include "bpf/unwind_programs.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bpf/interpreter.h"
-#include "unwind/cfi_table.h"
 #include "unwind/unwind_rows.h"
+#include "unwind/unwind_testing.h"
 
 namespace tpe::bpf {
 namespace {
@@ -25,19 +25,23 @@ constexpr int kRowsFd = 21;
 constexpr uint64_t kFailed = 0xfa11;
 
 std::vector<unwind::PackedRow> RowsOf(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  if (fd < 0) return {};
-  auto cfi = unwind::CfiTable::Read(fd, path);
-  ::close(fd);
-  EXPECT_TRUE(cfi.ok()) << cfi.status().ToString();
-  if (!cfi.ok()) return {};
-  auto t = unwind::BuildUnwindTable(**cfi, kMaxRowsPerFile);
+  auto cfi = testing::ReadCfi(path);
+  if (cfi == nullptr) return {};
+  auto t = unwind::BuildUnwindTable(*cfi, kMaxRowsPerFile);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   if (!t.ok()) return {};
   auto p = unwind::PackUnwindTable(*t);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? p->rows : std::vector<unwind::PackedRow>{};
+}
+
+// Runs `prog` in `in` on a record of u64 words (word 0 stands for the common fields, which a
+// tracepoint program may not read); R0 at exit, or ~0 with a failed expectation.
+uint64_t RunOn(Interpreter* in, const std::vector<bpf_insn>& prog, std::initializer_list<uint64_t> words) {
+  const std::vector<uint64_t> record(words);
+  auto r = in->Run(prog, std::string_view(reinterpret_cast<const char*>(record.data()), record.size() * 8), FakeTask{});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : ~0ull;
 }
 
 class RowSearchTest : public ::testing::Test {
@@ -84,10 +88,7 @@ class RowSearchTest : public ::testing::Test {
   }
 
   uint64_t Search(uint64_t first, uint64_t count, uint64_t target) {
-    uint64_t record[4] = {0, first, count, target};
-    auto r = in_.Run(prog_, std::string_view(reinterpret_cast<const char*>(record), sizeof(record)), FakeTask{});
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : ~0ull;
+    return RunOn(&in_, prog_, {0, first, count, target});
   }
 
   // The search at each row's start and its neighbours (every `row_step`-th row), and at every
@@ -200,12 +201,7 @@ class MappingSearchTest : public ::testing::Test {
     in_.map(kMappingsFd)->entries[std::string(reinterpret_cast<const char*>(&tgid), 4)] = value;
   }
 
-  uint64_t Run(uint32_t tgid, uint64_t pc, uint64_t which) {
-    uint64_t record[4] = {0, tgid, pc, which};
-    auto r = in_.Run(prog_, std::string_view(reinterpret_cast<const char*>(record), sizeof(record)), FakeTask{});
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : ~0ull;
-  }
+  uint64_t Run(uint32_t tgid, uint64_t pc, uint64_t which) { return RunOn(&in_, prog_, {0, tgid, pc, which}); }
 
   // The program's answer for `pc` is FindUnwindMapping's.
   void Expect(uint32_t tgid, const std::string& value, uint64_t pc) {
@@ -316,11 +312,9 @@ class UnwindStepTest : public ::testing::Test {
   std::optional<Regs> Step(Regs r, uint32_t rule) {
     Regs out{};
     for (uint64_t which = 0; which < 3; ++which) {
-      uint64_t record[6] = {0, r.rip, r.rsp, r.rbp, rule, which};
-      auto v = in_.Run(prog_, std::string_view(reinterpret_cast<const char*>(record), sizeof(record)), FakeTask{});
-      EXPECT_TRUE(v.ok()) << v.status().ToString();
-      if (!v.ok() || *v == kStopped) return std::nullopt;
-      (which == 0 ? out.rip : which == 1 ? out.rsp : out.rbp) = *v;
+      const uint64_t v = RunOn(&in_, prog_, {0, r.rip, r.rsp, r.rbp, rule, which});
+      if (v == kStopped) return std::nullopt;
+      (which == 0 ? out.rip : which == 1 ? out.rsp : out.rbp) = v;
     }
     return out;
   }

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <map>
 #include <tuple>
 #include <unordered_map>
 

@@ -3,7 +3,6 @@
 // every offset, and rules that do not fit are stops, counted and merged with their neighbours.
 #include "unwind/unwind_rows.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "testing/test_util.h"
+#include "unwind/unwind_testing.h"
 
 namespace tpe::unwind {
 namespace {
@@ -80,12 +80,9 @@ TEST(UnwindRowsTest, OffsetsPastFourGibAreRefused) {
 // Every entry of a real file's table packs exactly (no narrowing on what compilers emit), and
 // the packed search gives the table's rule at every `step`-th offset of the file.
 void CheckFile(const std::string& path, uint64_t step) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << path;
-  auto cfi = CfiTable::Read(fd, path);
-  ::close(fd);
-  ASSERT_TRUE(cfi.ok()) << cfi.status().ToString();
-  auto t = BuildUnwindTable(**cfi, 10'000'000);
+  auto cfi = testing::ReadCfi(path);
+  ASSERT_NE(cfi, nullptr);
+  auto t = BuildUnwindTable(*cfi, 10'000'000);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   auto p = PackUnwindTable(*t);
   ASSERT_TRUE(p.ok()) << p.status().ToString();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "testing/test_util.h"
+#include "unwind/unwind_testing.h"
 
 namespace tpe::unwind {
 namespace {
@@ -25,15 +26,7 @@ std::string Seed(const std::string& name) {
   return std::string(TPE_TEST_DATA) + "/../../fuzz/corpus/cfi_fuzzer/" + name;
 }
 
-std::unique_ptr<CfiTable> ReadCfi(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  if (fd < 0) return nullptr;
-  auto t = CfiTable::Read(fd, path);
-  ::close(fd);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? std::move(*t) : nullptr;
-}
+using testing::ReadCfi;
 
 UnwindEntry Rsp(uint64_t offset, int32_t cfa_offset) {
   return {offset, {CfaRule::kRsp, RbpRule::kSame, cfa_offset, 0}};
