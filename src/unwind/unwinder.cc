@@ -1,5 +1,6 @@
 #include "unwind/unwinder.h"
 
+#include <array>
 #include <cstring>
 
 #include "unwind/dwarf_expr.h"
@@ -39,17 +40,23 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
                  std::vector<UserFrame>* out) {
   if (!regs_in.Has(kDwarfRip) || !regs_in.Has(kDwarfRsp)) return UnwindEnd::kNoRegisters;
   const uint64_t stack_start = regs_in.value[kDwarfRsp];
-  const ReadMemory read = [&](uint64_t address, uint64_t* value) {
+  // 8 bytes at `address` from the stack copy. A plain lambda on the common paths (compact rows,
+  // frame pointers: inlined); the full rules' evaluator takes it as a ReadMemory.
+  const auto read = [&](uint64_t address, uint64_t* value) {
     if (address < stack_start || address - stack_start > stack.size() || stack.size() - (address - stack_start) < 8) {
       return false;
     }
     std::memcpy(value, stack.data() + (address - stack_start), 8);
     return true;
   };
-  Registers regs = regs_in;
+  // This frame's registers and its caller's, in turn: only `known` is cleared per frame (a
+  // register not known is never read), not the 17 values.
+  std::array<Registers, 2> frame_regs = {regs_in, Registers{}};
+  size_t current = 0;
   bool exact_pc = true;  // the leaf's pc, or a signal frame's caller: not a return address
   for (size_t n = 0;; ++n) {
     if (n >= max_frames) return UnwindEnd::kMaxFrames;
+    const Registers& regs = frame_regs[current];
     const uint64_t pc = regs.value[kDwarfRip];
     const uint64_t at = exact_pc || pc == 0 ? pc : pc - 1;
     const CodeAt code = lookup->At(at);
@@ -58,7 +65,8 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
       return UnwindEnd::kNoMapping;
     }
     out->push_back(UserFrame{code.file, code.anonymous ? pc : code.offset + (pc - at)});
-    Registers caller;
+    Registers& caller = frame_regs[current ^ 1];
+    caller.known = 0;
     bool signal = false;
     CompactRow compact;
     const RowForm form =
@@ -93,10 +101,11 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
       }
       caller.Set(kDwarfRsp, cfa);
     } else if (row != nullptr) {
+      const ReadMemory read_memory = read;
       Dwarf_Op* ops = nullptr;
       size_t nops = 0;
       if (dwarf_frame_cfa(row.get(), &ops, &nops) != 0 || nops == 0) return UnwindEnd::kBadRule;
-      auto cfa = Evaluate(std::span<const Dwarf_Op>(ops, nops), regs, std::nullopt, read);
+      auto cfa = Evaluate(std::span<const Dwarf_Op>(ops, nops), regs, std::nullopt, read_memory);
       if (!cfa) return UnwindEnd::kBadRule;
       // A caller is at a call: only the registers kept across calls (and the return address)
       // mean anything there. A signal frame's caller was interrupted anywhere: all of them.
@@ -119,7 +128,7 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
           if (r == kDwarfRip) return UnwindEnd::kOutermost;
           continue;
         }
-        auto rule = Evaluate(std::span<const Dwarf_Op>(ops, nops), regs, cfa->value, read);
+        auto rule = Evaluate(std::span<const Dwarf_Op>(ops, nops), regs, cfa->value, read_memory);
         if (!rule) {
           if (r == kDwarfRip) return UnwindEnd::kBadRule;
           continue;
@@ -146,7 +155,7 @@ UnwindEnd Unwind(const Registers& regs_in, std::span<const uint8_t> stack, size_
     }
     if (!caller.Has(kDwarfRip) || caller.value[kDwarfRip] == 0) return UnwindEnd::kOutermost;
     if (caller.value[kDwarfRsp] <= regs.value[kDwarfRsp] && !signal) return UnwindEnd::kNoProgress;
-    regs = caller;
+    current ^= 1;
     exact_pc = signal;
   }
 }
