@@ -135,7 +135,7 @@ bool ProfileCollector::BuildKey(const Sample& s, CommTable* comms) {
     // A "dwarf" profile: unwound from the sample's registers and stack copy, as it is read.
     regs_.resize(s.regs_user.size() / sizeof(uint64_t));
     std::memcpy(regs_.data(), s.regs_user.data(), regs_.size() * sizeof(uint64_t));
-    unwind::ProcessCodeLookup lookup(images_, tables_, s.pid, s.time_ns);
+    unwind::ProcessCodeLookup lookup(images_, tables_, s.pid, s.time_ns, &span_memo_);
     const unwind::UnwindEnd end =
         unwind::Unwind(unwind::FromSampleRegs(regs_), s.stack_user, max_unwind_frames_, &lookup, &user_frames_);
     unwind_ends_[static_cast<size_t>(end)].Add(1);
@@ -253,10 +253,10 @@ struct StacksBaseline : StackBaseline {
   std::vector<StackCount> stacks;
 };
 
-// ProfileCollector's: each series' value by its key, the keys in one buffer.
+// ProfileCollector's: each series' value by its id (SeriesTable::ForEachWithId), in id order. A
+// baseline is only used with the collector that made it (Pipeline::ProfileOf checks instance()).
 struct SeriesBaseline : StackBaseline {
-  std::string keys;
-  std::unordered_map<std::string_view, uint64_t> values;  // views into `keys`
+  std::vector<std::pair<uint64_t, uint64_t>> values;  // (id, value), increasing ids
 };
 
 }  // namespace
@@ -307,19 +307,9 @@ std::vector<StackCount> ProfileCollector::Stacks() const {
 
 std::shared_ptr<const StackBaseline> ProfileCollector::Baseline() const {
   auto b = std::make_shared<SeriesBaseline>();
-  std::vector<std::pair<size_t, uint64_t>> ends;  // per series: where its key ends in b->keys, its value
-  ends.reserve(stacks_.Get());
-  series_.ForEach([&](std::string_view key, const WideSum& v) {
-    b->keys.append(key);
-    ends.emplace_back(b->keys.size(), Saturated(v));
-  });
-  b->values.reserve(ends.size());
-  const std::string_view all(b->keys);
-  size_t at = 0;
-  for (const auto& [end, value] : ends) {
-    b->values.emplace(all.substr(at, end - at), value);
-    at = end;
-  }
+  b->values.reserve(stacks_.Get());
+  series_.ForEachWithId(
+      [&](uint64_t id, std::string_view, const WideSum& v) { b->values.emplace_back(id, Saturated(v)); });
   return b;
 }
 
@@ -328,11 +318,15 @@ std::vector<StackCount> ProfileCollector::StacksSince(const StackBaseline& basel
   if (b == nullptr) return StackProfile::StacksSince(baseline);
   std::vector<StackCount> out;
   std::unordered_map<std::string_view, LabelPairs> rendered;
-  series_.ForEach([&](std::string_view key, const WideSum& v) {
+  // Both walks are in increasing id order: merged, no key looked up.
+  size_t at = 0;
+  series_.ForEachWithId([&](uint64_t id, std::string_view key, const WideSum& v) {
     uint64_t value = Saturated(v);
-    if (auto it = b->values.find(key); it != b->values.end()) {
-      if (value == it->second) return;              // did not grow: not decoded
-      if (value > it->second) value -= it->second;  // (a series never shrinks; else taken whole)
+    while (at < b->values.size() && b->values[at].first < id) ++at;  // series removed since
+    if (at < b->values.size() && b->values[at].first == id) {
+      const uint64_t before = b->values[at].second;
+      if (value == before) return;          // did not grow: not decoded
+      if (value > before) value -= before;  // (a series never shrinks; else taken whole)
     }
     out.push_back(Decode(key, value, &rendered));
   });

@@ -34,6 +34,7 @@
 #include "decode/callchain.h"
 #include "decode/field_extractor.h"
 #include "process/process_images.h"
+#include "unwind/cfi_cache.h"
 #include "unwind/unwinder.h"
 
 namespace tpe {
@@ -156,6 +157,7 @@ class ProfileCollector : public Collector, public StackProfile {
   // stack copy (a "dwarf" profile's) is unwound with (Collector::set_user_stacks). Without
   // images, user frames are all kNoFile.
   void set_user_stacks(ProcessImages* images, unwind::CfiCache* tables) override {
+    if (images != images_ || tables != tables_) span_memo_.Clear();
     images_ = images;
     tables_ = tables;
   }
@@ -202,6 +204,7 @@ class ProfileCollector : public Collector, public StackProfile {
   uint64_t timed_calls_ = 0;
   ProcessImages* images_ = nullptr;
   unwind::CfiCache* tables_ = nullptr;
+  unwind::SpanMemo span_memo_;  // reader thread: the spans of the last processes unwound
   size_t max_unwind_frames_ = 127;
   // How each "dwarf" unwind ended, by unwind::UnwindEnd.
   std::array<RelaxedCounter, unwind::kUnwindEnds> unwind_ends_;

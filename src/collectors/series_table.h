@@ -53,7 +53,7 @@ class SeriesTable {
     Entry* e;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      entries_.emplace_back(std::string(key));
+      entries_.emplace_back(std::string(key), next_id_++);
       e = &entries_.back();
       e->self = std::prev(entries_.end());
       init(e->value);
@@ -117,11 +117,18 @@ class SeriesTable {
   // Calls f(key, value) for every series. Values may be read while the writer updates them.
   template <typename F>
   void ForEach(F&& f) const {
+    ForEachWithId([&](uint64_t, std::string_view key, const V& value) { f(key, value); });
+  }
+  // The same with f(id, key, value): `id` names the series for as long as this table lives (a
+  // series removed and made again gets a new one), and the series come in increasing id order,
+  // so two walks can be merged without looking keys up.
+  template <typename F>
+  void ForEachWithId(F&& f) const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const Entry& e : entries_) {
       // Noted before f reads the value, so the value exported is at least this count.
       e.scraped.store(e.value.Count(), std::memory_order_relaxed);
-      f(std::string_view(e.key), e.value);
+      f(e.id, std::string_view(e.key), e.value);
     }
   }
 
@@ -130,8 +137,9 @@ class SeriesTable {
 
  private:
   struct Entry {
-    explicit Entry(std::string k) : key(std::move(k)) {}
+    Entry(std::string k, uint64_t i) : key(std::move(k)), id(i) {}
     std::string key;
+    const uint64_t id;  // increasing in entries_' order (appended with the next id)
     V value;
     typename std::list<Entry>::iterator self;
     uint64_t last_count = 0;                            // writer only
@@ -167,6 +175,7 @@ class SeriesTable {
   std::list<Entry> entries_;                            // stable addresses; guarded by mu_
   std::deque<std::string> removable_;                   // writer only: keys of dead tasks' series, oldest first
   uint64_t now_ns_ = 0;                                 // writer only: the last sweep's clock
+  uint64_t next_id_ = 0;                                // guarded by mu_
   std::atomic<uint64_t> removed_idle_{0}, removed_exited_{0};
   mutable std::mutex mu_;
 };

@@ -4,6 +4,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "collectors/collector.h"
 
@@ -35,6 +37,35 @@ TEST(SeriesTableTest, IdleSeriesAreRemoved) {
   EXPECT_EQ(Keys(t), (std::set<std::string>{"a"}));
   // A removed series that comes back starts again from 0.
   EXPECT_EQ(t.FindOrInsert("b")->Get(), 0u);
+}
+
+// Ids: increasing in the walk's order, kept by a series while it lives, new for a series made
+// again after its removal (a window's baseline merges two walks by id).
+TEST(SeriesTableTest, IdsIncreaseAlongTheWalkAndAreNeverReused) {
+  SeriesTable<RelaxedCounter> t(10);
+  auto ids = [&] {
+    std::vector<std::pair<uint64_t, std::string>> out;
+    t.ForEachWithId([&](uint64_t id, std::string_view k, const RelaxedCounter&) { out.emplace_back(id, k); });
+    return out;
+  };
+  t.FindOrInsert("a")->Add(1);
+  t.FindOrInsert("b")->Add(1);
+  t.FindOrInsert("c")->Add(1);
+  const auto first = ids();
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_LT(first[0].first, first[1].first);
+  EXPECT_LT(first[1].first, first[2].first);
+  t.Sweep(1 * kSecond, 3 * kSecond, kNoneExited);
+  t.FindOrInsert("a")->Add(1);
+  t.FindOrInsert("c")->Add(1);
+  t.Sweep(5 * kSecond, 3 * kSecond, kNoneExited);  // b idle: gone
+  t.FindOrInsert("b")->Add(1);                     // made again
+  const auto second = ids();
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_EQ(second[0], first[0]);
+  EXPECT_EQ(second[1], first[2]);
+  EXPECT_EQ(second[2].second, "b");
+  EXPECT_GT(second[2].first, first[2].first) << "a new id, not b's old one";
 }
 
 // Fork churn: the table is full of dead tasks' series; a new task's series still gets in.

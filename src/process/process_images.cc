@@ -55,6 +55,7 @@ ProcessImages::Image* ProcessImages::NewImage(uint32_t pid, Process* p, uint64_t
 }
 
 void ProcessImages::Refile(uint32_t pid, Image* img) {
+  generation_.fetch_add(1, std::memory_order_release);
   if (std::get<0>(img->evict_key) >= 0) {
     evict_order_.erase(std::tuple_cat(img->evict_key, std::make_tuple(pid, img->id)));
   }
@@ -196,6 +197,7 @@ void ProcessImages::OnExit(uint64_t /*time_ns*/, uint32_t pid, uint32_t tid) {
 
 void ProcessImages::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
+  generation_.fetch_add(1, std::memory_order_release);
   size_t path_bytes = 0;
   for (const std::string* p : paths_) path_bytes += p == nullptr ? 0 : p->size() + 64;
   procs_.clear();
@@ -206,6 +208,7 @@ void ProcessImages::Clear() {
 
 void ProcessImages::OnLost() {
   std::lock_guard<std::mutex> lock(mu_);
+  generation_.fetch_add(1, std::memory_order_release);
   for (auto& [pid, p] : procs_) {
     Image* img = CurrentOf(&p);
     if (p.exited || img == nullptr || img->ended) continue;

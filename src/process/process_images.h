@@ -38,6 +38,7 @@
 // Thread-safety: every method from any thread (one mutex).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -121,6 +122,11 @@ class ProcessImages {
   };
   std::optional<ImageInfo> Current(uint32_t pid) const;
 
+  // Bumped whenever any image changes (a mapping learnt or read, an image started, ended,
+  // evicted, sampled first or put in doubt, Clear): what a caller kept of CodeAt's answers holds
+  // while it is unchanged. Lock-free.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
   struct Stats {
     size_t processes = 0, images = 0;
     size_t bytes = 0;         // estimated bytes held
@@ -186,6 +192,7 @@ class ProcessImages {
   uint64_t next_id_ = 1, next_seq_ = 1;
   size_t bytes_ = 0;
   Stats counts_;
+  std::atomic<uint64_t> generation_{0};  // written under mu_
 };
 
 // Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).

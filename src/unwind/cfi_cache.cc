@@ -75,9 +75,29 @@ CfiCache::Stats CfiCache::stats() const {
   return s;
 }
 
+std::vector<HeldSpan>* SpanMemo::For(uint32_t pid, uint64_t generation, uint64_t now_ns) {
+  Process* slot = &processes_[0];
+  for (Process& p : processes_) {
+    if (p.pid == pid && !p.held.empty()) {
+      slot = &p;
+      break;
+    }
+    if (p.used < slot->used) slot = &p;  // the least recently used (or never)
+  }
+  if (slot->pid != pid || slot->generation != generation || now_ns < slot->since_ns ||
+      now_ns - slot->since_ns >= max_age_ns_) {
+    slot->held.clear();
+    slot->pid = pid;
+    slot->generation = generation;
+    slot->since_ns = now_ns;
+  }
+  slot->used = ++uses_;
+  return &slot->held;
+}
+
 CodeAt ProcessCodeLookup::At(uint64_t address) {
   CodeAt code;
-  for (const Held& h : held_) {
+  for (const HeldSpan& h : *held_) {
     if (address >= h.span.start && address < h.span.end) {
       const UserFrame f = h.span.At(address);
       code.file = f.file;
@@ -94,7 +114,7 @@ CodeAt ProcessCodeLookup::At(uint64_t address) {
   if (code.file == kNoFile) return code;
   std::shared_ptr<const CfiTable> table;
   if (!code.anonymous && tables_ != nullptr) {
-    for (const Held& h : held_) {  // another mapping of a file already asked for
+    for (const HeldSpan& h : *held_) {  // another mapping of a file already asked for
       if (h.span.file == code.file) {
         table = h.table;
         break;
@@ -105,7 +125,7 @@ CodeAt ProcessCodeLookup::At(uint64_t address) {
   code.cfi = table.get();
   // Held whether or not the span is known (an empty span matches no address; the table is kept).
   if (span.file != code.file) span = ProcessImages::CodeSpan{0, 0, 0, code.file, code.anonymous};
-  held_.push_back(Held{span, std::move(table)});
+  held_->push_back(HeldSpan{span, std::move(table)});
   return code;
 }
 

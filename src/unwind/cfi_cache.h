@@ -11,6 +11,7 @@
 // one thread at a time (CfiTable) — the reader's. ProcessCodeLookup: one thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -71,12 +72,55 @@ class CfiCache {
   FileRefusalCounts refusals_{"unwind"};
 };
 
+// The mappings a walk has been in, each with its file's table (null: the file has none), held
+// while it runs (the cache may let them go meanwhile). A walk's frames are mostly in a few
+// mappings (an interpreter's, libc's): each is asked of the images and the cache once per walk,
+// or once for many walks with a SpanMemo.
+struct HeldSpan {
+  ProcessImages::CodeSpan span;
+  std::shared_ptr<const CfiTable> table;
+};
+
+// What the last walks of a few processes held, kept from one sample to the next (the reader
+// thread's: one per profile), so that the samples of a process that keeps running the same
+// code ask the images and the cache nothing: a process's spans hold while the images learnt
+// nothing since (ProcessImages::generation: any mapping, exec, fork, exit, eviction or loss
+// anywhere) and for at most `max_age_ns` (a file without a table is asked for again, as
+// CfiCache retries it). Up to kProcesses processes, the oldest replaced.
+//
+// Thread-safety: one thread.
+class SpanMemo {
+ public:
+  static constexpr size_t kProcesses = 8;
+  explicit SpanMemo(uint64_t max_age_ns = 1'000'000'000) : max_age_ns_(max_age_ns) {}
+  // The spans kept for `pid`, emptied first when they no longer hold (`generation`: the images'
+  // now; `now_ns`: CLOCK_MONOTONIC). Valid until the next call.
+  std::vector<HeldSpan>* For(uint32_t pid, uint64_t generation, uint64_t now_ns);
+  // Lets every process's spans go (the images or the cache asked are others now).
+  void Clear() { processes_ = {}; }
+
+ private:
+  struct Process {
+    uint32_t pid = 0;
+    uint64_t generation = 0, since_ns = 0, used = 0;
+    std::vector<HeldSpan> held;
+  };
+  const uint64_t max_age_ns_;
+  std::array<Process, kProcesses> processes_;
+  uint64_t uses_ = 0;
+};
+
 // The code at an address of process `pid` at the sample's time: its current process image
-// (ProcessImages::CodeAt) and the file's table (CfiCache::Get).
+// (ProcessImages::CodeAt) and the file's table (CfiCache::Get). With `memo`, the spans of the
+// process's earlier walks are used while they hold (SpanMemo).
 class ProcessCodeLookup : public CodeLookup {
  public:
-  ProcessCodeLookup(ProcessImages* images, CfiCache* tables, uint32_t pid, uint64_t now_ns)
-      : images_(images), tables_(tables), pid_(pid), now_ns_(now_ns) {}
+  ProcessCodeLookup(ProcessImages* images, CfiCache* tables, uint32_t pid, uint64_t now_ns, SpanMemo* memo = nullptr)
+      : images_(images),
+        tables_(tables),
+        pid_(pid),
+        now_ns_(now_ns),
+        held_(memo != nullptr ? memo->For(pid, images->generation(), now_ns) : &own_) {}
   CodeAt At(uint64_t address) override;
 
  private:
@@ -84,14 +128,8 @@ class ProcessCodeLookup : public CodeLookup {
   CfiCache* tables_;
   uint32_t pid_;
   uint64_t now_ns_;
-  // The mappings this walk has been in, each with its file's table (null: the file has none),
-  // held while it runs (the cache may let them go meanwhile). A walk's frames are mostly in a few
-  // mappings (an interpreter's, libc's): each is asked of the images and the cache once per walk.
-  struct Held {
-    ProcessImages::CodeSpan span;
-    std::shared_ptr<const CfiTable> table;
-  };
-  std::vector<Held> held_;
+  std::vector<HeldSpan> own_;
+  std::vector<HeldSpan>* held_;
 };
 
 // Self-metrics counted here (common/metric_desc.h; written by the pipeline's Snapshot).
