@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -84,8 +83,7 @@ StatusOr<std::unique_ptr<CfiTable>> CfiTable::Read(int fd, const std::string& di
     return NotFound(display + " has no call frame information");
   // Everything libdw needs is read: the descriptor may be closed.
   elf_cntl(t->elf_, ELF_C_FDDONE);
-  t->bytes_ += sizeof(CfiTable) + t->segments_.size() * sizeof(elf::LoadSegment) + 4096 + kRowMemo * sizeof(Memo) +
-               kRangeMemo * sizeof(RangeMemo);
+  t->bytes_ += sizeof(CfiTable) + t->segments_.size() * sizeof(elf::LoadSegment) + 4096 + kRowMemo * sizeof(Memo);
   return t;
 }
 
@@ -96,40 +94,15 @@ CfiTable::~CfiTable() {
 }
 
 FramePtr CfiTable::RowAt(uint64_t offset, bool* signal) const {
-  uint64_t first = 0, end = 0;
-  return RowAt(offset, signal, &first, &end);
-}
-
-FramePtr CfiTable::RowAt(uint64_t offset, bool* signal, uint64_t* first, uint64_t* end) const {
   *signal = false;
-  *first = *end = 0;
-  const elf::LoadSegment* segment = nullptr;
-  for (const elf::LoadSegment& s : segments_) {
-    if (offset >= s.offset && offset - s.offset < s.filesz) {
-      segment = &s;
-      break;
-    }
-  }
-  if (segment == nullptr) return nullptr;
-  const uint64_t address = offset - segment->offset + segment->vaddr;
+  auto address = elf::AddressForFileOffset(segments_, offset);
+  if (!address.ok()) return nullptr;
   for (Dwarf_CFI* cfi : {eh_frame_, debug_frame_}) {
     if (cfi == nullptr) continue;
     Dwarf_Frame* frame = nullptr;
-    if (dwarf_cfi_addrframe(cfi, address, &frame) != 0 || frame == nullptr) continue;
-    Dwarf_Addr start = 0, stop = 0;
-    dwarf_frame_info(frame, &start, &stop, signal);
-    // The row's addresses as file offsets, within the segment (the only bytes whose offsets and
-    // addresses are one shift apart); a range not holding the address is the address alone, and
-    // so is a .debug_frame row beside .eh_frame (another address of it may have an FDE there,
-    // which is asked first).
-    if (start <= address && address < stop && (cfi == eh_frame_ || eh_frame_ == nullptr)) {
-      const uint64_t seg_end = segment->vaddr + segment->filesz;
-      *first = std::max<uint64_t>(start, segment->vaddr) - segment->vaddr + segment->offset;
-      *end = std::min<uint64_t>(stop, seg_end) - segment->vaddr + segment->offset;
-    } else {
-      *first = offset;
-      *end = offset + 1;
-    }
+    if (dwarf_cfi_addrframe(cfi, *address, &frame) != 0 || frame == nullptr) continue;
+    Dwarf_Addr start = 0, end = 0;
+    dwarf_frame_info(frame, &start, &end, signal);
     return FramePtr(frame);
   }
   return nullptr;
@@ -285,29 +258,12 @@ RowForm CfiTable::CompactRowAt(uint64_t offset, CompactRow* row) const {
   Memo& m = memo_[(offset * 0x9e3779b97f4a7c15ull) >> 55];
   if (m.offset_plus_1 != offset + 1) {
     m.offset_plus_1 = offset + 1;
-    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), offset,
-                               [](uint64_t o, const RangeMemo& r) { return o < r.first; });
-    if (it != ranges_.begin() && offset < std::prev(it)->end) {
-      m.form = RowForm::kCompact;
-      m.row = std::prev(it)->row;
+    bool signal = false;
+    FramePtr frame = RowAt(offset, &signal);
+    if (frame == nullptr) {
+      m.form = RowForm::kNone;
     } else {
-      bool signal = false;
-      uint64_t first = 0, end = 0;
-      FramePtr frame = RowAt(offset, &signal, &first, &end);
-      if (frame == nullptr) {
-        m.form = RowForm::kNone;
-      } else if (!signal && Compact(frame.get(), &m.row)) {
-        m.form = RowForm::kCompact;
-        if (ranges_.size() >= kRangeMemo) ranges_.clear();
-        // Rows do not overlap: the insertion point found above keeps the order.
-        it = std::upper_bound(ranges_.begin(), ranges_.end(), first,
-                              [](uint64_t o, const RangeMemo& r) { return o < r.first; });
-        const bool overlaps =
-            (it != ranges_.begin() && first < std::prev(it)->end) || (it != ranges_.end() && it->first < end);
-        if (!overlaps) ranges_.insert(it, RangeMemo{first, end, m.row});
-      } else {
-        m.form = RowForm::kFull;
-      }
+      m.form = !signal && Compact(frame.get(), &m.row) ? RowForm::kCompact : RowForm::kFull;
     }
   }
   if (m.form == RowForm::kCompact) *row = m.row;

@@ -79,17 +79,12 @@ class CfiTable {
   // covers it (or it lies in no segment). `*signal`: the frame is a signal trampoline's (its
   // caller's return address is an exact pc).
   FramePtr RowAt(uint64_t offset, bool* signal) const;
-  // The same, and the file offsets [*first, *end) the row covers (within the offset's segment).
-  FramePtr RowAt(uint64_t offset, bool* signal, uint64_t* first, uint64_t* end) const;
 
   // The row at `offset` in compact form (kCompact, `*row` filled) when it has one; kFull when it
   // must be read with RowAt; kNone when RowAt would return null. Remembered per offset in a
-  // direct-mapped table of kRowMemo entries (a loop's frames are the same few pcs), and a compact
-  // row for the whole range of code it covers (up to kRangeMemo ranges, forgotten all at once
-  // past that): a sample preempted anywhere in a hot loop's body finds its row without libdw.
+  // direct-mapped table of kRowMemo entries (a loop's frames are the same few pcs).
   RowForm CompactRowAt(uint64_t offset, CompactRow* row) const;
   static constexpr size_t kRowMemo = 512;
-  static constexpr size_t kRangeMemo = 1024;
 
   // Walks the rows of .eh_frame over the file's code in file offset order: `f(offset, form, row)`
   // for each row's first file offset, with `row` filled when `form` is kCompact; a gap between
@@ -122,11 +117,6 @@ class CfiTable {
     CompactRow row;
   };
   mutable std::vector<Memo> memo_;  // kRowMemo entries once a row is asked for (counted in bytes_)
-  struct RangeMemo {
-    uint64_t first = 0, end = 0;  // file offsets [first, end) the row covers
-    CompactRow row;
-  };
-  mutable std::vector<RangeMemo> ranges_;  // sorted by `first`, not overlapping; at most kRangeMemo (counted)
 };
 
 }  // namespace tpe::unwind

@@ -1,8 +1,8 @@
 // CfiTable::CompactRowAt: at every offset of real files' code (this test, libc, python3.11 where
 // installed), the compact form says exactly what libdw's rules say when evaluated (the unwinder's
 // fast path and its full path agree), the compact form is the common one, and the memo answers
-// the same twice (offsets asked in order: most are answered by the range memo of a row asked
-// before).
+// the same twice (offsets asked in ascending and in descending order: most are answered by the
+// range memo of a row asked before).
 #include "unwind/cfi_table.h"
 
 #include <fcntl.h>
@@ -24,7 +24,9 @@ struct Counts {
 };
 
 // Registers with distinct values, and a stack whose every 8 bytes hold their own address.
-void CheckEveryRow(const std::string& path, uint64_t step, Counts* out) {
+// `descending`: the offsets asked from the last down (a row's range remembered from a later offset
+// must hold for the earlier ones too).
+void CheckEveryRow(const std::string& path, uint64_t step, bool descending, Counts* out) {
   Counts& counts = *out;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   EXPECT_GE(fd, 0) << path;
@@ -41,7 +43,9 @@ void CheckEveryRow(const std::string& path, uint64_t step, Counts* out) {
     *value = address ^ 0x5555;
     return true;
   };
-  for (uint64_t offset = 0; offset < static_cast<uint64_t>(st.st_size); offset += step) {
+  const uint64_t count = (static_cast<uint64_t>(st.st_size) + step - 1) / step;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t offset = (descending ? count - 1 - i : i) * step;
     CompactRow row;
     const RowForm form = (*table)->CompactRowAt(offset, &row);
     bool signal = false;
@@ -95,13 +99,16 @@ TEST(CfiTableTest, CompactRowsSayWhatLibdwsRulesSay) {
   if (const std::string libc = testing::MappedPath("/libc.so.6"); !libc.empty()) files.emplace_back(libc, 5);
   if (::access("/usr/bin/python3.11", R_OK) == 0) files.emplace_back("/usr/bin/python3.11", 17);
   for (const auto& [path, step] : files) {
-    Counts c;
-    CheckEveryRow(path, step, &c);
-    ASSERT_FALSE(HasFatalFailure());
-    std::printf("%s: %zu rows, %zu compact\n", path.c_str(), c.rows, c.compact);
-    EXPECT_GT(c.rows, 1000u) << path;
-    // The compact form is the common one (the rest: PLT expressions, signal frames).
-    EXPECT_GT(c.compact * 100, c.rows * 95) << path;
+    for (const bool descending : {false, true}) {
+      Counts c;
+      CheckEveryRow(path, step, descending, &c);
+      ASSERT_FALSE(HasFatalFailure());
+      std::printf("%s (%s): %zu rows, %zu compact\n", path.c_str(), descending ? "descending" : "ascending", c.rows,
+                  c.compact);
+      EXPECT_GT(c.rows, 1000u) << path;
+      // The compact form is the common one (the rest: PLT expressions, signal frames).
+      EXPECT_GT(c.compact * 100, c.rows * 95) << path;
+    }
   }
 }
 
