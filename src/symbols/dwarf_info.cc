@@ -96,10 +96,98 @@ std::vector<DwarfInfo::Line> DwarfInfo::Lookup(uint64_t address) const {
   return out;
 }
 
+// A compile unit's functions and inlined subroutines by address (DWARF 5 §3.3, §3.3.8): every
+// range of code each one covers, and its enclosing function scope.
+struct DwarfInfo::UnitIndex {
+  struct Scope {
+    Dwarf_Off die = 0;    // the subprogram or inlined subroutine DIE
+    int32_t parent = -1;  // the enclosing function scope's index, -1 for none
+    uint32_t depth = 0;   // how many function scopes enclose it
+  };
+  struct Range {
+    uint64_t low = 0, high = 0;  // [low, high)
+    uint32_t scope = 0;
+  };
+  std::vector<Scope> scopes;
+  std::vector<Range> ranges;  // sorted by low
+};
+
+namespace {
+
+// Walks the unit's DIEs once (depth first, at most `max_ranges` ranges, nesting cut at 256) and
+// indexes each subprogram and inlined subroutine that covers code.
+void BuildIndex(Dwarf_Die* unit, size_t max_ranges, DwarfInfo::UnitIndex* index) {
+  struct Pending {
+    Dwarf_Die die;
+    int32_t scope;  // the function scope enclosing `die`
+    uint32_t depth;
+    uint32_t nesting;  // DIE levels below the unit
+  };
+  constexpr uint32_t kMaxNesting = 256;
+  std::vector<Pending> stack;
+  Dwarf_Die first;
+  if (dwarf_child(unit, &first) == 0) stack.push_back(Pending{first, -1, 0, 1});
+  while (!stack.empty() && index->ranges.size() < max_ranges) {
+    Pending p = stack.back();
+    stack.pop_back();
+    Dwarf_Die next;
+    if (dwarf_siblingof(&p.die, &next) == 0) stack.push_back(Pending{next, p.scope, p.depth, p.nesting});
+    const int tag = dwarf_tag(&p.die);
+    int32_t inner = p.scope;
+    uint32_t depth = p.depth;
+    if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine) {
+      const auto self = static_cast<uint32_t>(index->scopes.size());
+      Dwarf_Addr base = 0, low = 0, high = 0;
+      bool covers = false;
+      for (ptrdiff_t off = 0;
+           index->ranges.size() < max_ranges && (off = dwarf_ranges(&p.die, off, &base, &low, &high)) > 0;) {
+        // Empty, or at 0: code the linker discarded (its tombstone), which would cover real code.
+        if (high <= low || low == 0) continue;
+        index->ranges.push_back(DwarfInfo::UnitIndex::Range{low, high, self});
+        covers = true;
+      }
+      // A declaration or an abstract instance covers no code, nor does anything inside it.
+      if (!covers) continue;
+      index->scopes.push_back(DwarfInfo::UnitIndex::Scope{dwarf_dieoffset(&p.die), p.scope, p.depth});
+      inner = static_cast<int32_t>(self);
+      depth = p.depth + 1;
+    }
+    Dwarf_Die child;
+    if (p.nesting < kMaxNesting && dwarf_haschildren(&p.die) > 0 && dwarf_child(&p.die, &child) == 0) {
+      stack.push_back(Pending{child, inner, depth, p.nesting + 1});
+    }
+  }
+  std::sort(index->ranges.begin(), index->ranges.end(), [](const auto& a, const auto& b) { return a.low < b.low; });
+}
+
+}  // namespace
+
+const DwarfInfo::UnitIndex& DwarfInfo::IndexOf(uint64_t unit_offset, void* unit_die) const {
+  if (auto it = units_.find(unit_offset); it != units_.end()) return *it->second;
+  if (unit_ranges_ >= kMaxIndexedRanges) {
+    units_.clear();
+    unit_ranges_ = unit_bytes_ = 0;
+  }
+  auto index = std::make_unique<UnitIndex>();
+  BuildIndex(static_cast<Dwarf_Die*>(unit_die), kMaxIndexedRanges, index.get());
+  unit_ranges_ += index->ranges.size();
+  unit_bytes_ += 64 + index->ranges.size() * sizeof(UnitIndex::Range) + index->scopes.size() * sizeof(UnitIndex::Scope);
+  return *units_.emplace(unit_offset, std::move(index)).first->second;
+}
+
 std::vector<DwarfInfo::Line> DwarfInfo::LookupLocked(uint64_t address) const {
   std::vector<Line> out;
   Dwarf_Die cu;
   if (!UnitOf(dwarf_, address, &cu)) return out;
+  const UnitIndex& index = IndexOf(dwarf_dieoffset(&cu), &cu);
+  // The innermost function scope holding the address: the deepest of the ranges that hold it.
+  int64_t innermost = -1;
+  for (const UnitIndex::Range& r : index.ranges) {
+    if (r.low > address) break;
+    if (address >= r.high) continue;
+    if (innermost < 0 || index.scopes[r.scope].depth > index.scopes[innermost].depth) innermost = r.scope;
+  }
+  if (innermost < 0) return out;
   // The address's own line: the innermost function's.
   std::string file;
   int64_t line = 0;
@@ -111,46 +199,24 @@ std::vector<DwarfInfo::Line> DwarfInfo::LookupLocked(uint64_t address) const {
   Dwarf_Files* files = nullptr;
   size_t nfiles = 0;
   if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = nullptr;
-  // The innermost function at the address (dwarf_getscopes continues an inlined instance with
-  // its abstract origin's scopes, not its caller's: the callers come from dwarf_getscopes_die).
-  Dwarf_Die* scopes = nullptr;
-  const int nscopes = dwarf_getscopes(&cu, address, &scopes);
-  Dwarf_Die innermost;
-  bool found = false;
-  for (int i = 0; i < nscopes; ++i) {
-    const int tag = dwarf_tag(&scopes[i]);
-    if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine) {
-      innermost = scopes[i];
-      found = true;
-      break;
-    }
-  }
-  free(scopes);
-  if (!found) return out;
-  out.push_back(Line{DieName(&innermost), file, line});
-  if (dwarf_tag(&innermost) != DW_TAG_inlined_subroutine) return out;
-  Dwarf_Die* chain = nullptr;
-  const int nchain = dwarf_getscopes_die(&innermost, &chain);  // chain[0] is `innermost`
-  int inlined = 0;  // the last inlined instance seen: its call site is its caller's line
-  for (int i = 1; i < nchain && out.size() < kMaxLines; ++i) {
-    const int tag = dwarf_tag(&chain[i]);
-    if (tag != DW_TAG_subprogram && tag != DW_TAG_inlined_subroutine) continue;
+  Dwarf_Die die;
+  if (dwarf_offdie(dwarf_, index.scopes[innermost].die, &die) == nullptr) return out;
+  out.push_back(Line{DieName(&die), file, line});
+  // Each inlined instance's caller, with the instance's call site as its line, up to the function
+  // they were inlined into.
+  for (int64_t s = innermost; dwarf_tag(&die) == DW_TAG_inlined_subroutine && out.size() < kMaxLines;) {
     file.clear();
     line = 0;
     Dwarf_Attribute attr;
     Dwarf_Word v = 0;
-    if (files != nullptr && dwarf_formudata(dwarf_attr(&chain[inlined], DW_AT_call_file, &attr), &v) == 0 &&
-        v < nfiles) {
+    if (files != nullptr && dwarf_formudata(dwarf_attr(&die, DW_AT_call_file, &attr), &v) == 0 && v < nfiles) {
       if (const char* f = dwarf_filesrc(files, v, nullptr, nullptr)) file = f;
     }
-    if (dwarf_formudata(dwarf_attr(&chain[inlined], DW_AT_call_line, &attr), &v) == 0) {
-      line = static_cast<int64_t>(v);
-    }
-    out.push_back(Line{DieName(&chain[i]), file, line});
-    if (tag == DW_TAG_subprogram) break;
-    inlined = i;
+    if (dwarf_formudata(dwarf_attr(&die, DW_AT_call_line, &attr), &v) == 0) line = static_cast<int64_t>(v);
+    s = index.scopes[s].parent;
+    if (s < 0 || dwarf_offdie(dwarf_, index.scopes[s].die, &die) == nullptr) break;
+    out.push_back(Line{DieName(&die), file, line});
   }
-  free(chain);
   return out;
 }
 

@@ -1,9 +1,12 @@
 // Source lines and inlined functions of code addresses, from the DWARF (.debug_info, .debug_line,
 // .debug_abbrev, ...) of an ELF file: a binary built with -g, or its separate debug file. Read with
 // elfutils' libdw, as eu-addr2line -i does: the compile unit that holds the address
-// (dwarf_addrdie, .debug_aranges; every unit's ranges when those are missing), its scopes at the
-// address (dwarf_getscopes, innermost first), and for each inlined subroutine its call site
+// (dwarf_addrdie, .debug_aranges; every unit's ranges when those are missing), the innermost
+// function or inlined subroutine at the address, and for each inlined subroutine its call site
 // (DW_AT_call_file, DW_AT_call_line), which is the source line of the function it was inlined into.
+// The functions of a unit are indexed by address the first time the unit is asked (one walk of its
+// DIEs: what dwarf_getscopes does at every address), so each later address is a scan of the
+// unit's ranges.
 //
 // The file is read with pread(2) (ELF_C_READ), never mapped, so a file cut short while it is read
 // gives no name, not SIGBUS. libdw checks what it reads against the sections' sizes; a corrupt
@@ -57,13 +60,15 @@ class DwarfInfo {
   // most 64 entries (deeper inlining is cut at the outer end). Answers are remembered per
   // address (at most 65,536 addresses; thread-safe).
   std::vector<Line> Lookup(uint64_t address) const;
-  // Estimated bytes of the remembered answers.
+  // Estimated bytes of the remembered answers and of the units' indexes.
   size_t memo_bytes() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return memo_bytes_;
+    return memo_bytes_ + unit_bytes_;
   }
 
   const std::string& display() const { return display_; }
+  // A compile unit's function scopes by address (defined and built in dwarf_info.cc).
+  struct UnitIndex;
   // Bytes of the DWARF sections libdw holds (decompressed), and of the remembered answers.
   size_t memory_bytes() const { return section_bytes_ + memo_bytes(); }
 
@@ -75,10 +80,15 @@ class DwarfInfo {
   std::string display_;
   size_t section_bytes_ = 0;
   std::vector<Line> LookupLocked(uint64_t address) const;
-  static constexpr size_t kMaxMemo = 65536;                       // addresses remembered (then forgotten all at once)
-  mutable std::mutex mu_;                                         // libdw's per-unit caches are built lazily
-  mutable std::unordered_map<uint64_t, std::vector<Line>> memo_;  // address -> Lookup's answer
-  mutable size_t memo_bytes_ = 0;                                 // estimated bytes memo_ holds
+  const UnitIndex& IndexOf(uint64_t unit_offset, void* unit_die) const;
+  static constexpr size_t kMaxMemo = 65536;  // addresses remembered (then forgotten all at once)
+  // Units' indexes kept: at most this many ranges in all (~24 bytes each), then forgotten at once.
+  static constexpr size_t kMaxIndexedRanges = size_t{1} << 20;
+  mutable std::mutex mu_;                                                   // libdw's per-unit caches are built lazily
+  mutable std::unordered_map<uint64_t, std::vector<Line>> memo_;            // address -> Lookup's answer
+  mutable size_t memo_bytes_ = 0;                                           // estimated bytes memo_ holds
+  mutable std::unordered_map<uint64_t, std::unique_ptr<UnitIndex>> units_;  // unit DIE offset -> index
+  mutable size_t unit_ranges_ = 0, unit_bytes_ = 0;                         // what units_ holds
 };
 
 }  // namespace tpe::symbols
