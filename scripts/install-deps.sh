@@ -9,10 +9,10 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-RUNTIME=(libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libtraceevent1 libbpf1 libseccomp2 libsystemd0 libyaml-cpp0.7 libcrypt1 libcap2 libmicrohttpd12 libgnutls30 libelf1 libdw1 libdebuginfod1 liblzma5 libprotobuf32 zlib1g ca-certificates)
+RUNTIME=(libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libtraceevent1 libbpf1 libseccomp2 libsystemd0 libyaml-cpp0.7 libcrypt1 libcap2 libmicrohttpd12 libgnutls30 libelf1 libdw1 libdebuginfod1 liblzma5 libprotobuf32 zlib1g libabsl20220623 ca-certificates)
 COMPILE=(build-essential cmake ninja-build pkg-config
          libspdlog-dev libfmt-dev nlohmann-json3-dev prometheus-cpp-dev libcli11-dev
-         libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libelf-dev libdw-dev libdebuginfod-dev liblzma-dev
+         libtraceevent-dev libbpf-dev libseccomp-dev libsystemd-dev libyaml-cpp-dev libcrypt-dev libcap-dev libmicrohttpd-dev libgnutls28-dev libelf-dev libdw-dev libdebuginfod-dev liblzma-dev libabsl-dev
          libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev golang-github-prometheus-client-model-dev zlib1g-dev)
 BUILD=("${COMPILE[@]}" git libgtest-dev libgmock-dev libbenchmark-dev
        python3 help2man dpkg-dev openssl curl prometheus golang-go bpftrace bpftool clang-format clang-tidy clang libclang-rt-14-dev stress-ng systemtap-sdt-dev debuginfod elfutils

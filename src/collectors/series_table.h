@@ -23,6 +23,8 @@
 // Thread-safety: FindOrInsert and Sweep from one writer thread; ForEach from any thread.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -30,7 +32,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace tpe {
@@ -171,11 +172,13 @@ class SeriesTable {
   }
 
   const size_t max_series_;
-  std::unordered_map<std::string_view, Entry*> index_;  // writer only; views into entries_
-  std::list<Entry> entries_;                            // stable addresses; guarded by mu_
-  std::deque<std::string> removable_;                   // writer only: keys of dead tasks' series, oldest first
-  uint64_t now_ns_ = 0;                                 // writer only: the last sweep's clock
-  uint64_t next_id_ = 0;                                // guarded by mu_
+  // Writer only; views into entries_. Abseil's open-addressing table (a probe of its control
+  // bytes, then the slot): a sample's lookup touches fewer cache lines than a node-based map's.
+  absl::flat_hash_map<std::string_view, Entry*> index_;
+  std::list<Entry> entries_;           // stable addresses; guarded by mu_
+  std::deque<std::string> removable_;  // writer only: keys of dead tasks' series, oldest first
+  uint64_t now_ns_ = 0;                // writer only: the last sweep's clock
+  uint64_t next_id_ = 0;               // guarded by mu_
   std::atomic<uint64_t> removed_idle_{0}, removed_exited_{0};
   mutable std::mutex mu_;
 };
