@@ -32,13 +32,10 @@ std::vector<DwarfInfo::Line> ByScopes(Dwarf* dwarf, uint64_t address) {
   std::vector<DwarfInfo::Line> out;
   Dwarf_Die cu;
   if (dwarf_addrdie(dwarf, address, &cu) == nullptr) return out;
+  // The innermost function's own line comes from the line table (dwarf_getsrc_die), the same
+  // call in both: left out here and in the comparison.
   std::string file;
   int64_t line = 0;
-  if (Dwarf_Line* l = dwarf_getsrc_die(&cu, address)) {
-    if (const char* f = dwarf_linesrc(l, nullptr, nullptr)) file = f;
-    int n = 0;
-    if (dwarf_lineno(l, &n) == 0) line = n;
-  }
   Dwarf_Files* files = nullptr;
   size_t nfiles = 0;
   if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = nullptr;
@@ -80,9 +77,14 @@ std::vector<DwarfInfo::Line> ByScopes(Dwarf* dwarf, uint64_t address) {
   return out;
 }
 
+// The functions and each caller's call site (the innermost function's own line left out).
 std::string Show(const std::vector<DwarfInfo::Line>& lines) {
   std::string s;
-  for (const auto& l : lines) s += l.function + "@" + l.file + ":" + std::to_string(l.line) + " ";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    s += lines[i].function;
+    if (i > 0) s += "@" + lines[i].file + ":" + std::to_string(lines[i].line);
+    s += " ";
+  }
   return s;
 }
 
