@@ -69,7 +69,8 @@ class DwarfInfo {
   const std::string& display() const { return display_; }
   // A compile unit's function scopes by address (defined and built in dwarf_info.cc).
   struct UnitIndex;
-  // Bytes of the DWARF sections libdw holds (decompressed), and of the remembered answers.
+  // Bytes of the DWARF sections libdw holds (decompressed), of the remembered answers and of the
+  // units' indexes.
   size_t memory_bytes() const { return section_bytes_ + memo_bytes(); }
 
  private:
